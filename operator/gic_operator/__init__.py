@@ -1,0 +1,1 @@
+"""GIC Kubernetes operator (GICJob and Savepoint resources)."""

@@ -1,0 +1,1 @@
+"""GIC runtime: keyed state with a durable changelog, checkpoints and savepoints."""

@@ -1,0 +1,1 @@
+"""The durable short-term log (DSTL): change records, segment format, writer, uploader."""

@@ -1,0 +1,106 @@
+"""The project's one exception tree.
+
+Every error raised by the runtime derives from :class:`GICError`. Errors from boto3,
+botocore and the operating system are translated at the storage boundary
+(``raise ... from exc``), so callers never need to import a third-party exception.
+
+The retry policy (:mod:`gic_runtime.changelog.retrying`) keys off these classes:
+
+* :class:`StorageTimeout` -> start a new attempt at once;
+* :class:`TransientStorageError` -> retry after a delay;
+* anything else -> fail.
+"""
+
+from __future__ import annotations
+
+
+class GICError(Exception):
+    """Base class of every error the runtime raises on purpose."""
+
+
+class ConfigurationError(GICError):
+    """Settings or arguments are invalid; the message says what to change."""
+
+
+# --- storage -------------------------------------------------------------------------
+
+
+class StorageError(GICError):
+    """An object-store operation failed.
+
+    ``uri`` names the object or prefix involved, when there is one.
+    """
+
+    def __init__(self, message: str, *, uri: str | None = None) -> None:
+        super().__init__(message)
+        self.uri = uri
+
+
+class ObjectNotFoundError(StorageError):
+    """The object does not exist."""
+
+
+class ObjectExistsError(StorageError):
+    """A create-if-absent write found the object already there."""
+
+
+class TransientStorageError(StorageError):
+    """A failure that may succeed when retried after a delay (503 SlowDown, reset...)."""
+
+
+class StorageTimeoutError(TransientStorageError):
+    """An operation took longer than its deadline; a new attempt may start at once."""
+
+
+class StoragePermissionError(StorageError):
+    """Credentials are missing or do not allow the operation."""
+
+
+# --- file formats --------------------------------------------------------------------
+
+
+class FormatError(GICError):
+    """A stored file cannot be read as what it claims to be.
+
+    Always names the file (``uri``) so an operator can find and inspect it.
+    """
+
+    def __init__(self, message: str, *, uri: str | None = None) -> None:
+        where = f" ({uri})" if uri else ""
+        super().__init__(f"{message}{where}")
+        self.uri = uri
+
+
+class CorruptFileError(FormatError):
+    """Bad magic, truncated data or a checksum mismatch."""
+
+
+class UnsupportedVersionError(FormatError):
+    """The file was written by a format version this runtime does not know."""
+
+
+# --- state, checkpoints, lifecycle ---------------------------------------------------
+
+
+class StateError(GICError):
+    """Invalid use of keyed state (unknown state name, wrong state kind, bad bucket)."""
+
+
+class RestoreError(GICError):
+    """A checkpoint or savepoint cannot be restored; the message says why."""
+
+
+class UploadError(GICError):
+    """A changelog or snapshot upload failed after its retry policy gave up."""
+
+
+class MaterializationError(GICError):
+    """Materialization failed more often in a row than the configured tolerance."""
+
+
+class ManifestExistsError(GICError):
+    """A manifest for this checkpoint id was already written (create-if-absent lost)."""
+
+
+class FencedError(GICError):
+    """A newer attempt (higher fencing epoch) of this job exists; this one must stop."""

@@ -1,0 +1,18 @@
+"""Object stores: the protocol, the local filesystem and S3 implementations, URIs."""
+
+from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
+from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.s3_settings import S3Settings
+from gic_runtime.storage.uri import StorageURI, StoreResolver, join, open_store
+
+__all__ = [
+    "MAX_DELETE_BATCH",
+    "LocalObjectStore",
+    "ObjectInfo",
+    "ObjectStore",
+    "S3Settings",
+    "StorageURI",
+    "StoreResolver",
+    "join",
+    "open_store",
+]

@@ -1,0 +1,45 @@
+"""Connection settings for S3-compatible stores.
+
+Credentials come only from these settings (filled from a Kubernetes Secret through the
+environment) or from boto3's own default chain; they are never logged and ``repr``
+hides them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach an S3 endpoint."""
+
+    endpoint_url: str | None = None
+    """Custom endpoint (SeaweedFS, MinIO...); ``None`` means AWS. Env: ``GIC_S3_ENDPOINT_URL``
+    or ``AWS_ENDPOINT_URL``."""
+    region: str | None = None
+    """Region name; env ``AWS_REGION`` / ``AWS_DEFAULT_REGION``."""
+    access_key_id: str | None = field(default=None, repr=False)
+    """Env ``AWS_ACCESS_KEY_ID``; ``None`` lets boto3 use its default credential chain."""
+    secret_access_key: str | None = field(default=None, repr=False)
+    """Env ``AWS_SECRET_ACCESS_KEY``."""
+    connect_timeout_s: float = 5.0
+    """TCP connect timeout; short so a dead endpoint surfaces quickly."""
+    read_timeout_s: float = 30.0
+    """Socket read timeout per request; the uploader's hedging handles slow tails."""
+    max_pool_connections: int = 32
+    """HTTP connection pool size; enough for parallel uploads, hedges and deletes."""
+    addressing_style: str = "path"
+    """``path`` works with every S3-compatible server; ``virtual`` for AWS-only setups."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> S3Settings:
+        """Settings from environment variables (``os.environ`` by default)."""
+        e = os.environ if env is None else env
+        return cls(
+            endpoint_url=e.get("GIC_S3_ENDPOINT_URL") or e.get("AWS_ENDPOINT_URL") or None,
+            region=e.get("AWS_REGION") or e.get("AWS_DEFAULT_REGION") or None,
+            access_key_id=e.get("AWS_ACCESS_KEY_ID") or None,
+            secret_access_key=e.get("AWS_SECRET_ACCESS_KEY") or None,
+        )
