@@ -6,7 +6,7 @@ botocore and the operating system are translated at the storage boundary
 
 The retry policy (:mod:`gic_runtime.changelog.retrying`) keys off these classes:
 
-* :class:`StorageTimeout` -> start a new attempt at once;
+* :class:`StorageTimeoutError` -> start a new attempt at once;
 * :class:`TransientStorageError` -> retry after a delay;
 * anything else -> fail.
 """

@@ -30,9 +30,7 @@ class ChangelogWriter(Protocol):
         """Start ``bucket`` at ``next_seq`` (after a restore); drops buffered changes."""
         ...
 
-    def persist(
-        self, since: Mapping[int, int]
-    ) -> Future[dict[int, tuple[ChangelogHandle, ...]]]:
+    def persist(self, since: Mapping[int, int]) -> Future[dict[int, tuple[ChangelogHandle, ...]]]:
         """Make every change of each bucket ``b`` in ``since`` with sequence number at or
         above ``since[b]`` durable.
 

@@ -75,9 +75,7 @@ class LocalObjectStore:
             finally:
                 tmp.unlink(missing_ok=True)
         except FileExistsError as exc:
-            raise ObjectExistsError(
-                f"object already exists: {key}", uri=self.uri_for(key)
-            ) from exc
+            raise ObjectExistsError(f"object already exists: {key}", uri=self.uri_for(key)) from exc
         except OSError as exc:
             raise _translate(exc, self.uri_for(key)) from exc
 
@@ -164,4 +162,3 @@ def _translate(exc: OSError, uri: str) -> StorageError:
             f"permission denied on {uri}: check the directory's owner and mode", uri=uri
         )
     return StorageError(f"filesystem error on {uri}: {exc.strerror or exc}", uri=uri)
-

@@ -32,6 +32,10 @@ class S3Settings:
     """HTTP connection pool size; enough for parallel uploads, hedges and deletes."""
     addressing_style: str = "path"
     """``path`` works with every S3-compatible server; ``virtual`` for AWS-only setups."""
+    max_attempts: int = 3
+    """Attempts per request, first one included, made by botocore's ``standard`` retry mode
+    (503 SlowDown, 5xx, throttling, connection errors, timeouts). ``1`` disables botocore's
+    retries, for callers with their own retry policy."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> S3Settings:

@@ -62,9 +62,9 @@ def join(uri: str, *parts: str) -> str:
     """Join path segments onto a URI with single slashes."""
     out = uri.rstrip("/")
     for part in parts:
-        part = part.strip("/")
-        if part:
-            out = f"{out}/{part}"
+        segment = part.strip("/")
+        if segment:
+            out = f"{out}/{segment}"
     return out
 
 

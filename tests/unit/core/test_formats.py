@@ -37,7 +37,7 @@ def test_foreign_magic_is_rejected() -> None:
 
 
 def test_unknown_version_says_to_upgrade() -> None:
-    with pytest.raises(UnsupportedVersionError, match="version 9 is not supported.*upgrade"):
+    with pytest.raises(UnsupportedVersionError, match=r"version 9 is not supported.*upgrade"):
         check_header(pack_header(b"GICT", 9), b"GICT", frozenset({1, 2}), uri=None)
 
 
