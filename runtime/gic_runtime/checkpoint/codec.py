@@ -1,0 +1,225 @@
+"""Manifest serialization: a text header line, then a JSON body.
+
+::
+
+    GICM 1 crc32c=0a1b2c3d\\n
+    { ...JSON body, indented, ASCII... }
+
+The header names the format (``GICM``), its version and the CRC32C of the body (every
+byte after the newline), so ``cat`` shows a manifest and a reader rejects a foreign
+file, an unknown version or a damaged body with an error naming the file (DESIGN §3.8).
+
+Relative naming: objects under the manifest's *base directory* are written relative to
+it and resolved against the manifest's URI when read, so a directory can be moved or
+copied as a whole (a savepoint directory is relocatable). The base directory is the
+manifest's own directory, except for a checkpoint manifest in a job's ``checkpoints/``
+directory, whose base is the job directory (so ``changelog/...`` and ``snapshots/...``
+are relative). The body records which (``"base": "."`` or ``".."``). Objects elsewhere
+(a claimed restore source) keep their full URI. Relative names never contain ``..``,
+so a manifest can only name objects inside its base directory or by full URI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gic_runtime.checkpoint.manifest import (
+    SUPPORTED_VERSIONS,
+    Manifest,
+    ManifestKind,
+    RestoreLineage,
+    SavepointInfo,
+    map_uris,
+)
+from gic_runtime.errors import (
+    ConfigurationError,
+    CorruptFileError,
+    UnsupportedVersionError,
+)
+from gic_runtime.formats import crc32c, verify_crc
+from gic_runtime.handles import BucketState
+from gic_runtime.layout import parse_checkpoint_id
+from gic_runtime.storage.uri import join
+
+MAGIC = "GICM"
+_MAX_HEADER = 64
+_CRC_FIELD = re.compile(r"crc32c=([0-9a-f]{8})")
+
+
+def _parent(uri: str) -> str:
+    return uri.rstrip("/").rsplit("/", 1)[0]
+
+
+def _base_rel(manifest_uri: str) -> str:
+    parent = _parent(manifest_uri)
+    if parse_checkpoint_id(manifest_uri) is not None and parent.endswith("/checkpoints"):
+        return ".."
+    return "."
+
+
+def _base_from_rel(manifest_uri: str, rel: str) -> str:
+    parent = _parent(manifest_uri)
+    return _parent(parent) if rel == ".." else parent
+
+
+def manifest_base_dir(manifest_uri: str) -> str:
+    """The directory that objects named relatively in the manifest at ``manifest_uri``
+    are relative to: the job directory for ``jobs/<id>/checkpoints/chk-N.manifest``,
+    else the manifest's own directory (a savepoint directory)."""
+    return _base_from_rel(manifest_uri, _base_rel(manifest_uri))
+
+
+def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
+    """Serialize ``manifest`` for storage at ``manifest_uri`` (header line + JSON body)."""
+    rel = _base_rel(manifest_uri)
+    prefix = _base_from_rel(manifest_uri, rel) + "/"
+
+    def relativize(uri: str) -> str:
+        return uri[len(prefix) :] if uri.startswith(prefix) else uri
+
+    for uri in manifest.uris():
+        if "://" not in uri:
+            raise ConfigurationError(
+                f"checkpoint {manifest.checkpoint_id} references {uri!r}, which is not a "
+                "full URI; handles must name objects as file:///... or s3://..."
+            )
+    m = map_uris(manifest, relativize)
+    body: dict[str, Any] = {
+        "job_id": m.job_id,
+        "checkpoint_id": m.checkpoint_id,
+        "epoch": m.epoch,
+        "created_at": m.created_at,
+        "num_buckets": m.num_buckets,
+        "kind": m.kind.value,
+        "savepoint": m.savepoint.to_json() if m.savepoint else None,
+        "restored_from": m.restored_from.to_json() if m.restored_from else None,
+        "base": rel,
+        "engine": dict(m.engine),
+        "sink": dict(m.sink),
+        "buckets": [state.to_json() for state in m.buckets.values()],
+    }
+    try:
+        text = json.dumps(body, indent=1, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"manifest of checkpoint {m.checkpoint_id} is not serializable as JSON: {exc}; "
+            "engine and sink entries must be plain JSON values (no NaN, no objects)"
+        ) from exc
+    payload = text.encode("ascii")
+    header = f"{MAGIC} {m.version} crc32c={crc32c(payload):08x}\n".encode("ascii")
+    return header + payload
+
+
+def decode_manifest(data: bytes, manifest_uri: str) -> Manifest:
+    """Parse a stored manifest; handles come back as full URIs resolved against
+    ``manifest_uri``.
+
+    Raises :class:`CorruptFileError` (foreign file, damaged header, checksum mismatch,
+    invalid or missing fields) or :class:`UnsupportedVersionError`, naming the file.
+    """
+    newline = data.find(b"\n", 0, _MAX_HEADER)
+    if newline < 0:
+        raise CorruptFileError(
+            f"not a GIC manifest: no '{MAGIC} <version> crc32c=<hex>' header line in the "
+            f"first {_MAX_HEADER} bytes (file has {len(data)} bytes)",
+            uri=manifest_uri,
+        )
+    try:
+        parts = data[:newline].decode("ascii").split(" ")
+    except UnicodeDecodeError:
+        parts = []
+    if len(parts) != 3 or parts[0] != MAGIC or not parts[1].isdigit():
+        raise CorruptFileError(
+            f"not a GIC manifest: header line {data[:newline][:40]!r} is not "
+            f"'{MAGIC} <version> crc32c=<hex>'",
+            uri=manifest_uri,
+        )
+    version = int(parts[1])
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersionError(
+            f"manifest format version {version} is not supported by this runtime "
+            f"(supported: {sorted(SUPPORTED_VERSIONS)}); upgrade the runtime to read it",
+            uri=manifest_uri,
+        )
+    crc = _CRC_FIELD.fullmatch(parts[2])
+    if crc is None:
+        raise CorruptFileError(
+            f"manifest header has a malformed checksum field {parts[2][:20]!r}",
+            uri=manifest_uri,
+        )
+    body = data[newline + 1 :]
+    verify_crc(body, int(crc.group(1), 16), what="manifest body", uri=manifest_uri)
+    try:
+        obj = json.loads(body)
+    except ValueError as exc:
+        raise CorruptFileError(f"manifest body is not valid JSON: {exc}", uri=manifest_uri) from exc
+    if not isinstance(obj, dict):
+        raise CorruptFileError("manifest body is not a JSON object", uri=manifest_uri)
+    try:
+        return _from_body(obj, version, manifest_uri)
+    except KeyError as exc:
+        raise CorruptFileError(
+            f"manifest body is missing field {exc.args[0]!r}", uri=manifest_uri
+        ) from exc
+    except (TypeError, ValueError, AttributeError, ConfigurationError) as exc:
+        raise CorruptFileError(
+            f"manifest body has an invalid field: {exc}", uri=manifest_uri
+        ) from exc
+
+
+def _json_object(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manifest:
+    rel = obj["base"]
+    if rel not in (".", ".."):
+        raise ValueError(f"base must be '.' or '..', got {rel!r}")
+    base = _base_from_rel(manifest_uri, rel)
+
+    def resolve(uri: str) -> str:
+        if "://" in uri:
+            return uri
+        if not uri or uri.startswith("/") or ".." in uri.split("/"):
+            raise ValueError(f"relative object name {uri!r} escapes the manifest's directory")
+        return join(base, uri)
+
+    buckets_json = obj["buckets"]
+    if not isinstance(buckets_json, list):
+        raise ValueError("buckets must be a JSON list")
+    states = [BucketState.from_json(_json_object(b, "bucket entry")) for b in buckets_json]
+    buckets = {state.bucket: state for state in states}
+    if len(buckets) != len(states):
+        raise ValueError("a bucket appears more than once")
+    savepoint = obj["savepoint"]
+    restored = obj["restored_from"]
+    manifest = Manifest(
+        job_id=str(obj["job_id"]),
+        checkpoint_id=_int(obj["checkpoint_id"], "checkpoint_id"),
+        epoch=_int(obj["epoch"], "epoch"),
+        created_at=float(obj["created_at"]),
+        num_buckets=_int(obj["num_buckets"], "num_buckets"),
+        buckets=buckets,
+        kind=ManifestKind(obj["kind"]),
+        savepoint=SavepointInfo.from_json(_json_object(savepoint, "savepoint"))
+        if savepoint is not None
+        else None,
+        engine=_json_object(obj["engine"], "engine"),
+        sink=_json_object(obj["sink"], "sink"),
+        restored_from=RestoreLineage.from_json(_json_object(restored, "restored_from"))
+        if restored is not None
+        else None,
+        version=version,
+    )
+    return map_uris(manifest, resolve)
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return value

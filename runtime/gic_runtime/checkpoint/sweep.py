@@ -1,0 +1,160 @@
+"""Orphan sweep: delete what a job's retained checkpoints no longer reference.
+
+Orphans appear after crashes: uploads of a checkpoint that never completed, losers of
+hedged uploads whose deletion was lost, objects whose background deletion failed, the
+manifest of a checkpoint subsumed just before a crash. The sweep lists the job's data
+directories -- ``changelog/``, ``snapshots/`` and the manifest files in
+``checkpoints/`` -- and deletes every object no retained manifest references. A retained
+checkpoint's manifest file counts as referenced. Everything else under the job
+directory (``control/`` intents, files other components keep there) is never looked at.
+
+Precondition (DESIGN §3.9), the caller's duty: no attempt of the job can still write --
+the old driver is gone and the epoch is bumped -- so an in-progress upload of a live
+attempt can never be mistaken for an orphan.
+
+Safety: the retained manifests are read before anything is deleted, and an unreadable
+one aborts the sweep (its references are unknown). Only objects the ownership policy
+classifies as :attr:`~gic_runtime.checkpoint.ownership.Owner.JOB` are deleted, so a
+sweep never touches savepoints, other jobs, a restore source (claimed or not) or
+anything outside ``jobs/<job_id>/``; deletion goes through the guarded
+:func:`~gic_runtime.checkpoint.ownership.delete_keys`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gic_runtime.checkpoint.catalog import load_retained, resolve_prefix
+from gic_runtime.checkpoint.manifest import StoredManifest
+from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy, delete_keys
+from gic_runtime.layout import job_dir, parse_checkpoint_id
+from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore
+from gic_runtime.storage.uri import StoreResolver, join
+
+#: Job subdirectories the sweep lists.
+SWEPT_DIRS: tuple[str, ...] = ("changelog", "snapshots", "checkpoints")
+
+#: ``progress(listed_so_far, deleted_so_far)``.
+SweepProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What one sweep saw and did. Counts are objects; ``*_bytes`` their sizes.
+
+    ``orphaned`` counts unreferenced objects the job owns; ``protected`` counts
+    unreferenced objects it does not own (kept). ``orphans`` lists the orphans' URIs on
+    a dry run (empty otherwise, to bound memory on large sweeps).
+    """
+
+    job_id: str
+    dry_run: bool
+    listed: int
+    listed_bytes: int
+    referenced: int
+    referenced_bytes: int
+    orphaned: int
+    orphaned_bytes: int
+    deleted: int
+    deleted_bytes: int
+    protected: int
+    orphans: tuple[str, ...] = ()
+
+
+def sweep_orphans(
+    resolver: StoreResolver,
+    root: str,
+    job_id: str,
+    manifests: Iterable[StoredManifest] | None = None,
+    *,
+    policy: OwnershipPolicy | None = None,
+    dry_run: bool = False,
+    batch_size: int = MAX_DELETE_BATCH,
+    progress: SweepProgress | None = None,
+) -> SweepResult:
+    """Sweep ``jobs/<job_id>/`` under ``root`` (see the module docstring).
+
+    ``manifests`` are the retained checkpoints (default: every manifest in the job's
+    ``checkpoints/`` directory, read with
+    :func:`~gic_runtime.checkpoint.catalog.load_retained`; an unreadable one raises and
+    nothing is deleted). ``policy`` defaults to
+    :meth:`OwnershipPolicy.for_job(root, job_id) <OwnershipPolicy.for_job>`; pass the
+    job's real policy when it was restored, so source objects inside the job directory
+    stay protected. With ``dry_run`` nothing is deleted.
+    """
+    retained = tuple(manifests) if manifests is not None else load_retained(resolver, root, job_id)
+    policy = policy or OwnershipPolicy.for_job(root, job_id)
+    referenced: set[str] = {s.uri for s in retained}
+    for stored in retained:
+        referenced |= stored.manifest.uris()
+
+    c = _Counts()
+    orphans: list[str] = []
+    base = job_dir(root, job_id)
+    for sub in SWEPT_DIRS:
+        store, prefix = resolve_prefix(resolver, join(base, sub))
+        batch: list[str] = []
+        for info in store.list(prefix):
+            if sub == "checkpoints" and parse_checkpoint_id(info.key) is None:
+                continue
+            uri = store.uri_for(info.key)
+            c.listed += 1
+            c.listed_bytes += info.size
+            if uri in referenced:
+                c.referenced += 1
+                c.referenced_bytes += info.size
+            elif policy.classify(uri) is not Owner.JOB:
+                c.protected += 1
+            else:
+                c.orphaned += 1
+                c.orphaned_bytes += info.size
+                if dry_run:
+                    orphans.append(uri)
+                else:
+                    batch.append(info.key)
+                    c.batch_bytes += info.size
+                    if len(batch) >= batch_size:
+                        _flush(policy, store, batch, c, batch_size)
+            if progress is not None and c.listed % max(1, batch_size) == 0:
+                progress(c.listed, c.deleted)
+        _flush(policy, store, batch, c, batch_size)
+    if progress is not None:
+        progress(c.listed, c.deleted)
+    return SweepResult(
+        job_id=job_id,
+        dry_run=dry_run,
+        listed=c.listed,
+        listed_bytes=c.listed_bytes,
+        referenced=c.referenced,
+        referenced_bytes=c.referenced_bytes,
+        orphaned=c.orphaned,
+        orphaned_bytes=c.orphaned_bytes,
+        deleted=c.deleted,
+        deleted_bytes=c.deleted_bytes,
+        protected=c.protected,
+        orphans=tuple(orphans),
+    )
+
+
+class _Counts:
+    """Mutable tallies of one sweep (local to one call; not shared)."""
+
+    def __init__(self) -> None:
+        self.listed = self.listed_bytes = 0
+        self.referenced = self.referenced_bytes = 0
+        self.orphaned = self.orphaned_bytes = 0
+        self.deleted = self.deleted_bytes = 0
+        self.protected = 0
+        self.batch_bytes = 0
+
+
+def _flush(
+    policy: OwnershipPolicy, store: ObjectStore, batch: list[str], c: _Counts, batch_size: int
+) -> None:
+    if not batch:
+        return
+    c.deleted += delete_keys(policy, store, batch, batch_size=batch_size)
+    c.deleted_bytes += c.batch_bytes
+    c.batch_bytes = 0
+    batch.clear()
