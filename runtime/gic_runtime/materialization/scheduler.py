@@ -1,0 +1,277 @@
+"""Periodic materialization of bucket snapshots, off the task's critical path.
+
+Schedule: every bucket has a due time. Initial due times are spread over one interval
+(a seeded shuffle of the buckets, one slot each, a random point inside the slot), so
+buckets never all materialize at once; after each materialization the next is due one
+interval later, +/- ``jitter``. At most one materialization per bucket is in flight, and
+at most ``max_in_flight`` overall.
+
+A materialization: on the caller's (task) thread, only take the bucket's consistent view
+(:meth:`~gic_runtime.state.backend.KeyedStateBackend.materialization_view`); on the
+background executor, encode the snapshot and upload it under a fresh name
+(:func:`~gic_runtime.layout.new_snapshot_uri`, create-if-absent). Completions are queued
+and applied to the backend (``on_materialized``) only inside :meth:`Materializer.poll`,
+on the task thread that owns the backend. A completion whose bucket was restored to
+another lineage meanwhile is discarded (its object becomes an orphan for the sweeper).
+
+Failures: a failed materialization is retried after ``retry_delay_s``; more than
+``max_consecutive_failures`` failures in a row for one bucket raise
+:class:`~gic_runtime.errors.MaterializationError` from ``poll``. State stays correct
+without materialization (the changelog just grows), so a few failures are tolerated.
+
+Thread-safety: every public method is for the task thread; the executor only runs the
+upload jobs, which touch the view, the resolver and the completion queue.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from gic_runtime.clock import Clock, SystemClock
+from gic_runtime.errors import ConfigurationError, MaterializationError
+from gic_runtime.handles import SnapshotHandle
+from gic_runtime.layout import new_snapshot_uri
+from gic_runtime.state.backend import KeyedStateBackend, MaterializationView
+from gic_runtime.state.snapshot import upload_snapshot
+from gic_runtime.storage.uri import StoreResolver
+
+
+@dataclass(frozen=True, slots=True)
+class MaterializationSettings:
+    """Tuning of :class:`Materializer`. Immutable."""
+
+    interval_s: float = 120.0
+    """Seconds between materializations of one bucket. Two minutes keeps a bucket's
+    replay at restore to two minutes of changes while uploading each bucket's full state
+    only 30 times an hour."""
+
+    jitter: float = 0.2
+    """Each next due time is ``interval_s * (1 +/- jitter)`` so buckets drift apart."""
+
+    max_in_flight: int = 1
+    """Materializations running at once (across buckets); one keeps the upload bandwidth
+    left for changelog segments, which are on the checkpoint's critical path."""
+
+    max_consecutive_failures: int = 3
+    """Failures in a row of one bucket tolerated before ``poll`` raises."""
+
+    retry_delay_s: float = 10.0
+    """Seconds before a failed bucket is tried again."""
+
+    compress: bool = True
+    """zlib-compress snapshot bodies (msgpack state compresses well)."""
+
+    seed: int | None = None
+    """Seed of the jitter's random generator (``None``: nondeterministic)."""
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or not 0 <= self.jitter < 1 or self.max_in_flight < 1:
+            raise ConfigurationError(
+                "materialization needs interval_s > 0, 0 <= jitter < 1, max_in_flight >= 1; "
+                f"got {self.interval_s}, {self.jitter}, {self.max_in_flight}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class MaterializationStats:
+    """Progress counters since the materializer started."""
+
+    materialized: int = 0
+    """Snapshots applied to the backend."""
+    bytes_uploaded: int = 0
+    """Size of those snapshots."""
+    failures: int = 0
+    """Failed attempts (all buckets)."""
+    skipped_unchanged: int = 0
+    """Due buckets with no change since their snapshot (nothing uploaded)."""
+    discarded: int = 0
+    """Completed snapshots no longer useful (bucket restored or newer base)."""
+    in_flight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    bucket: int
+    generation: int
+    handle: SnapshotHandle | None
+    error: BaseException | None
+
+
+class Materializer:
+    """Schedules and runs materializations for one backend (see module docstring)."""
+
+    def __init__(
+        self,
+        backend: KeyedStateBackend,
+        resolver: StoreResolver,
+        root: str,
+        job_id: str,
+        *,
+        clock: Clock | None = None,
+        settings: MaterializationSettings | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        self._backend = backend
+        self._resolver = resolver
+        self._root = root
+        self._job_id = job_id
+        self._clock = clock or SystemClock()
+        self._settings = s = settings or MaterializationSettings()
+        self._owns_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix="gic-materialize")
+        self._rng = random.Random(s.seed)
+        self._done: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
+        self._in_flight: set[int] = set()
+        self._closed = False
+        self._failures: dict[int, int] = {}
+        self._counts = {"materialized": 0, "bytes": 0, "failures": 0, "skipped": 0, "discarded": 0}
+        buckets = list(backend.bucket_range)
+        self._rng.shuffle(buckets)
+        now = self._clock.monotonic()
+        slot = s.interval_s / len(buckets)
+        self._due = {b: now + slot * (k + self._rng.random()) for k, b in enumerate(buckets)}
+
+    # --- inspection ------------------------------------------------------------------
+
+    def due_at(self, bucket: int) -> float:
+        """Monotonic time at which ``bucket`` is next due."""
+        return self._due[bucket]
+
+    def in_flight(self) -> frozenset[int]:
+        """Buckets with a materialization running or awaiting ``poll``."""
+        return frozenset(self._in_flight)
+
+    @property
+    def stats(self) -> MaterializationStats:
+        c = self._counts
+        return MaterializationStats(
+            materialized=c["materialized"],
+            bytes_uploaded=c["bytes"],
+            failures=c["failures"],
+            skipped_unchanged=c["skipped"],
+            discarded=c["discarded"],
+            in_flight=len(self._in_flight),
+        )
+
+    # --- driving ---------------------------------------------------------------------
+
+    def poll(self) -> list[SnapshotHandle]:
+        """Apply finished materializations to the backend, then start due ones.
+
+        Returns the snapshots applied by this call. Raises MaterializationError when a
+        bucket failed more than ``max_consecutive_failures`` times in a row.
+        """
+        applied = self._apply_completions()
+        if not self._closed:
+            self._start_due()
+        return applied
+
+    def close(self, *, wait: bool = True) -> None:
+        """Start nothing new and stop the executor if this materializer created it
+        (``wait`` lets running jobs finish; a later ``poll`` still applies them)."""
+        self._closed = True
+        if self._owns_executor:
+            self._executor.shutdown(wait=wait, cancel_futures=True)
+
+    # --- internals -------------------------------------------------------------------
+
+    def _next_due(self, now: float) -> float:
+        s = self._settings
+        return now + s.interval_s * (1 + self._rng.uniform(-s.jitter, s.jitter))
+
+    def _apply_completions(self) -> list[SnapshotHandle]:
+        applied: list[SnapshotHandle] = []
+        failed: list[_Outcome] = []
+        while True:
+            try:
+                outcome = self._done.get_nowait()
+            except queue.Empty:
+                break
+            bucket = outcome.bucket
+            self._in_flight.discard(bucket)
+            now = self._clock.monotonic()
+            if outcome.error is not None or outcome.handle is None:
+                self._counts["failures"] += 1
+                self._failures[bucket] = self._failures.get(bucket, 0) + 1
+                self._due[bucket] = now + self._settings.retry_delay_s
+                if self._failures[bucket] > self._settings.max_consecutive_failures:
+                    failed.append(outcome)
+                continue
+            self._failures[bucket] = 0
+            self._due[bucket] = self._next_due(now)
+            handle = outcome.handle
+            if self._backend.generation(bucket) != outcome.generation or not (
+                self._backend.on_materialized(bucket, handle)
+            ):
+                self._counts["discarded"] += 1
+                continue
+            self._counts["materialized"] += 1
+            self._counts["bytes"] += handle.size
+            applied.append(handle)
+        if failed:
+            first = failed[0]
+            raise MaterializationError(
+                f"materialization of bucket {first.bucket} failed "
+                f"{self._failures[first.bucket]} times in a row (tolerance "
+                f"{self._settings.max_consecutive_failures}); last error: {first.error}; "
+                "check the snapshot storage is reachable and writable"
+            ) from first.error
+        return applied
+
+    def _start_due(self) -> None:
+        now = self._clock.monotonic()
+        s = self._settings
+        for bucket in sorted(self._due, key=self._due.__getitem__):
+            if len(self._in_flight) >= s.max_in_flight or self._due[bucket] > now:
+                break
+            if bucket in self._in_flight:
+                continue
+            snapshot = self._backend.snapshot_of(bucket)
+            base = snapshot.seq if snapshot is not None else 0
+            if self._backend.seq(bucket) == base:
+                self._counts["skipped"] += 1
+                self._due[bucket] = self._next_due(now)
+                continue
+            view = self._backend.materialization_view(bucket)
+            uri = new_snapshot_uri(self._root, self._job_id, bucket)
+            self._in_flight.add(bucket)
+            try:
+                future = self._executor.submit(self._run, view, uri)
+            except BaseException:
+                view.view.close()
+                self._in_flight.discard(bucket)
+                raise
+            future.add_done_callback(self._make_reporter(view))
+
+    def _run(self, view: MaterializationView, uri: str) -> SnapshotHandle:
+        with view.view as items:
+            return upload_snapshot(
+                self._resolver,
+                uri,
+                items,
+                bucket=view.bucket,
+                seq=view.seq,
+                compress=self._settings.compress,
+            )
+
+    def _make_reporter(self, view: MaterializationView) -> _Reporter:
+        return _Reporter(self._done, view.bucket, view.generation)
+
+
+class _Reporter:
+    """Done-callback that queues a job's outcome for the task thread."""
+
+    def __init__(self, done: queue.SimpleQueue[_Outcome], bucket: int, generation: int) -> None:
+        self._done = done
+        self._bucket = bucket
+        self._generation = generation
+
+    def __call__(self, future: Future[SnapshotHandle]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        handle = None if error is not None else future.result()
+        self._done.put(_Outcome(self._bucket, self._generation, handle, error))

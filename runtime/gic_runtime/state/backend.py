@@ -1,0 +1,339 @@
+"""The keyed state backend of one task: named states over a bucket range, dual-writing
+every change to a :class:`~gic_runtime.state.stores.KVStore` and a
+:class:`~gic_runtime.changelog.api.ChangelogWriter`.
+
+Per bucket it tracks the lineage a checkpoint needs:
+
+* ``seq`` -- the changelog writer's ``next_seq(bucket)``: changes ``[0, seq)`` are applied;
+* the current materialized :class:`~gic_runtime.handles.SnapshotHandle` (the *base*);
+* changelog handles inherited from a restore (covering up to the restored seq), while the
+  writer holds the handles of everything appended since.
+
+Invariants:
+
+* The store's bucket content always equals the result of the changes ``[0, seq)`` (store
+  first, then changelog; if either raises, the task fails and restores).
+* A :class:`~gic_runtime.handles.BucketState` from :meth:`checkpoint` satisfies its own
+  invariant: snapshot + handles cover ``[base, seq)``.
+* The writer is truncated below a snapshot's seq only when a *completed* checkpoint that
+  references that snapshot is reported to :meth:`notify_checkpoint_complete` (DESIGN
+  invariant 7); a newer materialization alone never truncates.
+
+Thread-safety: one task thread owns the backend and calls every method. The future
+returned by :meth:`checkpoint` completes on an uploader thread and touches only values
+captured when ``checkpoint`` was called. Views from :meth:`materialization_view` may be
+read on another thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from gic_runtime.changelog.api import ChangelogWriter
+from gic_runtime.changelog.records import Op
+from gic_runtime.errors import RestoreError, StateError
+from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.state.keys import KIND_NAMES, bucket_for
+from gic_runtime.state.restore import ChangeReader, check_coverage, restore_bucket
+from gic_runtime.state.states import ListState, MapState, ValueState
+from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
+from gic_runtime.storage.uri import StoreResolver
+
+
+@dataclass
+class _Track:
+    """Mutable per-bucket lineage bookkeeping (task thread only)."""
+
+    floor: int
+    snapshot: SnapshotHandle | None = None
+    inherited: tuple[ChangelogHandle, ...] = ()
+    token: str = ""
+    truncated: int = 0
+    generation: int = 0
+
+    @property
+    def base(self) -> int:
+        return self.snapshot.seq if self.snapshot is not None else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreSummary:
+    """What :meth:`KeyedStateBackend.restore` did: buckets reused from the local store
+    (lineage matched), rebuilt from storage, or started empty; changes replayed."""
+
+    local_hits: tuple[int, ...] = ()
+    restored: tuple[int, ...] = ()
+    empty: tuple[int, ...] = ()
+    replayed: int = 0
+    snapshot_entries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MaterializationView:
+    """A consistent view of one bucket at ``seq``; ``generation`` tells whether the
+    bucket's lineage was replaced (by a restore) before the snapshot finished."""
+
+    bucket: int
+    seq: int
+    generation: int
+    view: BucketView = field(compare=False)
+
+
+class KeyedStateBackend:
+    """Keyed state of buckets ``bucket_range`` (contiguous) out of ``num_buckets``.
+
+    Call :meth:`restore` before the first change unless the store and the changelog
+    writer are known to be empty for these buckets. See the module docstring for
+    invariants and thread-safety.
+    """
+
+    def __init__(
+        self,
+        bucket_range: range,
+        num_buckets: int,
+        store: KVStore,
+        changelog: ChangelogWriter,
+    ) -> None:
+        if bucket_range.step != 1 or not bucket_range:
+            raise StateError(f"bucket range {bucket_range} must be non-empty with step 1")
+        if bucket_range.start < 0 or bucket_range.stop > num_buckets:
+            raise StateError(
+                f"bucket range [{bucket_range.start}, {bucket_range.stop}) does not fit in "
+                f"{num_buckets} buckets"
+            )
+        self.bucket_range = bucket_range
+        self.num_buckets = num_buckets
+        self.store = store
+        self.changelog = changelog
+        self._lo = bucket_range.start
+        self._hi = bucket_range.stop
+        self._tracks = {b: _Track(floor=changelog.next_seq(b)) for b in bucket_range}
+        self._states: dict[str, Any] = {}
+
+    # --- states --------------------------------------------------------------------------
+
+    def _state(self, cls: type[Any], name: str) -> Any:
+        existing = self._states.get(name)
+        if existing is None:
+            existing = self._states[name] = cls(self, name)
+        elif not isinstance(existing, cls):
+            raise StateError(
+                f"state {name!r} is a {KIND_NAMES[existing.kind]} state, not a "
+                f"{KIND_NAMES[cls.kind]} state; use a different name"
+            )
+        return existing
+
+    def value_state(self, name: str) -> ValueState:
+        result: ValueState = self._state(ValueState, name)
+        return result
+
+    def map_state(self, name: str) -> MapState:
+        result: MapState = self._state(MapState, name)
+        return result
+
+    def list_state(self, name: str) -> ListState:
+        result: ListState = self._state(ListState, name)
+        return result
+
+    # --- routing and the dual write ------------------------------------------------------
+
+    def route(self, key: Any) -> int:
+        """Bucket of ``key``; raises StateError if this backend does not own it."""
+        bucket = bucket_for(key, self.num_buckets)
+        if not self._lo <= bucket < self._hi:
+            raise StateError(
+                f"key {key!r:.80} routes to bucket {bucket} of {self.num_buckets}, outside "
+                f"this backend's buckets [{self._lo}, {self._hi}); route rows with "
+                "bucket_for(key, num_buckets) before handing them to a task"
+            )
+        return bucket
+
+    def write(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
+        """Apply one key-value change to the store and append it to the changelog;
+        return its sequence number. ``bucket`` must be in range (as :meth:`route` gives)."""
+        store = self.store
+        if op is Op.PUT:
+            store.put(bucket, key, value)
+        elif op is Op.APPEND:
+            store.append(bucket, key, value)
+        elif op is Op.DELETE:
+            store.delete(bucket, key)
+        else:
+            store.delete_prefix(bucket, key)
+        return self.changelog.append(bucket, op, key, value)
+
+    def write_raw(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
+        """:meth:`write` after checking ``bucket`` is in range (for bulk imports)."""
+        self._track(bucket)
+        return self.write(bucket, op, key, value)
+
+    def _track(self, bucket: int) -> _Track:
+        track = self._tracks.get(bucket)
+        if track is None:
+            raise StateError(
+                f"bucket {bucket} is outside this backend's buckets [{self._lo}, {self._hi})"
+            )
+        return track
+
+    def seq(self, bucket: int) -> int:
+        """Next sequence number of ``bucket`` (changes ``[0, seq)`` are applied)."""
+        self._track(bucket)
+        return self.changelog.next_seq(bucket)
+
+    def snapshot_of(self, bucket: int) -> SnapshotHandle | None:
+        """The bucket's current materialized snapshot (its base), if any."""
+        return self._track(bucket).snapshot
+
+    # --- checkpoints ---------------------------------------------------------------------
+
+    def checkpoint(self) -> Future[dict[int, BucketState]]:
+        """Persist each bucket's changes since its snapshot base; the future yields the
+        :class:`BucketState` of every bucket as of this call (token = URI of the newest
+        durable object of its lineage)."""
+        captured: dict[int, tuple[int, SnapshotHandle | None, tuple[ChangelogHandle, ...], str]]
+        captured = {}
+        since: dict[int, int] = {}
+        for bucket, track in self._tracks.items():
+            base = track.base
+            inherited = tuple(h for h in track.inherited if h.to_seq > base)
+            captured[bucket] = (
+                self.changelog.next_seq(bucket),
+                track.snapshot,
+                inherited,
+                track.token,
+            )
+            since[bucket] = max(base, track.floor)
+        persisted = self.changelog.persist(since)
+        out: Future[dict[int, BucketState]] = Future()
+
+        def compose(done: Future[dict[int, tuple[ChangelogHandle, ...]]]) -> None:
+            try:
+                handles_by_bucket = done.result()
+                states: dict[int, BucketState] = {}
+                for bucket, (seq, snapshot, inherited, old_token) in captured.items():
+                    fresh = tuple(h for h in handles_by_bucket.get(bucket, ()) if h.from_seq < seq)
+                    handles = inherited + fresh
+                    token = old_token
+                    if handles:
+                        token = handles[-1].uri
+                    elif snapshot is not None:
+                        token = snapshot.uri
+                    state = BucketState(bucket, seq, snapshot, handles, token)
+                    try:
+                        check_coverage(state)
+                    except RestoreError as exc:
+                        raise StateError(f"changelog writer returned bad handles: {exc}") from exc
+                    states[bucket] = state
+            except BaseException as exc:
+                out.set_exception(exc)
+            else:
+                out.set_result(states)
+
+        persisted.add_done_callback(compose)
+        return out
+
+    def mark_persisted(self, bucket_states: Mapping[int, BucketState]) -> None:
+        """Record in the store that buckets are at the lineage of a finished
+        :meth:`checkpoint` (so another worker may reuse the local copy), for each bucket
+        that has not changed since. Call on the task thread after the future resolves."""
+        for bucket, state in bucket_states.items():
+            track = self._tracks.get(bucket)
+            if track is not None and self.changelog.next_seq(bucket) == state.seq:
+                track.token = state.token
+                self.store.set_meta(bucket, BucketMeta(state.seq, state.token))
+        self.store.flush()
+
+    def notify_checkpoint_complete(self, bucket_states: Mapping[int, BucketState]) -> None:
+        """A checkpoint with these bucket states completed: truncate each bucket's
+        changelog below the snapshot it references (never beyond the current base)."""
+        for bucket, state in bucket_states.items():
+            track = self._tracks.get(bucket)
+            if track is None or state.snapshot is None:
+                continue
+            cut = min(state.snapshot.seq, track.base)
+            if cut > track.truncated:
+                self.changelog.truncate(bucket, cut)
+                track.truncated = cut
+
+    # --- materialization -----------------------------------------------------------------
+
+    def materialization_view(self, bucket: int) -> MaterializationView:
+        """A consistent view of ``bucket`` at its current seq (cheap; the copy or read
+        transaction is taken here, the reading happens wherever the view goes)."""
+        track = self._track(bucket)
+        seq = self.changelog.next_seq(bucket)
+        return MaterializationView(bucket, seq, track.generation, self.store.snapshot_items(bucket))
+
+    def generation(self, bucket: int) -> int:
+        """Changes whenever :meth:`restore` replaces the bucket's lineage."""
+        return self._track(bucket).generation
+
+    def on_materialized(self, bucket: int, handle: SnapshotHandle) -> bool:
+        """Make ``handle`` the bucket's base for future checkpoints. Returns False (and
+        changes nothing) for a snapshot older than the current base."""
+        track = self._track(bucket)
+        if handle.bucket != bucket:
+            raise StateError(f"snapshot {handle.uri} is of bucket {handle.bucket}, not {bucket}")
+        if handle.seq > self.changelog.next_seq(bucket):
+            raise StateError(
+                f"snapshot {handle.uri} of bucket {bucket} is at seq {handle.seq}, beyond the "
+                f"bucket's seq {self.changelog.next_seq(bucket)}; it is from another lineage"
+            )
+        if handle.seq < track.base:
+            return False
+        track.snapshot = handle
+        track.inherited = tuple(h for h in track.inherited if h.to_seq > handle.seq)
+        return True
+
+    # --- restore -------------------------------------------------------------------------
+
+    def restore(
+        self,
+        bucket_states: Mapping[int, BucketState],
+        resolver: StoreResolver,
+        *,
+        reader: ChangeReader | None = None,
+    ) -> RestoreSummary:
+        """Bring every bucket of the range to the given lineage (buckets absent from
+        ``bucket_states`` start empty). A bucket whose local copy already carries the
+        expected ``(seq, token)`` is reused without reading storage."""
+        outside = sorted(b for b in bucket_states if b not in self._tracks)
+        if outside:
+            raise StateError(
+                f"bucket states for {outside} are outside this backend's buckets "
+                f"[{self._lo}, {self._hi})"
+            )
+        hits: list[int] = []
+        restored: list[int] = []
+        empty: list[int] = []
+        replayed = entries = 0
+        for bucket in self.bucket_range:
+            state = bucket_states.get(bucket) or BucketState(bucket, 0)
+            if state.bucket != bucket:
+                raise StateError(f"bucket state for {state.bucket} given as bucket {bucket}")
+            if state.seq == 0 and state.snapshot is None:
+                self.store.clear_bucket(bucket)
+                self.store.set_meta(bucket, BucketMeta(0, state.token))
+                empty.append(bucket)
+            elif state.token and self.store.get_meta(bucket) == BucketMeta(state.seq, state.token):
+                hits.append(bucket)
+            else:
+                stats = restore_bucket(self.store, state, resolver, reader=reader)
+                replayed += stats.replayed
+                entries += stats.snapshot_entries
+                restored.append(bucket)
+            self.changelog.reset(bucket, state.seq)
+            old = self._tracks[bucket]
+            self._tracks[bucket] = _Track(
+                floor=state.seq,
+                snapshot=state.snapshot,
+                inherited=state.changelog,
+                token=state.token,
+                truncated=state.base,
+                generation=old.generation + 1,
+            )
+        self.store.flush()
+        return RestoreSummary(tuple(hits), tuple(restored), tuple(empty), replayed, entries)

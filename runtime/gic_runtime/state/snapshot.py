@@ -1,0 +1,174 @@
+"""Bucket snapshot file format (``.snap``): the full key-value content of one bucket at
+one sequence number.
+
+Layout (little-endian)::
+
+    <4s "GICS"><H version=1><H flags>                  common header (formats.py)
+    <I bucket><Q seq><Q entries><Q body_length><I body_crc32c><I header_crc32c>
+    body: entries x (<I key_length><I value_length><key><value>), keys ascending;
+          zlib-compressed as a whole when flags bit 0 is set
+
+``header_crc32c`` covers every byte before it; ``body_crc32c`` covers the stored (possibly
+compressed) body. The file ends exactly after the body. Readers reject foreign magic,
+unknown versions or flags, checksum mismatches, truncation and trailing bytes with
+:class:`~gic_runtime.errors.CorruptFileError` /
+:class:`~gic_runtime.errors.UnsupportedVersionError` naming the file's URI.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from gic_runtime.errors import CorruptFileError, ObjectNotFoundError, RestoreError
+from gic_runtime.formats import HEADER, check_header, crc32c, pack_header, verify_crc
+from gic_runtime.handles import SnapshotHandle
+from gic_runtime.storage.uri import StoreResolver
+
+MAGIC: Final = b"GICS"
+VERSION: Final = 1
+FLAG_ZLIB: Final = 1
+_KNOWN_FLAGS: Final = FLAG_ZLIB
+_FIXED = struct.Struct("<IQQQI")
+_HEADER_CRC = struct.Struct("<I")
+_ENTRY = struct.Struct("<II")
+PREAMBLE_SIZE: Final = HEADER.size + _FIXED.size + _HEADER_CRC.size
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """What a snapshot file's header says."""
+
+    bucket: int
+    seq: int
+    entries: int
+    compressed: bool
+
+
+def encode_snapshot(
+    items: Iterable[tuple[bytes, bytes]], *, bucket: int, seq: int, compress: bool = False
+) -> bytes:
+    """Serialize ``items`` (in key order) as a snapshot of ``bucket`` at ``seq``."""
+    chunks: list[bytes] = []
+    count = 0
+    pack = _ENTRY.pack
+    for key, value in items:
+        chunks.append(pack(len(key), len(value)))
+        chunks.append(key)
+        chunks.append(value)
+        count += 1
+    body = b"".join(chunks)
+    flags = 0
+    if compress:
+        body = zlib.compress(body, 6)
+        flags |= FLAG_ZLIB
+    head = pack_header(MAGIC, VERSION, flags) + _FIXED.pack(
+        bucket, seq, count, len(body), crc32c(body)
+    )
+    return head + _HEADER_CRC.pack(crc32c(head)) + body
+
+
+def parse_snapshot(data: bytes, *, uri: str) -> tuple[SnapshotInfo, Iterator[tuple[bytes, bytes]]]:
+    """Validate a snapshot file; return its header and an iterator over its entries.
+
+    Header, checksums and length are checked before this returns; the iterator checks
+    the entry framing as it goes.
+    """
+    _version, flags = check_header(data, MAGIC, frozenset({VERSION}), uri=uri)
+    if len(data) < PREAMBLE_SIZE:
+        raise CorruptFileError(
+            f"snapshot is truncated: {len(data)} bytes, header needs {PREAMBLE_SIZE}", uri=uri
+        )
+    (stored_header_crc,) = _HEADER_CRC.unpack_from(data, HEADER.size + _FIXED.size)
+    verify_crc(
+        memoryview(data)[: HEADER.size + _FIXED.size],
+        stored_header_crc,
+        what="snapshot header",
+        uri=uri,
+    )
+    if flags & ~_KNOWN_FLAGS:
+        raise CorruptFileError(f"snapshot has unknown flags {flags:#06x}", uri=uri)
+    bucket, seq, count, body_len, body_crc = _FIXED.unpack_from(data, HEADER.size)
+    actual = len(data) - PREAMBLE_SIZE
+    if actual != body_len:
+        kind = "truncated" if actual < body_len else "followed by trailing bytes"
+        raise CorruptFileError(
+            f"snapshot body is {kind}: header says {body_len} bytes, file holds {actual}",
+            uri=uri,
+        )
+    body = data[PREAMBLE_SIZE:]
+    verify_crc(body, body_crc, what="snapshot body", uri=uri)
+    if flags & FLAG_ZLIB:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error as exc:
+            raise CorruptFileError(f"snapshot body does not decompress: {exc}", uri=uri) from exc
+    info = SnapshotInfo(bucket, seq, count, bool(flags & FLAG_ZLIB))
+    return info, _entries(body, count, uri)
+
+
+def _entries(body: bytes, count: int, uri: str) -> Iterator[tuple[bytes, bytes]]:
+    pos = 0
+    size = len(body)
+    unpack = _ENTRY.unpack_from
+    for i in range(count):
+        if pos + _ENTRY.size > size:
+            raise CorruptFileError(f"snapshot entry {i} of {count} is truncated", uri=uri)
+        klen, vlen = unpack(body, pos)
+        pos += _ENTRY.size
+        end = pos + klen + vlen
+        if end > size:
+            raise CorruptFileError(f"snapshot entry {i} of {count} is truncated", uri=uri)
+        yield body[pos : pos + klen], body[pos + klen : end]
+        pos = end
+    if pos != size:
+        raise CorruptFileError(
+            f"snapshot body has {size - pos} bytes after its {count} entries", uri=uri
+        )
+
+
+def upload_snapshot(
+    resolver: StoreResolver,
+    uri: str,
+    items: Iterable[tuple[bytes, bytes]],
+    *,
+    bucket: int,
+    seq: int,
+    compress: bool = False,
+) -> SnapshotHandle:
+    """Encode ``items`` and write them to the fresh object ``uri`` (create-if-absent)."""
+    data = encode_snapshot(items, bucket=bucket, seq=seq, compress=compress)
+    store, key = resolver.resolve(uri)
+    store.put(key, data, if_absent=True)
+    return SnapshotHandle(uri=uri, bucket=bucket, seq=seq, size=len(data), crc=crc32c(data))
+
+
+def read_snapshot(resolver: StoreResolver, handle: SnapshotHandle) -> Iterator[tuple[bytes, bytes]]:
+    """Download and validate the snapshot ``handle`` names; iterate its entries.
+
+    Also checks the file against the handle (size, whole-file checksum, bucket, seq).
+    """
+    store, key = resolver.resolve(handle.uri)
+    try:
+        data = store.get(key)
+    except ObjectNotFoundError as exc:
+        raise RestoreError(
+            f"snapshot {handle.uri} of bucket {handle.bucket} is missing; the checkpoint "
+            "that references it cannot be restored (restore an older checkpoint or savepoint)"
+        ) from exc
+    if len(data) != handle.size:
+        raise CorruptFileError(
+            f"snapshot is {len(data)} bytes but its handle says {handle.size}", uri=handle.uri
+        )
+    verify_crc(data, handle.crc, what="snapshot file", uri=handle.uri)
+    info, entries = parse_snapshot(data, uri=handle.uri)
+    if (info.bucket, info.seq) != (handle.bucket, handle.seq):
+        raise CorruptFileError(
+            f"snapshot holds bucket {info.bucket} at seq {info.seq}, but its handle names "
+            f"bucket {handle.bucket} at seq {handle.seq}",
+            uri=handle.uri,
+        )
+    return entries

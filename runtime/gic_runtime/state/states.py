@@ -1,0 +1,160 @@
+"""User-facing keyed states: value, map and list, with explicit keys.
+
+Every method takes the key it works on; the key decides the bucket
+(:func:`~gic_runtime.state.keys.bucket_for`) and must route into the backend's bucket
+range. Each mutation becomes exactly one key-value change, applied to the store and
+appended to the changelog (dual write, see :class:`~gic_runtime.state.backend.KeyedStateBackend`):
+
+========================  =======================================================
+``ValueState.set``        PUT ``prefix+key`` -> ``msgpack(value)``
+``ValueState.clear``      DELETE ``prefix+key``
+``MapState.put``          PUT ``prefix+key+user_key`` -> ``msgpack(value)``
+``MapState.remove``       DELETE ``prefix+key+user_key``
+``MapState.clear``        DELETE_PREFIX ``prefix+key``
+``ListState.append``      APPEND ``prefix+key`` += ``msgpack(value)``
+``ListState.extend``      APPEND ``prefix+key`` += concatenated encodings (one change)
+``ListState.clear``       DELETE ``prefix+key``
+========================  =======================================================
+
+Not thread-safe: used by the task thread that owns the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from gic_runtime.changelog.records import Op
+from gic_runtime.state.keys import (
+    KIND_LIST,
+    KIND_MAP,
+    KIND_VALUE,
+    decode_key,
+    decode_value,
+    decode_values,
+    encode,
+    state_prefix,
+)
+
+if TYPE_CHECKING:
+    from gic_runtime.state.backend import KeyedStateBackend
+
+
+class _State:
+    kind = b""
+
+    def __init__(self, backend: KeyedStateBackend, name: str) -> None:
+        self._backend = backend
+        self._store = backend.store
+        self.name = name
+        self._prefix = state_prefix(self.kind, name)
+
+    def _locate(self, key: Any) -> tuple[int, bytes]:
+        return self._backend.route(key), self._prefix + encode(key)
+
+
+class ValueState(_State):
+    """One value per key."""
+
+    kind = KIND_VALUE
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        bucket, skey = self._locate(key)
+        raw = self._store.get(bucket, skey)
+        return default if raw is None else decode_value(raw)
+
+    def set(self, key: Any, value: Any) -> None:
+        bucket, skey = self._locate(key)
+        self._backend.write(bucket, Op.PUT, skey, encode(value))
+
+    def clear(self, key: Any) -> None:
+        bucket, skey = self._locate(key)
+        self._backend.write(bucket, Op.DELETE, skey)
+
+    def get_many(self, keys: Iterable[Any], default: Any = None) -> list[Any]:
+        """Values of ``keys`` in order (``default`` where absent)."""
+        get = self._store.get
+        out: list[Any] = []
+        for key in keys:
+            bucket, skey = self._locate(key)
+            raw = get(bucket, skey)
+            out.append(default if raw is None else decode_value(raw))
+        return out
+
+    def set_many(self, items: Iterable[tuple[Any, Any]]) -> int:
+        """Set every ``(key, value)`` in order; returns how many."""
+        write = self._backend.write
+        n = 0
+        for key, value in items:
+            bucket, skey = self._locate(key)
+            write(bucket, Op.PUT, skey, encode(value))
+            n += 1
+        return n
+
+
+class MapState(_State):
+    """A map of user keys to values per key."""
+
+    kind = KIND_MAP
+
+    def _entry(self, key: Any, user_key: Any) -> tuple[int, bytes]:
+        bucket, skey = self._locate(key)
+        return bucket, skey + encode(user_key)
+
+    def get(self, key: Any, user_key: Any, default: Any = None) -> Any:
+        bucket, ekey = self._entry(key, user_key)
+        raw = self._store.get(bucket, ekey)
+        return default if raw is None else decode_value(raw)
+
+    def contains(self, key: Any, user_key: Any) -> bool:
+        bucket, ekey = self._entry(key, user_key)
+        return self._store.get(bucket, ekey) is not None
+
+    def put(self, key: Any, user_key: Any, value: Any) -> None:
+        bucket, ekey = self._entry(key, user_key)
+        self._backend.write(bucket, Op.PUT, ekey, encode(value))
+
+    def remove(self, key: Any, user_key: Any) -> None:
+        bucket, ekey = self._entry(key, user_key)
+        self._backend.write(bucket, Op.DELETE, ekey)
+
+    def items(self, key: Any) -> list[tuple[Any, Any]]:
+        """``(user_key, value)`` pairs of ``key``, ordered by encoded user key."""
+        bucket, skey = self._locate(key)
+        n = len(skey)
+        return [(decode_key(k[n:]), decode_value(v)) for k, v in self._store.scan(bucket, skey)]
+
+    def keys(self, key: Any) -> list[Any]:
+        """User keys of ``key``, ordered by encoded user key."""
+        bucket, skey = self._locate(key)
+        n = len(skey)
+        return [decode_key(k[n:]) for k, _ in self._store.scan(bucket, skey)]
+
+    def clear(self, key: Any) -> None:
+        bucket, skey = self._locate(key)
+        self._backend.write(bucket, Op.DELETE_PREFIX, skey)
+
+
+class ListState(_State):
+    """A list of values per key (stored as concatenated msgpack encodings)."""
+
+    kind = KIND_LIST
+
+    def get(self, key: Any) -> list[Any]:
+        bucket, skey = self._locate(key)
+        raw = self._store.get(bucket, skey)
+        return [] if raw is None else decode_values(raw)
+
+    def append(self, key: Any, value: Any) -> None:
+        bucket, skey = self._locate(key)
+        self._backend.write(bucket, Op.APPEND, skey, encode(value))
+
+    def extend(self, key: Any, values: Iterable[Any]) -> None:
+        data = b"".join(encode(v) for v in values)
+        if data:
+            bucket, skey = self._locate(key)
+            self._backend.write(bucket, Op.APPEND, skey, data)
+
+    def clear(self, key: Any) -> None:
+        bucket, skey = self._locate(key)
+        self._backend.write(bucket, Op.DELETE, skey)

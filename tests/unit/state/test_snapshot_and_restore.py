@@ -1,0 +1,168 @@
+"""Snapshot file format (round trip, every corruption is a clear error naming the URI)
+and bucket restore (snapshot + replay, gaps, missing files)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from gic_runtime.changelog.records import ChangeRecord, Op
+from gic_runtime.errors import CorruptFileError, RestoreError, UnsupportedVersionError
+from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.state.memory_store import InMemoryStore
+from gic_runtime.state.restore import restore_bucket
+from gic_runtime.state.snapshot import (
+    encode_snapshot,
+    parse_snapshot,
+    read_snapshot,
+    upload_snapshot,
+)
+from gic_runtime.state.stores import BucketMeta
+from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.uri import StoreResolver
+
+ITEMS = [(b"k%04d" % i, b"v" * (i % 7)) for i in range(300)]
+URI = "file:///tmp/example.snap"
+
+
+class TestSnapshotFormat:
+    @pytest.mark.parametrize("compress", [False, True])
+    def test_round_trip(self, compress: bool) -> None:
+        data = encode_snapshot(ITEMS, bucket=5, seq=42, compress=compress)
+        info, entries = parse_snapshot(data, uri=URI)
+        assert (info.bucket, info.seq, info.entries, info.compressed) == (5, 42, 300, compress)
+        assert list(entries) == ITEMS
+
+    def test_empty(self) -> None:
+        info, entries = parse_snapshot(encode_snapshot([], bucket=0, seq=0), uri=URI)
+        assert info.entries == 0 and list(entries) == []
+
+    @pytest.mark.parametrize("where", [10, 30, 60, -1])
+    def test_flipped_byte(self, where: int) -> None:
+        data = bytearray(encode_snapshot(ITEMS, bucket=5, seq=42))
+        data[where] ^= 0x40
+        with pytest.raises(CorruptFileError, match="checksum mismatch") as err:
+            parse_snapshot(bytes(data), uri=URI)
+        assert URI in str(err.value)
+
+    @pytest.mark.parametrize("keep", [0, 6, 20, 47, 100])
+    def test_truncated(self, keep: int) -> None:
+        data = encode_snapshot(ITEMS, bucket=5, seq=42)[:keep]
+        with pytest.raises(CorruptFileError, match="truncated") as err:
+            parse_snapshot(data, uri=URI)
+        assert URI in str(err.value)
+
+    def test_trailing_bytes(self) -> None:
+        with pytest.raises(CorruptFileError, match="trailing"):
+            parse_snapshot(encode_snapshot(ITEMS, bucket=5, seq=42) + b"x", uri=URI)
+
+    def test_unknown_version(self) -> None:
+        data = bytearray(encode_snapshot(ITEMS, bucket=5, seq=42))
+        struct.pack_into("<H", data, 4, 9)
+        with pytest.raises(UnsupportedVersionError, match="version 9") as err:
+            parse_snapshot(bytes(data), uri=URI)
+        assert URI in str(err.value)
+
+    def test_foreign_magic(self) -> None:
+        with pytest.raises(CorruptFileError, match="not a GICS file"):
+            parse_snapshot(b"GICL" + encode_snapshot(ITEMS, bucket=5, seq=42)[4:], uri=URI)
+
+    def test_handle_must_match_file(
+        self, resolver: StoreResolver, object_store: LocalObjectStore
+    ) -> None:
+        uri = object_store.uri_for("s/1.snap")
+        handle = upload_snapshot(resolver, uri, ITEMS, bucket=5, seq=42)
+        assert list(read_snapshot(resolver, handle)) == ITEMS
+        wrong = SnapshotHandle(uri, 6, 42, handle.size, handle.crc)
+        with pytest.raises(CorruptFileError, match="handle names bucket 6"):
+            read_snapshot(resolver, wrong)
+        with pytest.raises(CorruptFileError, match="handle says"):
+            read_snapshot(resolver, SnapshotHandle(uri, 5, 42, handle.size + 1, handle.crc))
+        with pytest.raises(RestoreError, match="missing"):
+            read_snapshot(resolver, SnapshotHandle(uri + ".gone", 5, 42, 1, 1))
+
+
+class TestingSectionReader:
+    """Serves fixed records per handle URI, like changelog.reader.read_changes."""
+
+    __test__ = False
+
+    def __init__(self, sections: dict[str, list[ChangeRecord]]) -> None:
+        self.sections = sections
+
+    def __call__(
+        self,
+        resolver: StoreResolver,
+        handle: ChangelogHandle,
+        *,
+        from_seq: int = 0,
+        to_seq: int | None = None,
+    ) -> Iterator[ChangeRecord]:
+        for r in self.sections[handle.uri]:
+            if r.seq >= from_seq and (to_seq is None or r.seq < to_seq):
+                yield r
+
+
+def _handle(uri: str, lo: int, hi: int, bucket: int = 1) -> ChangelogHandle:
+    return ChangelogHandle(uri, 0, 1, bucket, lo, hi, 0)
+
+
+def _puts(lo: int, hi: int) -> list[ChangeRecord]:
+    return [ChangeRecord(i, Op.PUT, b"k%d" % (i % 3), b"%d" % i) for i in range(lo, hi)]
+
+
+class TestRestoreBucket:
+    def test_snapshot_then_replay_from_base(
+        self, resolver: StoreResolver, object_store: LocalObjectStore
+    ) -> None:
+        snap = upload_snapshot(
+            resolver,
+            object_store.uri_for("b1.snap"),
+            [(b"k0", b"old"), (b"z", b"1")],
+            bucket=1,
+            seq=4,
+        )
+        reader = TestingSectionReader(
+            {"s1": _puts(0, 5), "s2": [*_puts(5, 6), ChangeRecord(6, Op.APPEND, b"z", b"2")]}
+        )
+        state = BucketState(1, 7, snap, (_handle("s1", 0, 5), _handle("s2", 5, 7)), "s2")
+        store = InMemoryStore()
+        store.put(1, b"stale", b"x")
+        stats = restore_bucket(store, state, resolver, reader=reader)
+        assert (stats.snapshot_entries, stats.replayed) == (2, 3)
+        assert dict(store.scan(1, b"")) == {b"k0": b"old", b"k1": b"4", b"k2": b"5", b"z": b"12"}
+        assert store.get_meta(1) == BucketMeta(7, "s2")
+
+    def test_gap_between_handles(self, resolver: StoreResolver) -> None:
+        state = BucketState(1, 9, None, (_handle("s1", 0, 3), _handle("s2", 5, 9)), "s2")
+        with pytest.raises(RestoreError, match=r"bucket 1: changelog is missing changes \[3, 5\)"):
+            restore_bucket(InMemoryStore(), state, resolver, reader=TestingSectionReader({}))
+
+    def test_handles_end_early(self, resolver: StoreResolver) -> None:
+        state = BucketState(1, 9, None, (_handle("s1", 0, 3),), "s1")
+        with pytest.raises(RestoreError, match=r"missing changes \[3, 9\)"):
+            restore_bucket(InMemoryStore(), state, resolver, reader=TestingSectionReader({}))
+
+    def test_records_missing_inside_a_section(self, resolver: StoreResolver) -> None:
+        records = [r for r in _puts(0, 6) if r.seq != 2]
+        state = BucketState(1, 6, None, (_handle("s1", 0, 6),), "s1")
+        store = InMemoryStore()
+        with pytest.raises(
+            RestoreError, match=r"bucket 1: changelog s1 is missing changes \[2, 3\)"
+        ):
+            restore_bucket(store, state, resolver, reader=TestingSectionReader({"s1": records}))
+        assert store.get_meta(1) is None  # a failed restore never claims a lineage
+
+    def test_section_shorter_than_its_handle(self, resolver: StoreResolver) -> None:
+        state = BucketState(1, 6, None, (_handle("s1", 0, 6),), "s1")
+        with pytest.raises(RestoreError, match=r"missing changes \[4, 6\)"):
+            restore_bucket(
+                InMemoryStore(), state, resolver, reader=TestingSectionReader({"s1": _puts(0, 4)})
+            )
+
+    def test_foreign_bucket_handle(self, resolver: StoreResolver) -> None:
+        state = BucketState(1, 2, None, (_handle("s1", 0, 2, bucket=2),), "s1")
+        with pytest.raises(RestoreError, match="belongs to bucket 2"):
+            restore_bucket(InMemoryStore(), state, resolver, reader=TestingSectionReader({}))

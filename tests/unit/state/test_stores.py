@@ -1,0 +1,234 @@
+"""KVStore semantics shared by both stores, consistent views, and LMDB across processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gic_runtime.changelog.records import Op
+from gic_runtime.errors import StateError
+from gic_runtime.state.lmdb_store import LmdbStore
+from gic_runtime.state.memory_store import SortedKeys, prefix_end
+from gic_runtime.state.stores import BucketMeta, KVStore
+
+MakeStore = Callable[[], KVStore]
+
+
+class TestKeyValueOps:
+    def test_get_put_delete(self, make_store: MakeStore) -> None:
+        s = make_store()
+        assert s.get(0, b"a") is None
+        s.put(0, b"a", b"1")
+        s.put(1, b"a", b"other bucket")
+        assert s.get(0, b"a") == b"1"
+        s.delete(0, b"a")
+        s.delete(0, b"missing")
+        assert s.get(0, b"a") is None
+        assert s.get(1, b"a") == b"other bucket"
+
+    def test_append_concatenates(self, make_store: MakeStore) -> None:
+        s = make_store()
+        s.append(0, b"l", b"ab")
+        s.append(0, b"l", b"cd")
+        assert s.get(0, b"l") == b"abcd"
+
+    def test_scan_and_delete_prefix(self, make_store: MakeStore) -> None:
+        s = make_store()
+        for key in (b"a", b"ab", b"abc", b"ab\xff", b"ac", b"b"):
+            s.put(0, key, key.upper())
+        s.put(1, b"ab", b"x")
+        assert [k for k, _ in s.scan(0, b"ab")] == [b"ab", b"abc", b"ab\xff"]
+        assert s.scan(0, b"ab")[0] == (b"ab", b"AB")
+        s.delete_prefix(0, b"ab")
+        assert [k for k, _ in s.scan(0, b"")] == [b"a", b"ac", b"b"]
+        assert s.get(1, b"ab") == b"x"
+
+    def test_apply_bulk(self, make_store: MakeStore) -> None:
+        s = make_store()
+        n = s.apply(
+            3,
+            [
+                (Op.PUT, b"k1", b"v"),
+                (Op.APPEND, b"k2", b"x"),
+                (Op.APPEND, b"k2", b"y"),
+                (Op.PUT, b"p1", b"1"),
+                (Op.PUT, b"p2", b"2"),
+                (Op.DELETE_PREFIX, b"p", b""),
+                (Op.DELETE, b"k1", b""),
+            ],
+        )
+        assert n == 7
+        assert s.scan(3, b"") == [(b"k2", b"xy")]
+
+    def test_clear_bucket(self, make_store: MakeStore) -> None:
+        s = make_store()
+        s.put(0, b"a", b"1")
+        s.set_meta(0, BucketMeta(1, "t"))
+        s.put(1, b"a", b"1")
+        s.clear_bucket(0)
+        assert s.scan(0, b"") == []
+        assert s.get_meta(0) is None
+        assert s.get(1, b"a") == b"1"
+
+    def test_many_keys_stay_ordered(self, make_store: MakeStore) -> None:
+        s = make_store()
+        keys = [f"{i * 7919 % 5000:05d}".encode() for i in range(5000)]
+        for k in keys:
+            s.put(0, k, b"")
+        for k in keys[::3]:
+            s.delete(0, k)
+        expected = sorted(set(keys) - set(keys[::3]))
+        assert [k for k, _ in s.scan(0, b"")] == expected
+        assert [k for k, _ in s.scan(0, b"012")] == [k for k in expected if k.startswith(b"012")]
+
+
+class TestLineageMeta:
+    def test_any_change_invalidates_meta(self, make_store: MakeStore) -> None:
+        s = make_store()
+        for change in (
+            lambda: s.put(0, b"a", b"1"),
+            lambda: s.delete(0, b"a"),
+            lambda: s.append(0, b"a", b"1"),
+            lambda: s.delete_prefix(0, b"z"),
+        ):
+            s.set_meta(0, BucketMeta(5, "tok"))
+            s.flush()
+            assert s.get_meta(0) == BucketMeta(5, "tok")
+            change()
+            assert s.get_meta(0) is None
+
+    def test_meta_is_per_bucket(self, make_store: MakeStore) -> None:
+        s = make_store()
+        s.set_meta(0, BucketMeta(1, "a"))
+        s.put(1, b"k", b"v")
+        assert s.get_meta(0) == BucketMeta(1, "a")
+
+
+class TestConsistentViews:
+    def test_view_ignores_later_writes(self, make_store: MakeStore) -> None:
+        s = make_store()
+        for i in range(100):
+            s.put(0, b"k%03d" % i, b"old")
+        view = s.snapshot_items(0)
+        for i in range(100):
+            s.put(0, b"k%03d" % i, b"new")
+        s.put(0, b"zz", b"added")
+        s.delete(0, b"k000")
+        s.flush()
+        seen: list[tuple[bytes, bytes]] = []
+        reader = threading.Thread(target=lambda: seen.extend(view))
+        reader.start()
+        reader.join()
+        assert seen == [(b"k%03d" % i, b"old") for i in range(100)]
+
+    def test_view_iterates_once(self, make_store: MakeStore) -> None:
+        s = make_store()
+        s.put(0, b"a", b"1")
+        with s.snapshot_items(0) as view:
+            assert list(view) == [(b"a", b"1")]
+            with pytest.raises(StateError, match="already"):
+                list(view)
+
+
+class TestSortedKeys:
+    def test_chunks_split_and_merge(self) -> None:
+        index = SortedKeys()
+        keys = [b"%06d" % ((i * 104729) % 20000) for i in range(20000)]
+        for k in keys:
+            index.add(k)
+        assert index.range(b"") == sorted(keys)
+        for k in keys[:15000]:
+            index.remove(k)
+        assert index.range(b"") == sorted(keys[15000:])
+        assert index.range(b"0199") == sorted(k for k in keys[15000:] if k.startswith(b"0199"))
+
+    def test_prefix_end(self) -> None:
+        assert prefix_end(b"ab") == b"ac"
+        assert prefix_end(b"a\xff") == b"b"
+        assert prefix_end(b"\xff\xff") is None
+
+
+_CHILD = """
+import sys
+from gic_runtime.state.lmdb_store import LmdbStore
+from gic_runtime.state.stores import BucketMeta
+store = LmdbStore(sys.argv[1], map_size=1 << 26)
+print(store.get(0, b"from-parent").decode(), store.get_meta(0).token)
+store.put(1, b"from-child", b"hello")
+store.set_meta(1, BucketMeta(1, "child-token"))
+store.close()
+"""
+
+
+class TestLmdbAcrossProcesses:
+    def test_processes_see_each_others_commits(self, tmp_path: Path) -> None:
+        directory = str(tmp_path / "shared")
+        parent = LmdbStore(directory, map_size=1 << 26)
+        parent.put(0, b"from-parent", b"hi")
+        parent.set_meta(0, BucketMeta(1, "parent-token"))
+        parent.get(1, b"warm-up")  # bucket 1's environment is open here before the child writes
+        parent.flush()
+        child = subprocess.run(
+            [sys.executable, "-c", _CHILD, directory],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert child.returncode == 0, child.stderr
+        assert child.stdout.split() == ["hi", "parent-token"]
+        assert parent.get(1, b"from-child") == b"hello"
+        assert parent.get_meta(1) == BucketMeta(1, "child-token")
+        assert parent.buckets() == [0, 1]
+        parent.close()
+
+    def test_uncommitted_changes_are_private(self, tmp_path: Path) -> None:
+        a = LmdbStore(tmp_path / "s", map_size=1 << 26)
+        a.put(0, b"k", b"v")
+        viewer_seen: list[bytes | None] = []
+
+        def look() -> None:
+            # a thread of the same process reading through a view sees only committed data
+            other = LmdbStore(tmp_path / "s", map_size=1 << 26)
+            viewer_seen.append(other.get(2, b"k"))
+            other.close()
+
+        t = threading.Thread(target=look)
+        t.start()
+        t.join()
+        assert viewer_seen == [None]
+        assert a.get(0, b"k") == b"v"
+        a.close()
+
+    def test_other_thread_cannot_touch_open_write_transaction(self, tmp_path: Path) -> None:
+        store = LmdbStore(tmp_path / "s", map_size=1 << 26)
+        store.put(0, b"k", b"v")
+        errors: list[BaseException] = []
+
+        def touch() -> None:
+            try:
+                store.put(0, b"k", b"w")
+            except StateError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=touch)
+        t.start()
+        t.join()
+        assert len(errors) == 1
+        assert "another thread" in str(errors[0])
+        store.close()
+
+    def test_close_persists_and_reopen_reads(self, tmp_path: Path) -> None:
+        store = LmdbStore(tmp_path / "s", map_size=1 << 26)
+        store.put(4, b"k", b"v")
+        store.close()
+        reopened = LmdbStore(tmp_path / "s", map_size=1 << 26)
+        assert reopened.get(4, b"k") == b"v"
+        reopened.close()
+        with pytest.raises(StateError, match="closed"):
+            store.get(5, b"k")
