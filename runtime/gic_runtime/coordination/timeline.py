@@ -1,0 +1,254 @@
+"""Driver side of a checkpoint: one job's timeline of manifests.
+
+A :class:`CheckpointTimeline` decides where an attempt starts (the latest checkpoint of
+its own timeline, else the requested restore source), commits checkpoints (manifest
+written once, registered with the shared-file registry, older checkpoints subsumed off
+the critical path), tracks the restore lineage until the source is released, and runs
+the orphan sweep.
+
+Invariants:
+
+* A checkpoint of a no-claim restore references the source only until the first
+  checkpoint completes: :attr:`must_be_self_contained` is true until then, and
+  :meth:`commit` refuses a first checkpoint that still references the source (DESIGN
+  §3.6).
+* Savepoints are never registered: they never enter the retained set, never drive
+  deletions and are never a crash-recovery start point (DESIGN §3.5).
+* Deletions happen only through the ownership policy (DESIGN §3.1, §3.9).
+
+Thread-safety: one driver thread calls every method; deletions run on the registry's
+background thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gic_runtime.checkpoint.catalog import load_retained, read_manifest, write_manifest
+from gic_runtime.checkpoint.manifest import (
+    Manifest,
+    RestoreLineage,
+    RestoreMode,
+    SavepointType,
+    StoredManifest,
+)
+from gic_runtime.checkpoint.ownership import OwnershipPolicy
+from gic_runtime.checkpoint.registry import DeletionReport, SharedFileRegistry
+from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
+from gic_runtime.clock import Clock, SystemClock
+from gic_runtime.errors import RestoreError
+from gic_runtime.handles import BucketState
+from gic_runtime.layout import MANIFEST_SUFFIX, SAVEPOINT_MANIFEST, manifest_uri
+from gic_runtime.savepoint.canonical import INDEX_NAME
+from gic_runtime.savepoint.native import NativeSavepoint, load_savepoint, write_native_savepoint
+from gic_runtime.storage.uri import StoreResolver, join
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreRequest:
+    """Start a new job from ``source``: a savepoint directory (native or canonical), a
+    savepoint manifest, or a checkpoint manifest of another job."""
+
+    source: str
+    mode: RestoreMode = RestoreMode.NO_CLAIM
+
+
+@dataclass(frozen=True, slots=True)
+class StartPoint:
+    """Where an attempt starts. Exactly one of ``manifest`` and ``canonical_uri`` is set,
+    or neither for a fresh job."""
+
+    manifest: Manifest | None = None
+    canonical_uri: str | None = None
+    own: bool = False
+    """True when resuming the job's own latest checkpoint (crash recovery)."""
+
+    @property
+    def checkpoint_id(self) -> int | None:
+        return self.manifest.checkpoint_id if self.manifest is not None else None
+
+
+class CheckpointTimeline:
+    """The checkpoint timeline of attempt ``epoch`` of job ``job_id`` under ``root``."""
+
+    def __init__(
+        self,
+        resolver: StoreResolver,
+        root: str,
+        job_id: str,
+        *,
+        epoch: int,
+        num_buckets: int,
+        retain: int = 3,
+        restore: RestoreRequest | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._resolver = resolver
+        self.root = root
+        self.job_id = job_id
+        self.epoch = epoch
+        self.num_buckets = num_buckets
+        self._clock = clock or SystemClock()
+        retained = load_retained(resolver, root, job_id)
+        self._lineage: RestoreLineage | None = None
+        source: Manifest | None = None
+        if retained:
+            latest = retained[-1].manifest
+            self._check_buckets(latest, retained[-1].uri)
+            self._lineage = latest.restored_from
+            self.start = StartPoint(manifest=latest, own=True)
+            if self._lineage is not None and not self._lineage.released:
+                source = read_manifest(resolver, self._lineage.source_uri)
+        elif restore is not None:
+            self.start, source, self._lineage = self._open_source(restore)
+        else:
+            self.start = StartPoint()
+        self.policy = OwnershipPolicy.for_job(
+            root, job_id, restore=self._lineage, source=source or ()
+        )
+        self.registry = SharedFileRegistry.from_manifests(
+            resolver, self.policy, retained, retain=retain
+        )
+
+    # --- start -------------------------------------------------------------------------
+
+    def _open_source(
+        self, request: RestoreRequest
+    ) -> tuple[StartPoint, Manifest | None, RestoreLineage]:
+        src = request.source.rstrip("/")
+        store, key = self._resolver.resolve(join(src, INDEX_NAME))
+        if not src.endswith(MANIFEST_SUFFIX) and store.exists(key):
+            lineage = RestoreLineage(src, request.mode, -1, released=True)
+            return StartPoint(canonical_uri=src), None, lineage
+        if src.endswith(MANIFEST_SUFFIX) and not src.endswith(SAVEPOINT_MANIFEST):
+            stored = StoredManifest(src, read_manifest(self._resolver, src))
+        else:
+            stored = load_savepoint(self._resolver, src)
+        manifest = stored.manifest
+        self._check_buckets(manifest, stored.uri)
+        lineage = RestoreLineage(stored.uri, request.mode, manifest.checkpoint_id)
+        return StartPoint(manifest=manifest), manifest, lineage
+
+    def _check_buckets(self, manifest: Manifest, uri: str) -> None:
+        if manifest.num_buckets != self.num_buckets:
+            raise RestoreError(
+                f"{uri} has {manifest.num_buckets} buckets but the job is configured with "
+                f"{self.num_buckets}; the bucket count is fixed for a state lineage: set it "
+                f"to {manifest.num_buckets}, or restore from a canonical savepoint"
+            )
+
+    # --- lineage -----------------------------------------------------------------------
+
+    @property
+    def lineage(self) -> RestoreLineage | None:
+        """Restore lineage as of the latest committed checkpoint (or the start)."""
+        return self._lineage
+
+    @property
+    def must_be_self_contained(self) -> bool:
+        """True until the first checkpoint after a no-claim restore completes."""
+        lineage = self._lineage
+        return lineage is not None and lineage.mode is RestoreMode.NO_CLAIM and not lineage.released
+
+    # --- commit ------------------------------------------------------------------------
+
+    def commit(
+        self,
+        checkpoint_id: int,
+        buckets: Mapping[int, BucketState],
+        *,
+        engine: Mapping[str, Any] | None = None,
+        sink: Mapping[str, Any] | None = None,
+    ) -> tuple[StoredManifest, Callable[[], DeletionReport]]:
+        """Write manifest ``checkpoint_id`` (create-if-absent) and register it.
+
+        Returns the stored manifest and a function that waits for the background
+        deletions this commit caused (callers on the critical path need not call it).
+        """
+        draft = Manifest(
+            job_id=self.job_id,
+            checkpoint_id=checkpoint_id,
+            epoch=self.epoch,
+            created_at=self._clock.wall(),
+            num_buckets=self.num_buckets,
+            buckets=dict(buckets),
+            engine=dict(engine or {}),
+            sink=dict(sink or {}),
+        )
+        lineage = self._lineage
+        if lineage is not None:
+            still = self.policy.source_references(draft)
+            if still and lineage.mode is RestoreMode.NO_CLAIM:
+                raise RestoreError(
+                    f"checkpoint {checkpoint_id} still references {len(still)} object(s) of "
+                    f"the no-claim restore source {lineage.source_uri} (e.g. {min(still)}); "
+                    "the first checkpoint after a no-claim restore must be self-contained"
+                )
+            lineage = dataclasses.replace(lineage, released=lineage.released or not still)
+            draft = dataclasses.replace(draft, restored_from=lineage)
+        stored = write_manifest(
+            self._resolver, manifest_uri(self.root, self.job_id, checkpoint_id), draft
+        )
+        self._lineage = lineage
+        future = self.registry.register(stored)
+        return stored, future.result
+
+    def retained(self) -> tuple[StoredManifest, ...]:
+        """Retained checkpoints, oldest first."""
+        return self.registry.retained()
+
+    def latest(self) -> StoredManifest | None:
+        retained = self.retained()
+        return retained[-1] if retained else None
+
+    def set_retention(self, retain: int) -> DeletionReport:
+        """Change the retention count; waits for the deletions it causes."""
+        return self.registry.set_retention(retain).result()
+
+    # --- savepoints and cleanup -------------------------------------------------------
+
+    def native_savepoint(
+        self,
+        directory: str,
+        *,
+        savepoint_type: SavepointType = SavepointType.INTERMEDIATE,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> NativeSavepoint:
+        """Duplicate the latest checkpoint into ``directory`` (never registered)."""
+        latest = self.latest()
+        if latest is None:
+            raise RestoreError(
+                f"job {self.job_id} has no completed checkpoint yet; a native savepoint is "
+                "taken from one: wait for the first checkpoint"
+            )
+        return write_native_savepoint(
+            self._resolver,
+            latest,
+            directory,
+            savepoint_type=savepoint_type,
+            progress=progress,
+            clock=self._clock,
+        )
+
+    def sweep(
+        self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> SweepResult:
+        """Delete (or report) objects of the job's directory no retained checkpoint
+        references. Only call when no other attempt of the job can still write."""
+        self.registry.drain()
+        return sweep_orphans(
+            self._resolver,
+            self.root,
+            self.job_id,
+            self.retained(),
+            policy=self.policy,
+            dry_run=dry_run,
+            progress=progress,
+        )
+
+    def close(self) -> None:
+        """Wait for pending deletions and stop the registry's worker."""
+        self.registry.close()

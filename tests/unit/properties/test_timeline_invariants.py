@@ -1,0 +1,372 @@
+"""Property test: random job timelines against a simple reference model.
+
+Hypothesis drives a job through random sequences of state changes, checkpoints,
+materializations, savepoints (native and canonical), crashes (with and without uploads
+of an unfinished checkpoint) followed by recovery and orphan sweep, retention changes,
+and new jobs restored from savepoints or checkpoints in claim and no-claim mode. The
+reference model is a plain dict per committed checkpoint.
+
+Pinned invariants (DESIGN §3):
+
+* 1 -- no file referenced by a retained checkpoint, a savepoint or a no-claim restore
+  source is ever deleted (checked after every step);
+* 3 -- restored state always equals the reference of the checkpoint restored from;
+* 6 -- after the first checkpoint of a no-claim restore the manifest references nothing
+  of the source, and deleting the source breaks nothing;
+* 9 -- an orphan sweep leaves exactly the referenced objects in the job's directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from gic_runtime.checkpoint import RestoreMode, read_manifest
+from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
+from gic_runtime.layout import job_dir, manifest_uri, savepoint_dir
+from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.savepoint.canonical import restore_from_canonical, write_canonical_from_states
+from gic_runtime.state.memory_store import InMemoryStore
+from gic_runtime.storage import LocalObjectStore, StoreResolver
+from gic_runtime.testing import TestingClock
+
+BUCKETS = 4
+KEYS = st.integers(min_value=0, max_value=24)
+INTERVAL = 60.0
+
+Ref = dict[str, dict[int, Any]]
+
+
+def empty_ref() -> Ref:
+    return {"value": {}, "list": {}}
+
+
+@dataclass
+class Savepoint:
+    uri: str
+    ref: Ref
+    claimed: bool = False
+
+
+@dataclass
+class Job:
+    job_id: str
+    epoch: int
+    restore: RestoreRequest | None
+    task: StateTask
+    timeline: CheckpointTimeline
+    store: InMemoryStore
+    committed: dict[int, Ref] = field(default_factory=dict)
+
+
+class TimelineMachine(RuleBasedStateMachine):
+    """One storage root; one running job at a time; the dict reference beside it."""
+
+    @initialize()
+    def setup(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="gic-prop-"))
+        self.store = LocalObjectStore(self.dir)
+        self.root = self.store.root_uri
+        self.resolver = StoreResolver()
+        self.resolver.register(self.store)
+        self.clock = TestingClock()
+        self.jobs = 0
+        self.next_checkpoint = 1
+        self.savepoints: list[Savepoint] = []
+        self.savepoints_taken = 0
+        self._checkpoint_refs: dict[str, Ref] = {}
+        # Manifests that must stay fully readable: no-claim sources (DESIGN §3.1).
+        self.protected_sources: list[str] = []
+        self.ref: Ref = empty_ref()
+        self.job = self._start_job(restore=None, source_ref=empty_ref())
+
+    def teardown(self) -> None:
+        job = getattr(self, "job", None)
+        if job is not None:
+            job.task.close(wait=False)
+            job.timeline.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _new_task(self, job_id: str, epoch: int, store: InMemoryStore) -> StateTask:
+        return StateTask(
+            root=self.root,
+            job_id=job_id,
+            epoch=epoch,
+            bucket_range=range(BUCKETS),
+            num_buckets=BUCKETS,
+            store=store,
+            resolver=self.resolver,
+            clock=self.clock,
+            settings=TaskSettings(
+                materialization=MaterializationSettings(interval_s=INTERVAL, seed=7)
+            ),
+        )
+
+    def _start_job(
+        self,
+        *,
+        restore: RestoreRequest | None,
+        source_ref: Ref,
+        job_id: str | None = None,
+        epoch: int = 1,
+        store: InMemoryStore | None = None,
+        committed: dict[int, Ref] | None = None,
+    ) -> Job:
+        if job_id is None:
+            self.jobs += 1
+            job_id = f"job-{self.jobs}"
+        timeline = CheckpointTimeline(
+            self.resolver,
+            self.root,
+            job_id,
+            epoch=epoch,
+            num_buckets=BUCKETS,
+            retain=2,
+            restore=restore,
+            clock=self.clock,
+        )
+        store = store or InMemoryStore()
+        task = self._new_task(job_id, epoch, store)
+        start = timeline.start
+        if start.canonical_uri is not None:
+            restore_from_canonical(task.backend, start.canonical_uri, self.resolver)
+        else:
+            task.restore(start.manifest)
+        job = Job(job_id, epoch, restore, task, timeline, store, committed or {})
+        if start.own:
+            assert start.checkpoint_id is not None
+            self.ref = copy.deepcopy(job.committed[start.checkpoint_id])
+        else:
+            self.ref = copy.deepcopy(source_ref)
+        self._assert_state_equals_ref(job)
+        return job
+
+    def _assert_state_equals_ref(self, job: Job) -> None:
+        values = job.task.backend.value_state("v")
+        lists = job.task.backend.list_state("l")
+        for key in range(25):
+            assert values.get(key) == self.ref["value"].get(key), f"value of key {key}"
+            assert lists.get(key) == self.ref["list"].get(key, []), f"list of key {key}"
+
+    def _checkpoint(self) -> int:
+        job = self.job
+        states = job.task.checkpoint(self_contained=job.timeline.must_be_self_contained)
+        cid = self.next_checkpoint
+        self.next_checkpoint += 1
+        _stored, wait = job.timeline.commit(cid, states, engine={"offsets": cid})
+        job.task.notify_checkpoint_complete(states)
+        wait()
+        job.committed[cid] = copy.deepcopy(self.ref)
+        lineage = job.timeline.lineage
+        if lineage is not None and lineage.mode is RestoreMode.NO_CLAIM:
+            assert lineage.released, "first checkpoint after a no-claim restore not released"
+        return cid
+
+    def _uris_exist(self, uris: frozenset[str]) -> None:
+        for uri in uris:
+            store, key = self.resolver.resolve(uri)
+            assert store.exists(key), f"referenced object was deleted: {uri}"
+
+    # --- rules -------------------------------------------------------------------------
+
+    @rule(
+        changes=st.lists(
+            st.tuples(st.sampled_from(["set", "del", "app"]), KEYS, st.integers(-(2**31), 2**31))
+        )
+    )
+    def write(self, changes: list[tuple[str, int, int]]) -> None:
+        values = self.job.task.backend.value_state("v")
+        lists = self.job.task.backend.list_state("l")
+        for op, key, val in changes:
+            if op == "set":
+                values.set(key, val)
+                self.ref["value"][key] = val
+            elif op == "del":
+                values.clear(key)
+                self.ref["value"].pop(key, None)
+            else:
+                lists.append(key, val)
+                self.ref["list"].setdefault(key, []).append(val)
+
+    @rule()
+    def checkpoint(self) -> None:
+        self._checkpoint()
+
+    @rule()
+    def materialize(self) -> None:
+        task = self.job.task
+        self.clock.advance(INTERVAL * 1.5)
+        deadline = time.monotonic() + 30
+        while True:
+            task.poll()
+            idle = not task.materializer.in_flight()
+            due = any(task.materializer.due_at(b) <= self.clock.monotonic() for b in range(BUCKETS))
+            if idle and not due:
+                break
+            assert time.monotonic() < deadline, "materialization did not finish"
+            time.sleep(0.002)
+
+    @rule(retain=st.integers(min_value=1, max_value=3))
+    def change_retention(self, retain: int) -> None:
+        self.job.timeline.set_retention(retain)
+
+    @precondition(lambda self: self.job.timeline.latest() is not None)
+    @rule(canonical=st.booleans())
+    def savepoint(self, canonical: bool) -> None:
+        job = self.job
+        latest = job.timeline.latest()
+        assert latest is not None
+        self.savepoints_taken += 1
+        directory = savepoint_dir(self.root, f"sp-{self.savepoints_taken}")
+        if canonical:
+            write_canonical_from_states(latest.manifest.buckets, BUCKETS, directory, self.resolver)
+        else:
+            job.timeline.native_savepoint(directory)
+        ref = job.committed[latest.checkpoint_id]
+        self.savepoints.append(Savepoint(directory, copy.deepcopy(ref)))
+
+    @rule(upload_first=st.booleans(), reuse_store=st.booleans())
+    def crash_and_recover(self, upload_first: bool, reuse_store: bool) -> None:
+        job = self.job
+        if upload_first:
+            # Uploads of a checkpoint whose manifest is never written: future orphans.
+            job.task.checkpoint()
+        job.task.close(wait=False)
+        job.timeline.close()
+        self.job = self._start_job(
+            restore=job.restore,
+            # A job with a committed checkpoint resumes its own timeline.
+            source_ref=empty_ref() if job.committed else self._source_ref(job),
+            job_id=job.job_id,
+            epoch=job.epoch + 1,
+            store=job.store if reuse_store else None,
+            committed=job.committed,
+        )
+        result = self.job.timeline.sweep()
+        self._assert_no_orphans(self.job)
+        assert result.deleted == result.orphaned
+
+    @precondition(lambda self: any(not sp.claimed for sp in self.savepoints))
+    @rule(data=st.data(), claim=st.booleans())
+    def restore_from_savepoint(self, data: st.DataObject, claim: bool) -> None:
+        candidates = [sp for sp in self.savepoints if not sp.claimed]
+        sp = data.draw(st.sampled_from(candidates))
+        mode = RestoreMode.CLAIM if claim else RestoreMode.NO_CLAIM
+        self._switch_job(RestoreRequest(sp.uri, mode), sp.ref)
+        if claim:
+            sp.claimed = True  # the new job owns its files from now on
+        elif self.job.timeline.start.manifest is not None:
+            self.protected_sources.append(self.job.timeline.lineage.source_uri)  # type: ignore[union-attr]
+
+    @precondition(lambda self: self.job.timeline.latest() is not None)
+    @rule()
+    def restore_from_retained_checkpoint_no_claim(self) -> None:
+        latest = self.job.timeline.latest()
+        assert latest is not None
+        ref = self.job.committed[latest.checkpoint_id]
+        self._switch_job(RestoreRequest(latest.uri, RestoreMode.NO_CLAIM), ref)
+        self.protected_sources.append(latest.uri)
+
+    @precondition(
+        lambda self: (
+            self.job.timeline.lineage is not None
+            and self.job.timeline.lineage.released
+            and self.job.timeline.lineage.mode is RestoreMode.NO_CLAIM
+            and any(sp.uri in self.job.timeline.lineage.source_uri for sp in self.savepoints)
+        )
+    )
+    @rule()
+    def delete_released_no_claim_savepoint(self) -> None:
+        lineage = self.job.timeline.lineage
+        assert lineage is not None
+        sp = next(sp for sp in self.savepoints if sp.uri in lineage.source_uri)
+        store, key = self.resolver.resolve(sp.uri)
+        store.delete_many([info.key for info in store.list(key + "/")])
+        self.savepoints.remove(sp)
+        self.protected_sources = [u for u in self.protected_sources if sp.uri not in u]
+
+    # --- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def referenced_files_exist(self) -> None:
+        job = getattr(self, "job", None)
+        if job is None:
+            return
+        job.timeline.registry.drain()
+        for stored in job.timeline.retained():
+            self._uris_exist(stored.manifest.uris())
+        for sp in self.savepoints:
+            if not sp.claimed and not sp.uri.endswith("/"):
+                store, key = self.resolver.resolve(sp.uri)
+                names = {info.key.rsplit("/", 1)[-1] for info in store.list(key + "/")}
+                assert names & {"_savepoint.manifest", "_canonical.json"}, sp.uri
+                if "_savepoint.manifest" in names:
+                    manifest = read_manifest(self.resolver, f"{sp.uri}/_savepoint.manifest")
+                    self._uris_exist(manifest.uris())
+        for uri in self.protected_sources:
+            self._uris_exist(read_manifest(self.resolver, uri).uris())
+
+    # --- more helpers ------------------------------------------------------------------
+
+    def _source_ref(self, job: Job) -> Ref:
+        if job.restore is None:
+            return empty_ref()
+        for sp in self.savepoints:
+            if job.restore.source.startswith(sp.uri):
+                return sp.ref
+        return self._checkpoint_refs[job.restore.source]
+
+    def _switch_job(self, request: RestoreRequest, source_ref: Ref) -> None:
+        old = self.job
+        old.task.close()
+        old.timeline.close()
+        for cid, ref in old.committed.items():
+            self._checkpoint_refs[manifest_uri(self.root, old.job_id, cid)] = ref
+        self.job = self._start_job(restore=request, source_ref=source_ref)
+        # The first checkpoint of the new job: self-contained when no-claim.
+        self._checkpoint()
+        lineage = self.job.timeline.lineage
+        latest = self.job.timeline.latest()
+        assert lineage is not None and latest is not None
+        if request.mode is RestoreMode.NO_CLAIM:
+            assert lineage.released
+            assert not self.job.timeline.policy.source_references(latest.manifest)
+
+    def _assert_no_orphans(self, job: Job) -> None:
+        referenced: set[str] = set()
+        for stored in job.timeline.retained():
+            referenced |= stored.manifest.uris()
+            referenced.add(stored.uri)
+        prefix = job_dir(self.root, job.job_id) + "/"
+        store, key = self.resolver.resolve(prefix)
+        present = {store.uri_for(info.key) for info in store.list(key)}
+        swept = {
+            u for u in present if "/changelog/" in u or "/snapshots/" in u or "/checkpoints/" in u
+        }
+        assert swept == {u for u in referenced if u.startswith(prefix)}
+
+
+TimelineMachine.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+test_random_timelines_keep_the_invariants = TimelineMachine.TestCase
