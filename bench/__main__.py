@@ -1,0 +1,32 @@
+"""Run every benchmark: ``python -m bench [NAME ...]`` (``make bench``).
+
+Each benchmark module has a ``main()`` that writes ``bench/results/<name>.json`` and a PNG
+beside it. Results compare systems side by side within one run, as ratios where it
+matters, because absolute times on shared machines are noisy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+BENCHMARKS = ("dstl_hedging", "checkpoint_cost", "state_throughput")
+
+
+def main(argv: list[str]) -> int:
+    chosen = argv or list(BENCHMARKS)
+    unknown = [name for name in chosen if name not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+        return 2
+    for name in chosen:
+        started = time.monotonic()
+        print(f"== {name}", flush=True)
+        importlib.import_module(f"bench.{name}").main()
+        print(f"== {name} done in {time.monotonic() - started:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
