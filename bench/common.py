@@ -37,9 +37,7 @@ def write_result(name: str, data: Mapping[str, Any]) -> Path:
     return path
 
 
-def bar_plot(
-    name: str, title: str, series: Mapping[str, Mapping[str, float]], ylabel: str
-) -> Path:
+def bar_plot(name: str, title: str, series: Mapping[str, Mapping[str, float]], ylabel: str) -> Path:
     """Grouped bar chart: one group per metric, one bar per system. Writes ``<name>.png``."""
     import matplotlib
 
