@@ -6,6 +6,16 @@ running after the hedge delay gets one more attempt beside it (up to ``max_hedge
 upload and a token-bucket budget overall); the first attempt to succeed wins and every
 other attempt's object is deleted once that attempt finishes, on its own worker thread.
 Failed attempts follow the :class:`~gic_runtime.changelog.retrying.RetryPolicy`.
+
+A create-if-absent PUT that reports the object as existing most likely collided with
+itself: the store client retried it after the first answer was lost and that first
+request had landed. The name is fresh, so the attempt reads the object back (size, then
+bytes) and counts as successful when it holds exactly the uploaded bytes; anything else
+is a name collision with a foreign object, which fails the upload and is never deleted.
+
+The value types (:class:`UploaderSettings`, :class:`UploadResult`,
+:class:`UploaderStats`) live in :mod:`gic_runtime.changelog.upload_types` and are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -16,118 +26,30 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Protocol
 
-from gic_runtime.changelog.retrying import Action, AdaptiveHedgeDelay, RetryPolicy
+from gic_runtime.changelog.retrying import Action, AdaptiveHedgeDelay
+from gic_runtime.changelog.upload_types import UploaderSettings, UploaderStats, UploadResult
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.errors import (
     ConfigurationError,
     ObjectExistsError,
     StorageTimeoutError,
     TransientStorageError,
+    UploadError,
 )
+from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.uri import StoreResolver
 
+__all__ = [
+    "HedgingUploader",
+    "UploadResult",
+    "Uploader",
+    "UploaderSettings",
+    "UploaderStats",
+]
+
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class UploaderSettings:
-    """Tuning of :class:`HedgingUploader`. Immutable."""
-
-    max_workers: int = 8
-    """Threads running attempts. Each upload needs one, plus one per hedge or stuck
-    attempt; eight keeps a task's few uploads and their hedges from queueing."""
-
-    max_in_flight_bytes: int = 64 * 1024 * 1024
-    """Soft cap on bytes of unfinished uploads: ``submit`` blocks while the total is at or
-    above it (one upload may overshoot). 64 MiB bounds an executor's buffered changelog
-    memory yet holds many pre-emptive segments (4 MiB each by default)."""
-
-    max_hedges: int = 1
-    """Extra attempts per upload started because earlier ones were slow (0 disables
-    hedging). One already removes nearly all of a rare-straggler tail; more multiplies
-    load exactly when the store is struggling."""
-
-    hedge_after_s: float | None = None
-    """Fixed hedge delay in seconds, or ``None`` for the adaptive delay below."""
-
-    hedge_quantile: float = 0.97
-    """Adaptive delay: this quantile of recent successful attempt latencies. Hedging at
-    the q-th percentile costs about ``1 - q`` (here 3%) extra requests on a steady
-    store, below the 5% budget."""
-
-    hedge_floor_s: float = 0.05
-    """Adaptive delay never goes below this (seconds). A PUT to S3 takes tens of
-    milliseconds; hedging faster than that doubles requests for nothing."""
-
-    hedge_ceiling_s: float = 1.0
-    """Adaptive delay never goes above this (seconds), so hedging stays useful when the
-    slow tail grows so large that the quantile itself falls into it; also the delay used
-    until ``hedge_min_samples`` latencies are known."""
-
-    hedge_window: int = 512
-    """Number of recent latencies the adaptive delay looks at: enough for a stable 97th
-    percentile, short enough to follow a store that changes speed within minutes."""
-
-    hedge_min_samples: int = 32
-    """Latencies needed before the quantile is trusted (about one tail sample at q=0.97)."""
-
-    hedge_budget_ratio: float = 0.05
-    """Hedges may be at most this fraction of uploads (token bucket): a hard bound on
-    the extra load hedging adds, whatever the latencies do."""
-
-    hedge_budget_burst: float = 10.0
-    """Token bucket size: hedges allowed back to back after a quiet period."""
-
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    """What to do when an attempt fails or times out."""
-
-    tick_s: float = 0.05
-    """Longest real time (seconds) the scheduler sleeps between looks at its clock, so a
-    fake clock moved by a test is noticed promptly; real deadlines are met exactly."""
-
-    def __post_init__(self) -> None:
-        if self.max_workers < 1 or self.max_in_flight_bytes < 1 or self.max_hedges < 0:
-            raise ConfigurationError(
-                f"invalid uploader settings {self}: max_workers and max_in_flight_bytes must "
-                "be positive and max_hedges not negative"
-            )
-        if self.hedge_after_s is not None and self.hedge_after_s <= 0:
-            raise ConfigurationError(f"hedge_after_s must be positive, got {self.hedge_after_s}")
-
-
-@dataclass(frozen=True, slots=True)
-class UploadResult:
-    """A finished upload: the winning object ``uri`` and how it got there."""
-
-    uri: str
-    size: int
-    attempts: int
-    """Attempts started, hedges included."""
-    hedges: int
-    failed_attempts: int
-    duration_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class UploaderStats:
-    """Counters since the uploader was created (a consistent snapshot)."""
-
-    submitted: int
-    succeeded: int
-    failed: int
-    attempts: int
-    attempt_failures: int
-    """Attempts that failed or timed out (timeouts included)."""
-    hedges: int
-    timeouts: int
-    losers_deleted: int
-    backpressure_waits: int
-    """How many ``submit`` calls had to wait for in-flight bytes to drop."""
-    backpressure_wait_s: float
-    in_flight_bytes: int
 
 
 class Uploader(Protocol):
@@ -187,7 +109,8 @@ class HedgingUploader:
     ``if_absent``; an upload's future resolves exactly once, with the first successful
     attempt or an :class:`~gic_runtime.errors.UploadError`; every other attempt's object
     is deleted (best effort) after that attempt ends; in-flight bytes count uploads from
-    ``submit`` until their future resolves.
+    ``submit`` until their future resolves. An object whose create-if-absent PUT said
+    "exists" is deleted only after reading it back proved it is this upload's bytes.
 
     Thread-safety: every public method may be called from any thread. Attempts run on
     an internal thread pool and a scheduler thread drives hedges, timeouts and delayed
@@ -231,6 +154,7 @@ class HedgingUploader:
                 "timeouts",
                 "losers_deleted",
                 "backpressure_waits",
+                "own_writes_confirmed",
             ),
             0,
         )
@@ -287,6 +211,7 @@ class HedgingUploader:
                 backpressure_waits=c["backpressure_waits"],
                 backpressure_wait_s=self._backpressure_s,
                 in_flight_bytes=self._in_flight,
+                own_writes_confirmed=c["own_writes_confirmed"],
             )
 
     def poll(self) -> None:
@@ -362,7 +287,7 @@ class HedgingUploader:
                 error = StorageTimeoutError(
                     f"upload attempt did not finish within {timeout} s", uri=attempt.uri
                 )
-                self._on_failure(upload, error, now, actions)
+                self._on_failure(upload, attempt, error, now, actions)
                 if upload.done:
                     return
         if upload.retry_at is not None and now >= upload.retry_at:
@@ -378,7 +303,12 @@ class HedgingUploader:
                 upload.hedge_denied = True
 
     def _on_failure(
-        self, upload: _Upload, error: Exception, now: float, actions: list[_Action]
+        self,
+        upload: _Upload,
+        attempt: _Attempt,
+        error: Exception,
+        now: float,
+        actions: list[_Action],
     ) -> None:
         upload.failed += 1
         self._counts["attempt_failures"] += 1
@@ -388,7 +318,7 @@ class HedgingUploader:
         if decision.action is Action.FAIL:
             if live and isinstance(error, TransientStorageError):
                 return  # out of retries, but a running attempt may still succeed
-            what = f"{len(upload.data)}-byte changelog segment (last attempt {_uri_of(error)})"
+            what = f"{len(upload.data)}-byte changelog segment (last attempt {attempt.uri})"
             self._resolve(upload, None, policy.failure(what, upload.failed, error), actions)
         elif live:
             return  # another attempt is already running; let it finish first
@@ -454,16 +384,30 @@ class HedgingUploader:
 
     def _run_attempt(self, upload: _Upload, attempt: _Attempt) -> None:
         error: Exception | None = None
+        ours = True  # whether an object under the attempt's name may be ours to delete
         try:
             store, key = self._resolver.resolve(attempt.uri)
-            store.put(key, upload.data, if_absent=True)
+            try:
+                store.put(key, upload.data, if_absent=True)
+            except ObjectExistsError as exists:
+                ours = False  # until the read-back proves otherwise
+                _confirm_own_object(store, key, upload.data, attempt.uri, exists)
+                ours = True
+                with self._cond:
+                    self._counts["own_writes_confirmed"] += 1
         except Exception as exc:
             error = exc
-        if self._finish_attempt(upload, attempt, error):
+        if self._finish_attempt(upload, attempt, error, ours=ours):
             self._delete(attempt.uri)
 
-    def _finish_attempt(self, upload: _Upload, attempt: _Attempt, error: Exception | None) -> bool:
-        """Record the attempt's outcome; return whether its object must be deleted."""
+    def _finish_attempt(
+        self, upload: _Upload, attempt: _Attempt, error: Exception | None, *, ours: bool = True
+    ) -> bool:
+        """Record the attempt's outcome; return whether its object must be deleted.
+
+        ``ours`` is False when an object under the attempt's name may belong to someone
+        else (a create-if-absent collision that was not proven to be our own write).
+        """
         actions: list[_Action] = []
         with self._cond:
             now = self._clock.monotonic()
@@ -476,11 +420,11 @@ class HedgingUploader:
                 if not upload.done:
                     self._resolve(upload, attempt, None, actions)
             else:
-                # The object may exist after a failed PUT (the answer got lost), unless the
-                # failure says the name was taken: that object is not ours.
-                loser = not isinstance(error, ObjectExistsError)
+                # The object may exist after a failed PUT (the answer got lost), unless
+                # the name may be taken by an object that is not ours.
+                loser = ours
                 if not upload.done and was_live:
-                    self._on_failure(upload, error, now, actions)
+                    self._on_failure(upload, attempt, error, now, actions)
             if upload.done and all(a.done for a in upload.attempts):
                 self._active.pop(upload.id, None)
             if loser and error is None:
@@ -502,6 +446,21 @@ def _run(actions: list[_Action]) -> None:
         action()
 
 
-def _uri_of(error: BaseException) -> str:
-    uri = getattr(error, "uri", None)
-    return str(uri) if uri else "unknown"
+def _confirm_own_object(
+    store: ObjectStore, key: str, data: bytes, uri: str, exists: ObjectExistsError
+) -> None:
+    """Return if the object at ``key`` holds exactly ``data``, else raise UploadError.
+
+    Compares the size first so a foreign object of another size is never downloaded.
+    Read failures propagate (a transient one retries the upload under a fresh name).
+    """
+    size = store.size(key)
+    if size == len(data) and store.get(key) == data:
+        return
+    what = f"{size} bytes" if size != len(data) else "different bytes of the same size"
+    raise UploadError(
+        f"name collision at {uri}: a create-if-absent upload of {len(data)} bytes found an "
+        f"existing object there holding {what}. Upload names are fresh, so another writer "
+        "is using the same names (check that each job and task has its own storage prefix "
+        "and that object names are generated uniquely); the existing object was left as is"
+    ) from exists

@@ -19,6 +19,12 @@ Failures: a failed materialization is retried after ``retry_delay_s``; more than
 :class:`~gic_runtime.errors.MaterializationError` from ``poll``. State stays correct
 without materialization (the changelog just grows), so a few failures are tolerated.
 
+Cancellation: a job cancelled before it ran (``close(wait=False)`` on the executor this
+materializer owns, or the owner of a shared executor shutting it down) closes its view
+and is queued like any completion; ``poll`` then releases its bucket, counts it as
+``cancelled`` (not a failure) and leaves the bucket due, so it starts again unless the
+materializer is closed. A bucket is therefore never stuck in flight.
+
 Thread-safety: every public method is for the task thread; the executor only runs the
 upload jobs, which touch the view, the resolver and the completion queue.
 """
@@ -89,6 +95,8 @@ class MaterializationStats:
     """Due buckets with no change since their snapshot (nothing uploaded)."""
     discarded: int = 0
     """Completed snapshots no longer useful (bucket restored or newer base)."""
+    cancelled: int = 0
+    """Jobs cancelled before they ran (executor shut down); their buckets were released."""
     in_flight: int = 0
 
 
@@ -98,6 +106,7 @@ class _Outcome:
     generation: int
     handle: SnapshotHandle | None
     error: BaseException | None
+    cancelled: bool = False
 
 
 class Materializer:
@@ -127,7 +136,9 @@ class Materializer:
         self._in_flight: set[int] = set()
         self._closed = False
         self._failures: dict[int, int] = {}
-        self._counts = {"materialized": 0, "bytes": 0, "failures": 0, "skipped": 0, "discarded": 0}
+        self._counts = dict.fromkeys(
+            ("materialized", "bytes", "failures", "skipped", "discarded", "cancelled"), 0
+        )
         buckets = list(backend.bucket_range)
         self._rng.shuffle(buckets)
         now = self._clock.monotonic()
@@ -153,6 +164,7 @@ class Materializer:
             failures=c["failures"],
             skipped_unchanged=c["skipped"],
             discarded=c["discarded"],
+            cancelled=c["cancelled"],
             in_flight=len(self._in_flight),
         )
 
@@ -171,7 +183,10 @@ class Materializer:
 
     def close(self, *, wait: bool = True) -> None:
         """Start nothing new and stop the executor if this materializer created it
-        (``wait`` lets running jobs finish; a later ``poll`` still applies them)."""
+        (``wait`` lets running jobs finish; a later ``poll`` still applies them).
+
+        Without ``wait``, jobs not yet started are cancelled; the next ``poll`` releases
+        their buckets (see the module docstring)."""
         self._closed = True
         if self._owns_executor:
             self._executor.shutdown(wait=wait, cancel_futures=True)
@@ -192,6 +207,9 @@ class Materializer:
                 break
             bucket = outcome.bucket
             self._in_flight.discard(bucket)
+            if outcome.cancelled:
+                self._counts["cancelled"] += 1  # still due: starts again unless closed
+                continue
             now = self._clock.monotonic()
             if outcome.error is not None or outcome.handle is None:
                 self._counts["failures"] += 1
@@ -258,20 +276,27 @@ class Materializer:
             )
 
     def _make_reporter(self, view: MaterializationView) -> _Reporter:
-        return _Reporter(self._done, view.bucket, view.generation)
+        return _Reporter(self._done, view)
 
 
 class _Reporter:
-    """Done-callback that queues a job's outcome for the task thread."""
+    """Done-callback that queues a job's outcome for the task thread.
 
-    def __init__(self, done: queue.SimpleQueue[_Outcome], bucket: int, generation: int) -> None:
+    Runs on whichever thread completes or cancels the future. A cancelled job never ran,
+    so its view is closed here (releasing e.g. an LMDB read transaction) and a cancelled
+    outcome is queued so the task thread releases the bucket.
+    """
+
+    def __init__(self, done: queue.SimpleQueue[_Outcome], view: MaterializationView) -> None:
         self._done = done
-        self._bucket = bucket
-        self._generation = generation
+        self._view = view
 
     def __call__(self, future: Future[SnapshotHandle]) -> None:
+        bucket, generation = self._view.bucket, self._view.generation
         if future.cancelled():
+            self._view.view.close()
+            self._done.put(_Outcome(bucket, generation, None, None, cancelled=True))
             return
         error = future.exception()
         handle = None if error is not None else future.result()
-        self._done.put(_Outcome(self._bucket, self._generation, handle, error))
+        self._done.put(_Outcome(bucket, generation, handle, error))

@@ -16,9 +16,10 @@ Why LMDB (measured on this machine, 2 cores; ``bench/state_throughput.py``):
   store keeps one write transaction open per bucket and commits it on :meth:`flush`,
   before a view, or every ``commit_every`` changes.
 
-Layout: one LMDB environment per bucket (``<dir>/bucket-<n>``), so the writer lock is
-per bucket and tasks owning different buckets never wait on each other. Each holds a
-``data`` database and a ``meta`` database with the bucket's :class:`BucketMeta`.
+Layout: one LMDB environment per bucket (``<dir>/bucket-<nnnnn>``, the bucket number
+zero-padded to five digits, e.g. ``bucket-00042``), so the writer lock is per bucket
+and tasks owning different buckets never wait on each other. Each holds a ``data``
+database and a ``meta`` database with the bucket's :class:`BucketMeta`.
 Environments are opened with ``sync=False``: a committed transaction survives a process
 crash (it is in the page cache) but not necessarily a machine crash, which is fine for
 a cache that is validated against the checkpoint lineage before use.

@@ -14,6 +14,7 @@ from gic_runtime.changelog.retrying import RetryPolicy
 from gic_runtime.changelog.uploader import HedgingUploader, UploaderSettings
 from gic_runtime.errors import (
     ConfigurationError,
+    ObjectExistsError,
     StoragePermissionError,
     TransientStorageError,
     UploadError,
@@ -234,6 +235,99 @@ class TestRetries:
         gate.set()
         uploader.close()
         assert env.objects() == [result.uri]
+
+
+class TestOwnWriteReportedAsExisting:
+    """A create-if-absent PUT retried inside the store client (botocore) after its
+    first answer was lost gets ``412``: the name is fresh, so the object is ours."""
+
+    @staticmethod
+    def _lost_answer_then_exists() -> FaultRule:
+        return FaultRule(
+            methods=PUT,
+            error=lambda: ObjectExistsError("412 Precondition Failed"),
+            times=1,
+            after=True,  # the real PUT landed; the client only saw the retry's 412
+        )
+
+    def test_own_object_is_confirmed_and_the_attempt_succeeds(self, env: Env) -> None:
+        env.store.add_rule(self._lost_answer_then_exists())
+        uploader = env.uploader()
+
+        result = uploader.submit(b"segment-bytes").result(WAIT)
+        uploader.close()
+
+        assert result.uri == env.names[0]
+        assert (result.attempts, result.failed_attempts) == (1, 0)
+        assert env.objects() == [result.uri]
+        assert env.inner.get(env.key(result.uri)) == b"segment-bytes"
+        assert (env.store.calls("size"), env.store.calls("get")) == (1, 1)
+        assert uploader.stats().own_writes_confirmed == 1
+
+    def test_confirmed_hedge_loser_is_still_deleted(self, env: Env) -> None:
+        gate = threading.Event()
+        env.store.add_rule(FaultRule(methods=PUT, gate=gate, times=1))
+        env.store.add_rule(self._lost_answer_then_exists())  # both hit the first attempt
+        uploader = env.uploader()
+        try:
+            future = uploader.submit(b"x")
+            assert env.store.wait_for_calls("put", 1)
+            env.clock.advance(1.0)
+            uploader.poll()  # the hedge starts and wins
+            result = future.result(WAIT)
+        finally:
+            gate.set()  # the slow first attempt lands, then reports 412
+        uploader.close()
+
+        assert result.uri == env.names[1]
+        assert env.objects() == [result.uri]
+        assert uploader.stats().losers_deleted == 1
+
+    def test_different_size_is_a_name_collision_and_the_object_is_kept(self, env: Env) -> None:
+        env.inner.put("changelog/0000.seg", b"someone else's object")
+        uploader = env.uploader()
+
+        error = uploader.submit(b"ours").exception(WAIT)
+        uploader.close()
+
+        assert isinstance(error, UploadError)
+        assert "collision" in str(error) and env.names[0] in str(error)
+        assert env.store.calls("get") == 0  # the size already told them apart
+        assert env.inner.get("changelog/0000.seg") == b"someone else's object"
+        assert env.store.calls("delete_many") == 0
+
+    def test_same_size_other_bytes_is_a_name_collision(self, env: Env) -> None:
+        env.inner.put("changelog/0000.seg", b"theirs")
+        uploader = env.uploader()
+
+        error = uploader.submit(b"ours!!").exception(WAIT)
+        uploader.close()
+
+        assert isinstance(error, UploadError)
+        assert "collision" in str(error)
+        assert env.store.calls("put") == 1  # not retried: a fresh name collided
+        assert env.inner.get("changelog/0000.seg") == b"theirs"
+        assert env.store.calls("delete_many") == 0
+
+    def test_unreadable_existing_object_is_retried_under_a_fresh_name(self, env: Env) -> None:
+        env.store.add_rule(self._lost_answer_then_exists())
+        env.store.add_rule(
+            FaultRule(
+                methods=frozenset({"size"}),
+                error=lambda: TransientStorageError("503 SlowDown"),
+                times=1,
+            )
+        )
+        uploader = env.uploader()
+
+        result = uploader.submit(b"x").result(WAIT)
+        uploader.close()
+
+        assert result.uri == env.names[1]
+        assert (result.attempts, result.failed_attempts) == (2, 1)
+        # Unverified, so not deleted: left for the orphan sweep rather than risk
+        # deleting an object that may not be ours.
+        assert env.objects() == [env.names[0], env.names[1]]
 
 
 class TestBackPressure:

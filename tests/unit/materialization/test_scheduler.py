@@ -3,6 +3,8 @@ completion applied only in poll (on the task thread), bounded failures, stats.""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -10,9 +12,14 @@ from typing import Any
 
 import pytest
 
-from gic_runtime.errors import MaterializationError, ObjectExistsError, TransientStorageError
+from gic_runtime.errors import (
+    MaterializationError,
+    ObjectExistsError,
+    StateError,
+    TransientStorageError,
+)
 from gic_runtime.materialization import MaterializationSettings, Materializer
-from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.backend import KeyedStateBackend, MaterializationView
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.snapshot import read_snapshot
@@ -23,6 +30,7 @@ from gic_runtime.testing_changelog import TestingChangelogWriter
 
 B = 8
 INTERVAL = 100.0
+WAIT = 10.0  # seconds; only a bound for a broken build, never reached when it works
 
 
 class TestingManualExecutor(Executor):
@@ -62,6 +70,23 @@ class TestingFlakyResolver(StoreResolver):
         if self.failures:
             self.failures -= 1
             raise TransientStorageError("injected: 503 SlowDown", uri=uri)
+        return super().resolve(uri)
+
+
+class TestingGatedResolver(StoreResolver):
+    """Holds every resolve until ``gate`` is set; ``entered`` is set on the first one."""
+
+    __test__ = False
+
+    def __init__(self, store: LocalObjectStore) -> None:
+        super().__init__()
+        self.register(store)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def resolve(self, uri: str) -> tuple[Any, str]:
+        self.entered.set()
+        assert self.gate.wait(WAIT), "test never opened the gate"
         return super().resolve(uri)
 
 
@@ -214,6 +239,72 @@ class TestRunning:
         m.close(wait=True)
         assert len(m.poll()) == 1
         assert sum(backend.snapshot_of(b) is not None for b in range(B)) == 1
+
+
+class TestClose:
+    def test_cancelled_queued_job_releases_its_bucket(self, setup: Any) -> None:
+        backend, _, objects = setup
+        resolver = TestingGatedResolver(objects)
+        clock = TestingClock()
+        m = Materializer(
+            backend,
+            resolver,
+            objects.root_uri,
+            "job",
+            clock=clock,
+            settings=MaterializationSettings(interval_s=INTERVAL, seed=7, max_in_flight=2),
+        )  # owns a one-thread executor: the second job waits in its queue
+        clock.advance(INTERVAL)
+        try:
+            m.poll()
+            running, queued = sorted(m.in_flight(), key=m.due_at)
+            assert resolver.entered.wait(WAIT)
+            m.close(wait=False)  # cancels the queued job
+        finally:
+            resolver.gate.set()
+
+        assert m.poll() == []
+        assert running in m.in_flight() and queued not in m.in_flight()
+        assert m.stats.cancelled == 1 and m.stats.failures == 0
+        deadline = time.monotonic() + WAIT
+        applied = m.poll()
+        while not applied:  # the running job finishes on its own thread
+            assert time.monotonic() < deadline, "running materialization never completed"
+            time.sleep(0.001)
+            applied = m.poll()
+        assert [h.bucket for h in applied] == [running]
+        assert m.in_flight() == frozenset()
+        assert backend.snapshot_of(queued) is None
+
+    def test_cancelled_job_on_a_shared_executor_is_started_again(
+        self, setup: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        backend, _, _ = setup
+        views: list[MaterializationView] = []
+        take_view = backend.materialization_view
+
+        def recording_view(bucket: int) -> MaterializationView:
+            views.append(take_view(bucket))
+            return views[-1]
+
+        monkeypatch.setattr(backend, "materialization_view", recording_view)
+        clock = TestingClock()
+        ex = TestingManualExecutor()
+        m = _materializer(setup, clock, ex)
+        clock.advance(INTERVAL)
+        m.poll()
+        (future, _), *_ = ex.queued
+        (bucket,) = m.in_flight()
+        ex.queued.clear()
+        assert future.cancel()  # e.g. the shared executor was shut down by its owner
+        with pytest.raises(StateError, match="closed"):
+            list(views[0].view)  # the job never ran; its view was released anyway
+
+        m.poll()  # releases the bucket; it is still due, so it starts again
+        assert m.stats.cancelled == 1
+        assert m.in_flight() == {bucket}
+        assert ex.run_all() == 1
+        assert [h.bucket for h in m.poll()] == [bucket]
 
 
 class TestFailures:
