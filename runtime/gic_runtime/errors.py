@@ -102,5 +102,9 @@ class ManifestExistsError(GICError):
     """A manifest for this checkpoint id was already written (create-if-absent lost)."""
 
 
+class OwnershipError(GICError):
+    """A job attempted to delete an object it does not own (a bug; nothing was deleted)."""
+
+
 class FencedError(GICError):
     """A newer attempt (higher fencing epoch) of this job exists; this one must stop."""

@@ -26,7 +26,6 @@ from gic_runtime.checkpoint.manifest import (
 )
 from gic_runtime.checkpoint.ownership import (
     Owner,
-    OwnershipError,
     OwnershipPolicy,
     delete_keys,
     delete_uris,
@@ -38,6 +37,7 @@ from gic_runtime.checkpoint.registry import (
     SharedFileRegistry,
 )
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
+from gic_runtime.errors import OwnershipError
 
 __all__ = [
     "FORMAT_VERSION",

@@ -33,14 +33,10 @@ from enum import StrEnum
 
 from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import Manifest, RestoreLineage, RestoreMode
-from gic_runtime.errors import GICError
+from gic_runtime.errors import OwnershipError
 from gic_runtime.layout import job_dir
 from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
-
-
-class OwnershipError(GICError):
-    """A job attempted to delete an object it does not own (a bug; nothing was deleted)."""
 
 
 class Owner(StrEnum):
