@@ -26,6 +26,7 @@ from gic_runtime.errors import (
     ManifestExistsError,
     ObjectExistsError,
     RestoreError,
+    StorageError,
 )
 from gic_runtime.layout import checkpoints_dir, parse_checkpoint_id
 from gic_runtime.storage.base import ObjectStore
@@ -61,20 +62,33 @@ class LatestCheckpoint:
 def write_manifest(resolver: StoreResolver, uri: str, manifest: Manifest) -> StoredManifest:
     """Write ``manifest`` at ``uri`` exactly once (create-if-absent).
 
-    Raises :class:`ManifestExistsError` when a manifest is already there: that
-    checkpoint was completed by another attempt (or this one is fenced).
+    Raises :class:`ManifestExistsError` when a different manifest is already there:
+    that checkpoint was completed by another attempt (or this one is fenced). Finding
+    exactly these bytes there is success: a retried request whose first attempt landed.
     """
     data = encode_manifest(manifest, uri)
     store, key = resolver.resolve(uri)
     try:
         store.put(key, data, if_absent=True)
     except ObjectExistsError as exc:
+        if _holds(store, key, data):
+            # A retried request of this very write: its first attempt landed and the
+            # answer was lost (S3ObjectStore.put says so). The manifest is ours.
+            return StoredManifest(uri, manifest)
         raise ManifestExistsError(
             f"checkpoint {manifest.checkpoint_id} of job {manifest.job_id!r} already has a "
             f"manifest at {uri}; a checkpoint completes exactly once (another attempt "
             "completed it, or this attempt is fenced and must stop)"
         ) from exc
     return StoredManifest(uri, manifest)
+
+
+def _holds(store: ObjectStore, key: str, data: bytes) -> bool:
+    """Whether ``key`` holds exactly ``data`` (``False`` when it cannot be read)."""
+    try:
+        return store.get(key) == data
+    except StorageError:
+        return False
 
 
 def read_manifest(resolver: StoreResolver, uri: str) -> Manifest:

@@ -23,7 +23,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from gic_runtime.errors import CorruptFileError, ObjectNotFoundError, RestoreError
+from gic_runtime.errors import (
+    CorruptFileError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    RestoreError,
+)
 from gic_runtime.formats import HEADER, check_header, crc32c, pack_header, verify_crc
 from gic_runtime.handles import SnapshotHandle
 from gic_runtime.storage.uri import StoreResolver
@@ -139,10 +144,19 @@ def upload_snapshot(
     seq: int,
     compress: bool = False,
 ) -> SnapshotHandle:
-    """Encode ``items`` and write them to the fresh object ``uri`` (create-if-absent)."""
+    """Encode ``items`` and write them to the fresh object ``uri`` (create-if-absent).
+
+    Finding exactly these bytes already at ``uri`` is success: a store that retries
+    requests reports a create-if-absent PUT whose answer was lost as a collision with
+    itself. Any other object there raises :class:`~gic_runtime.errors.ObjectExistsError`.
+    """
     data = encode_snapshot(items, bucket=bucket, seq=seq, compress=compress)
     store, key = resolver.resolve(uri)
-    store.put(key, data, if_absent=True)
+    try:
+        store.put(key, data, if_absent=True)
+    except ObjectExistsError:
+        if store.size(key) != len(data) or store.get(key) != data:
+            raise
     return SnapshotHandle(uri=uri, bucket=bucket, seq=seq, size=len(data), crc=crc32c(data))
 
 
