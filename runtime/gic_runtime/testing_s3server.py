@@ -206,13 +206,14 @@ class TestingS3Server:
         return self
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove what it left."""
+        """Stop the server (SIGTERM, then SIGKILL after 2 s: test data need no clean shutdown)
+        and remove what it left."""
         atexit.unregister(self.stop)
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

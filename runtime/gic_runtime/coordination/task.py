@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 
 from gic_runtime.changelog.uploader import HedgingUploader, UploaderSettings
 from gic_runtime.changelog.writer import BatchingChangelogWriter, WriterSettings
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.clock import Clock, SystemClock
+from gic_runtime.errors import UploadError
 from gic_runtime.handles import BucketState, SnapshotHandle
 from gic_runtime.layout import new_segment_uri, new_snapshot_uri
 from gic_runtime.materialization.scheduler import MaterializationSettings, Materializer
@@ -50,7 +52,12 @@ class TaskSettings:
 
 
 class StateTask:
-    """Keyed state of ``bucket_range`` for one attempt (``epoch``) of job ``job_id``."""
+    """Keyed state of ``bucket_range`` for one attempt (``epoch``) of job ``job_id``.
+
+    ``clock`` drives materialization scheduling; ``upload_clock`` drives upload hedging,
+    timeouts and retry delays (the real clock by default, so a test may move
+    materialization with a fake clock while uploads keep real deadlines).
+    """
 
     def __init__(
         self,
@@ -63,6 +70,7 @@ class StateTask:
         store: KVStore,
         resolver: StoreResolver,
         clock: Clock | None = None,
+        upload_clock: Clock | None = None,
         settings: TaskSettings | None = None,
     ) -> None:
         self.root = root
@@ -70,7 +78,10 @@ class StateTask:
         self.settings = s = settings or TaskSettings()
         self._resolver = resolver
         self.uploader = HedgingUploader(
-            resolver, lambda: new_segment_uri(root, job_id, epoch), s.uploader, clock=clock
+            resolver,
+            lambda: new_segment_uri(root, job_id, epoch),
+            s.uploader,
+            clock=upload_clock or SystemClock(),
         )
         self.writer = BatchingChangelogWriter(bucket_range, self.uploader, s.writer)
         self.backend = KeyedStateBackend(bucket_range, num_buckets, store, self.writer)
@@ -100,7 +111,15 @@ class StateTask:
         if self_contained:
             self._materialize_all()
         future = self.backend.checkpoint()
-        states = future.result(timeout=self.settings.checkpoint_timeout_s)
+        timeout = self.settings.checkpoint_timeout_s
+        try:
+            states = future.result(timeout=timeout)
+        except FutureTimeoutError as exc:
+            raise UploadError(
+                f"checkpoint of job {self.job_id} buckets [{self.backend.bucket_range.start}, "
+                f"{self.backend.bucket_range.stop}) did not become durable within {timeout} s "
+                "(TaskSettings.checkpoint_timeout_s); check the storage endpoint's health"
+            ) from exc
         self.backend.mark_persisted(states)
         return states
 
