@@ -12,7 +12,8 @@ background executor, encode the snapshot and upload it under a fresh name
 (:func:`~gic_runtime.layout.new_snapshot_uri`, create-if-absent). Completions are queued
 and applied to the backend (``on_materialized``) only inside :meth:`Materializer.poll`,
 on the task thread that owns the backend. A completion whose bucket was restored to
-another lineage meanwhile is discarded (its object becomes an orphan for the sweeper).
+another lineage meanwhile is discarded and its object deleted; so is a snapshot replaced
+before any checkpoint captured it (no manifest can reference either).
 
 Failures: a failed materialization is retried after ``retry_delay_s``; more than
 ``max_consecutive_failures`` failures in a row for one bucket raise
@@ -31,18 +32,21 @@ upload jobs, which touch the view, the resolver and the completion queue.
 
 from __future__ import annotations
 
+import logging
 import queue
 import random
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gic_runtime.clock import Clock, SystemClock
-from gic_runtime.errors import ConfigurationError, MaterializationError
+from gic_runtime.errors import ConfigurationError, GICError, MaterializationError
 from gic_runtime.handles import SnapshotHandle
-from gic_runtime.layout import new_snapshot_uri
+from gic_runtime.layout import job_dir, new_snapshot_uri
 from gic_runtime.state.backend import KeyedStateBackend, MaterializationView
 from gic_runtime.state.snapshot import upload_snapshot
-from gic_runtime.storage.uri import StoreResolver
+from gic_runtime.storage.uri import StoreResolver, join
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,9 @@ class MaterializationStats:
     """Completed snapshots no longer useful (bucket restored or newer base)."""
     cancelled: int = 0
     """Jobs cancelled before they ran (executor shut down); their buckets were released."""
+    unreferenced_deleted: int = 0
+    """Snapshots deleted because no manifest can reference them (discarded, or replaced
+    by a newer one before any checkpoint captured them)."""
     in_flight: int = 0
 
 
@@ -137,7 +144,16 @@ class Materializer:
         self._closed = False
         self._failures: dict[int, int] = {}
         self._counts = dict.fromkeys(
-            ("materialized", "bytes", "failures", "skipped", "discarded", "cancelled"), 0
+            (
+                "materialized",
+                "bytes",
+                "failures",
+                "skipped",
+                "discarded",
+                "cancelled",
+                "unreferenced_deleted",
+            ),
+            0,
         )
         buckets = list(backend.bucket_range)
         self._rng.shuffle(buckets)
@@ -165,6 +181,7 @@ class Materializer:
             skipped_unchanged=c["skipped"],
             discarded=c["discarded"],
             cancelled=c["cancelled"],
+            unreferenced_deleted=c["unreferenced_deleted"],
             in_flight=len(self._in_flight),
         )
 
@@ -200,6 +217,7 @@ class Materializer:
     def _apply_completions(self) -> list[SnapshotHandle]:
         applied: list[SnapshotHandle] = []
         failed: list[_Outcome] = []
+        garbage: list[SnapshotHandle] = []
         while True:
             try:
                 outcome = self._done.get_nowait()
@@ -225,10 +243,14 @@ class Materializer:
                 self._backend.on_materialized(bucket, handle)
             ):
                 self._counts["discarded"] += 1
+                garbage.append(handle)
                 continue
             self._counts["materialized"] += 1
             self._counts["bytes"] += handle.size
             applied.append(handle)
+        garbage.extend(self._backend.take_unreferenced_snapshots())
+        if garbage:
+            self._delete_unreferenced(garbage)
         if failed:
             first = failed[0]
             raise MaterializationError(
@@ -238,6 +260,26 @@ class Materializer:
                 "check the snapshot storage is reachable and writable"
             ) from first.error
         return applied
+
+    def _delete_unreferenced(self, handles: list[SnapshotHandle]) -> None:
+        """Delete snapshots no manifest can reference (discarded results, or replaced
+        before any checkpoint captured them), off the task thread. Only objects under
+        the job's own snapshot directory; a failure leaves them to the orphan sweep."""
+        prefix = join(job_dir(self._root, self._job_id), "snapshots") + "/"
+        uris = [h.uri for h in handles if h.uri.startswith(prefix)]
+        if not uris or self._closed:
+            return
+        self._counts["unreferenced_deleted"] += len(uris)
+
+        def delete() -> None:
+            for uri in uris:
+                try:
+                    store, key = self._resolver.resolve(uri)
+                    store.delete_many([key])
+                except GICError as exc:  # the sweep collects what is left
+                    _log.warning("could not delete unreferenced snapshot %s: %s", uri, exc)
+
+        self._executor.submit(delete)
 
     def _start_due(self) -> None:
         now = self._clock.monotonic()

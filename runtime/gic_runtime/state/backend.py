@@ -53,6 +53,9 @@ class _Track:
     token: str = ""
     truncated: int = 0
     generation: int = 0
+    captured: bool = True
+    """Whether ``snapshot`` was handed to a checkpoint (or came from a manifest). A
+    snapshot never captured cannot be referenced by any manifest."""
 
     @property
     def base(self) -> int:
@@ -112,6 +115,7 @@ class KeyedStateBackend:
         self._hi = bucket_range.stop
         self._tracks = {b: _Track(floor=changelog.next_seq(b)) for b in bucket_range}
         self._states: dict[str, Any] = {}
+        self._unreferenced: list[SnapshotHandle] = []
 
     # --- states --------------------------------------------------------------------------
 
@@ -206,6 +210,7 @@ class KeyedStateBackend:
                 track.token,
             )
             since[bucket] = max(base, track.floor)
+            track.captured = True
         persisted = self.changelog.persist(since)
         out: Future[dict[int, BucketState]] = Future()
 
@@ -284,9 +289,23 @@ class KeyedStateBackend:
             )
         if handle.seq < track.base:
             return False
+        self._drop(track)
         track.snapshot = handle
+        track.captured = False
         track.inherited = tuple(h for h in track.inherited if h.to_seq > handle.seq)
         return True
+
+    def _drop(self, track: _Track) -> None:
+        """``track`` is about to lose its snapshot: if no checkpoint ever saw it, no
+        manifest can reference it, so it is garbage right away."""
+        if track.snapshot is not None and not track.captured:
+            self._unreferenced.append(track.snapshot)
+
+    def take_unreferenced_snapshots(self) -> list[SnapshotHandle]:
+        """Snapshots replaced before any checkpoint captured them (safe to delete: no
+        manifest references them); the list is cleared."""
+        out, self._unreferenced = self._unreferenced, []
+        return out
 
     # --- restore -------------------------------------------------------------------------
 
@@ -327,6 +346,7 @@ class KeyedStateBackend:
                 restored.append(bucket)
             self.changelog.reset(bucket, state.seq)
             old = self._tracks[bucket]
+            self._drop(old)
             self._tracks[bucket] = _Track(
                 floor=state.seq,
                 snapshot=state.snapshot,

@@ -354,3 +354,45 @@ class TestFailures:
         m.poll()
         assert m.stats.failures == 1
         assert objects.get("jobs/job/snapshots/fixed.snap") == b"someone else's"
+
+
+class TestUnreferencedSnapshots:
+    """Snapshots no manifest can reference are deleted; captured ones are left to the
+    registry (DESIGN §3.1)."""
+
+    def _materialize(self, m: Materializer, clock: TestingClock, ex: Any, bucket: int) -> Any:
+        clock.advance(m.due_at(bucket) - clock.monotonic() + 0.001)
+        m.poll()
+        ex.run_all()
+        (handle,) = [h for h in m.poll() if h.bucket == bucket]
+        ex.run_all()  # deletions run on the executor too
+        return handle
+
+    def _touch(self, backend: KeyedStateBackend, bucket: int, value: int) -> None:
+        key = next(k for k in (f"k{i}" for i in range(999)) if bucket_for(k, B) == bucket)
+        backend.value_state("v").set(key, value)
+
+    def test_snapshot_replaced_before_any_checkpoint_is_deleted(self, setup: Any) -> None:
+        backend, _resolver, objects = setup
+        clock, ex = TestingClock(), TestingManualExecutor()
+        m = _materializer(setup, clock, ex, max_in_flight=B)
+        bucket = min(range(B), key=m.due_at)
+        first = self._materialize(m, clock, ex, bucket)
+        self._touch(backend, bucket, -1)
+        second = self._materialize(m, clock, ex, bucket)
+        assert not objects.exists(first.uri.removeprefix(objects.root_uri + "/"))
+        assert objects.exists(second.uri.removeprefix(objects.root_uri + "/"))
+        assert m.stats.unreferenced_deleted == 1
+
+    def test_snapshot_a_checkpoint_captured_is_kept(self, setup: Any) -> None:
+        backend, _resolver, objects = setup
+        clock, ex = TestingClock(), TestingManualExecutor()
+        m = _materializer(setup, clock, ex, max_in_flight=B)
+        bucket = min(range(B), key=m.due_at)
+        first = self._materialize(m, clock, ex, bucket)
+        states = backend.checkpoint().result(timeout=WAIT)
+        assert states[bucket].snapshot == first
+        self._touch(backend, bucket, -2)
+        self._materialize(m, clock, ex, bucket)
+        assert objects.exists(first.uri.removeprefix(objects.root_uri + "/"))
+        assert m.stats.unreferenced_deleted == 0
