@@ -40,6 +40,7 @@ from gic_runtime.errors import (
 )
 from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.uri import StoreResolver
+from gic_runtime.storage.writes import holds_exactly
 
 __all__ = [
     "HedgingUploader",
@@ -451,16 +452,13 @@ def _confirm_own_object(
 ) -> None:
     """Return if the object at ``key`` holds exactly ``data``, else raise UploadError.
 
-    Compares the size first so a foreign object of another size is never downloaded.
     Read failures propagate (a transient one retries the upload under a fresh name).
     """
-    size = store.size(key)
-    if size == len(data) and store.get(key) == data:
+    if holds_exactly(store, key, data):
         return
-    what = f"{size} bytes" if size != len(data) else "different bytes of the same size"
     raise UploadError(
-        f"name collision at {uri}: a create-if-absent upload of {len(data)} bytes found an "
-        f"existing object there holding {what}. Upload names are fresh, so another writer "
+        f"name collision at {uri}: a create-if-absent upload of {len(data)} bytes found a "
+        "different object already there. Upload names are fresh, so another writer "
         "is using the same names (check that each job and task has its own storage prefix "
         "and that object names are generated uniquely); the existing object was left as is"
     ) from exists

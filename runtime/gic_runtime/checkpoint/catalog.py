@@ -26,11 +26,11 @@ from gic_runtime.errors import (
     ManifestExistsError,
     ObjectExistsError,
     RestoreError,
-    StorageError,
 )
 from gic_runtime.layout import checkpoints_dir, parse_checkpoint_id
 from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.uri import StoreResolver
+from gic_runtime.storage.writes import create_once
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,26 +69,14 @@ def write_manifest(resolver: StoreResolver, uri: str, manifest: Manifest) -> Sto
     data = encode_manifest(manifest, uri)
     store, key = resolver.resolve(uri)
     try:
-        store.put(key, data, if_absent=True)
+        create_once(store, key, data)
     except ObjectExistsError as exc:
-        if _holds(store, key, data):
-            # A retried request of this very write: its first attempt landed and the
-            # answer was lost (S3ObjectStore.put says so). The manifest is ours.
-            return StoredManifest(uri, manifest)
         raise ManifestExistsError(
             f"checkpoint {manifest.checkpoint_id} of job {manifest.job_id!r} already has a "
             f"manifest at {uri}; a checkpoint completes exactly once (another attempt "
             "completed it, or this attempt is fenced and must stop)"
         ) from exc
     return StoredManifest(uri, manifest)
-
-
-def _holds(store: ObjectStore, key: str, data: bytes) -> bool:
-    """Whether ``key`` holds exactly ``data`` (``False`` when it cannot be read)."""
-    try:
-        return store.get(key) == data
-    except StorageError:
-        return False
 
 
 def read_manifest(resolver: StoreResolver, uri: str) -> Manifest:

@@ -23,15 +23,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from gic_runtime.errors import (
-    CorruptFileError,
-    ObjectExistsError,
-    ObjectNotFoundError,
-    RestoreError,
-)
+from gic_runtime.errors import CorruptFileError, ObjectNotFoundError, RestoreError
 from gic_runtime.formats import HEADER, check_header, crc32c, pack_header, verify_crc
 from gic_runtime.handles import SnapshotHandle
 from gic_runtime.storage.uri import StoreResolver
+from gic_runtime.storage.writes import create_once
 
 MAGIC: Final = b"GICS"
 VERSION: Final = 1
@@ -152,11 +148,7 @@ def upload_snapshot(
     """
     data = encode_snapshot(items, bucket=bucket, seq=seq, compress=compress)
     store, key = resolver.resolve(uri)
-    try:
-        store.put(key, data, if_absent=True)
-    except ObjectExistsError:
-        if store.size(key) != len(data) or store.get(key) != data:
-            raise
+    create_once(store, key, data)
     return SnapshotHandle(uri=uri, bucket=bucket, seq=seq, size=len(data), crc=crc32c(data))
 
 
