@@ -111,7 +111,9 @@ class SharedFileRegistry:
         self._retain = retain
         self._owns_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix="gic-registry")
-        self._lock = threading.Lock()
+        # Re-entrant: a deletion that finishes before add_done_callback runs its
+        # callback (which takes the lock) on the registering thread.
+        self._lock = threading.RLock()
         self._retained: dict[int, StoredManifest] = {}
         self._refs: dict[int, frozenset[str]] = {}
         self._counts: Counter[str] = Counter()

@@ -51,7 +51,8 @@ class LocalObjectStore:
         return self._root
 
     def uri_for(self, key: str) -> str:
-        return f"{self.root_uri}/{key}"
+        base = self.root_uri  # "file:///" for the filesystem root, else no trailing slash
+        return f"{base}{key}" if base.endswith("/") else f"{base}/{key}"
 
     def _path(self, key: str) -> Path:
         if not key or key.startswith("/") or ".." in key.split("/"):
