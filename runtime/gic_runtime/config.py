@@ -1,0 +1,453 @@
+"""Job settings: one typed, validated object, loaded from arguments, environment and file.
+
+:class:`GICSettings` is the configuration boundary of a job (pydantic validates here, and
+only here): the ``gic`` CLI, the Spark driver and the operator all build one, and pass it
+to a driver process as environment variables (:meth:`GICSettings.to_env`, read back by
+:meth:`GICSettings.from_env`).
+
+Sources and precedence (:meth:`GICSettings.load`): keyword overrides > environment
+(``GIC_<FIELD>``, e.g. ``GIC_NUM_BUCKETS``) > settings file (JSON, or YAML when pyyaml is
+installed; named by the argument or ``GIC_CONFIG_FILE``) > defaults. Overrides that are
+``None`` count as not given (a CLI passes its unset options that way). In the
+environment an empty value of an optional setting means ``None``.
+
+Invariants: an instance is frozen and always valid (unknown keys are refused, and each
+setting's range matches what the component it tunes accepts, so
+:meth:`GICSettings.task_settings` never fails). ``storage`` and ``restore_source`` are
+normalized to full URIs (a plain path becomes an absolute ``file://`` URI, resolved
+against the working directory at load time). Every validation failure is one
+:class:`~gic_runtime.errors.ConfigurationError` with one line per bad setting, naming
+where the value came from (argument, ``GIC_*`` variable, or file key) and what is
+accepted. S3 credentials never pass through here: they come from the environment via
+:meth:`gic_runtime.storage.S3Settings.from_env`, so they are never logged with settings.
+
+Thread-safety: instances are immutable; the loaders are stateless.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gic_runtime.changelog.segment import Codec
+from gic_runtime.changelog.upload_types import UploaderSettings
+from gic_runtime.changelog.writer import WriterSettings
+from gic_runtime.checkpoint.manifest import RestoreMode
+from gic_runtime.coordination.task import TaskSettings
+from gic_runtime.errors import ConfigurationError
+from gic_runtime.layout import validate_id
+from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.storage.uri import StorageURI
+
+ENV_PREFIX = "GIC_"
+CONFIG_FILE_ENV = "GIC_CONFIG_FILE"
+_MiB = 1024 * 1024
+#: Where each value being validated came from (set while a loader builds an instance).
+_SOURCES: ContextVar[Mapping[str, str] | None] = ContextVar("gic_settings_sources", default=None)
+
+
+def _default_storage() -> str:
+    return Path("gic-data").absolute().as_uri()
+
+
+def _default_local_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), "gic-local")
+
+
+def _normalize_uri(value: str) -> str:
+    text = value.strip()
+    if not text:
+        raise ValueError("must not be empty")
+    try:
+        return str(StorageURI.parse(text)).rstrip("/")
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class GICSettings(BaseModel):
+    """Settings of one GIC job (see the module docstring for sources and precedence)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    job_id: str = Field(
+        "gic-job",
+        description="Job id: names the job's directory <storage>/jobs/<job_id>/. Lowercase "
+        "letters, digits, '.', '_', '-' (it becomes a path segment and a Kubernetes name).",
+    )
+    storage: str = Field(
+        default_factory=_default_storage,
+        description="Root URI of checkpoint storage: s3://bucket/prefix or file:///path (a "
+        "plain path is made absolute). Default ./gic-data, so a local run needs no setup.",
+    )
+    num_buckets: int = Field(
+        128,
+        ge=1,
+        le=32768,
+        description="Key buckets (units of rescaling), fixed for the life of the state. 128 "
+        "lets a job rescale up to 128 tasks while keeping per-bucket overhead small.",
+    )
+    num_tasks: int | None = Field(
+        None,
+        ge=1,
+        description="State tasks (each owns a contiguous bucket range), at most num_buckets. "
+        "None: the driver uses spark.sql.shuffle.partitions.",
+    )
+    retained_checkpoints: int = Field(
+        3,
+        ge=1,
+        description="Completed checkpoints kept. 3 leaves fallbacks if the newest is damaged "
+        "while bounding storage.",
+    )
+    materialization_interval_s: float = Field(
+        120.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds between materializations of one bucket: bounds restore-time "
+        "replay to about two minutes of changes at 30 full uploads per bucket per hour.",
+    )
+    materialization_jitter: float = Field(
+        0.2,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Relative jitter (0 <= j < 1) of the materialization interval so buckets "
+        "drift apart and never materialize all at once.",
+    )
+    materialization_max_in_flight: int = Field(
+        1,
+        ge=1,
+        description="Materializations running at once per task. 1 leaves upload bandwidth "
+        "for changelog segments, which are on the checkpoint's critical path.",
+    )
+    changelog_preemptive_upload_bytes: int = Field(
+        4 * _MiB,
+        ge=1,
+        description="Bytes of buffered changelog that trigger an upload before the "
+        "checkpoint. 4 MiB uploads in well under a second yet keeps objects few.",
+    )
+    changelog_codec: Literal["zstd", "none"] = Field(
+        "zstd",
+        description="Changelog section compression: zstd (default; used only where it saves "
+        "space) or none.",
+    )
+    max_hedges: int = Field(
+        1,
+        ge=0,
+        description="Extra upload attempts started when an attempt is slow (0 disables "
+        "hedging). One removes nearly all of a rare-straggler tail.",
+    )
+    hedge_after_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Fixed hedge delay in seconds; None: adaptive (a high quantile of recent "
+        "upload latencies).",
+    )
+    hedge_budget_ratio: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Most hedges as a fraction of uploads: a hard bound (5%) on the extra "
+        "load hedging adds.",
+    )
+    full_snapshots: bool = Field(
+        False,
+        description="Make every checkpoint self-contained (each bucket materialized afresh). "
+        "Off: checkpoints are incremental, which is the point of GIC; on for comparisons.",
+    )
+    checkpoint_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds a checkpoint's uploads may take before the checkpoint fails; "
+        "retries and hedges run well inside it.",
+    )
+    restore_source: str | None = Field(
+        None,
+        description="Checkpoint or savepoint to restore from (URI or path); None: resume "
+        "from the job's latest checkpoint, or start empty.",
+    )
+    restore_mode: RestoreMode = Field(
+        RestoreMode.NO_CLAIM,
+        description="claim: the job owns the source's files from now on; no-claim "
+        "(default, safe): never deletes them and stops referencing them after the first "
+        "checkpoint.",
+    )
+    epoch: int | None = Field(
+        None,
+        ge=1,
+        description="Fencing epoch of this launch (the operator assigns one); None: the "
+        "driver claims the next.",
+    )
+    local_dir: str = Field(
+        default_factory=_default_local_dir,
+        min_length=1,
+        description="Directory for executor-local state copies (fast restarts of buckets "
+        "on the same executor); default <tmp>/gic-local.",
+    )
+    max_batches: int | None = Field(
+        None,
+        ge=1,
+        description="Stop after this many micro-batches (local runs and tests); None: run "
+        "until stopped.",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of the driver's Prometheus endpoint (0: any free port); None: off.",
+    )
+    control_poll_s: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds between the driver's looks at control requests (savepoint, "
+        "stop); 1 s answers promptly at two LISTs per second.",
+    )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            sources = _SOURCES.get() or {name: f"argument {name}" for name in values}
+            raise ConfigurationError(_describe(exc, sources, values)) from None
+
+    # --- validators ------------------------------------------------------------------
+
+    @field_validator("job_id")
+    @classmethod
+    def _job_id(cls, value: str) -> str:
+        try:
+            return validate_id("job id", value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        return _normalize_uri(value)
+
+    @field_validator("restore_source")
+    @classmethod
+    def _restore_source(cls, value: str | None) -> str | None:
+        return None if value is None else _normalize_uri(value)
+
+    @field_validator("restore_mode", mode="before")
+    @classmethod
+    def _restore_mode(cls, value: Any) -> Any:
+        if isinstance(value, str) and not isinstance(value, RestoreMode):
+            key = value.strip().lower().replace("-", "").replace("_", "")
+            return {"claim": RestoreMode.CLAIM, "noclaim": RestoreMode.NO_CLAIM}.get(key, value)
+        return value
+
+    @field_validator("changelog_codec", mode="before")
+    @classmethod
+    def _codec(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    # --- views -------------------------------------------------------------------------
+
+    def task_settings(self) -> TaskSettings:
+        """The executor-side tuning these settings describe."""
+        return TaskSettings(
+            writer=WriterSettings(
+                preemptive_upload_bytes=self.changelog_preemptive_upload_bytes,
+                codec=Codec.ZSTD if self.changelog_codec == "zstd" else Codec.NONE,
+            ),
+            uploader=UploaderSettings(
+                max_hedges=self.max_hedges,
+                hedge_after_s=self.hedge_after_s,
+                hedge_budget_ratio=self.hedge_budget_ratio,
+            ),
+            materialization=MaterializationSettings(
+                interval_s=self.materialization_interval_s,
+                jitter=self.materialization_jitter,
+                max_in_flight=self.materialization_max_in_flight,
+            ),
+            checkpoint_timeout_s=self.checkpoint_timeout_s,
+        )
+
+    def to_env(self) -> dict[str, str]:
+        """``GIC_<FIELD>`` variables that :meth:`from_env` reads back into an equal
+        object (settings that are ``None`` are left out)."""
+        out: dict[str, str] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is not None:
+                out[env_var(name)] = _env_text(value)
+        return out
+
+    # --- loaders -----------------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> GICSettings:
+        """Settings from ``GIC_<FIELD>`` variables of ``env``, defaults elsewhere."""
+        return cls._build([_env_layer(cls, env)])
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> GICSettings:
+        """Settings from a JSON (``.json``) or YAML (``.yaml``/``.yml``) file whose top
+        level maps setting names to values, defaults elsewhere."""
+        return cls._build([_file_layer(path)])
+
+    @classmethod
+    def load(
+        cls,
+        file: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] = os.environ,
+        **overrides: Any,
+    ) -> GICSettings:
+        """Settings from all sources: ``overrides`` > ``env`` > file > defaults. The file
+        is ``file``, else the one ``GIC_CONFIG_FILE`` names, else none."""
+        path = file if file is not None else (env.get(CONFIG_FILE_ENV) or None)
+        layers = [] if path is None else [_file_layer(path)]
+        layers.append(_env_layer(cls, env))
+        layers.append({k: (v, f"argument {k}") for k, v in overrides.items() if v is not None})
+        return cls._build(layers)
+
+    @classmethod
+    def _build(cls, layers: list[dict[str, tuple[Any, str]]]) -> GICSettings:
+        merged: dict[str, tuple[Any, str]] = {}
+        for layer in layers:
+            merged.update(layer)
+        values = {name: value for name, (value, _) in merged.items()}
+        token = _SOURCES.set({name: source for name, (_, source) in merged.items()})
+        try:
+            return cls(**values)
+        finally:
+            _SOURCES.reset(token)
+
+
+#: What each setting accepts, for error messages.
+ACCEPTED: Mapping[str, str] = {
+    "job_id": "1-128 lowercase letters, digits, '.', '_' or '-', starting and ending with a "
+    "letter or digit",
+    "storage": "s3://bucket/prefix, file:///absolute/path or a local path",
+    "num_buckets": "an integer from 1 to 32768",
+    "num_tasks": "a positive integer (or unset: spark.sql.shuffle.partitions)",
+    "retained_checkpoints": "a positive integer",
+    "materialization_interval_s": "a positive number of seconds",
+    "materialization_jitter": "a number from 0 up to (not including) 1",
+    "materialization_max_in_flight": "a positive integer",
+    "changelog_preemptive_upload_bytes": "a positive number of bytes",
+    "changelog_codec": "'zstd' or 'none'",
+    "max_hedges": "an integer >= 0 (0 disables hedging)",
+    "hedge_after_s": "a positive number of seconds (or unset: adaptive)",
+    "hedge_budget_ratio": "a number from 0 to 1",
+    "full_snapshots": "true or false (also 1/0, yes/no, on/off)",
+    "checkpoint_timeout_s": "a positive number of seconds",
+    "restore_source": "a checkpoint or savepoint URI or path (or unset)",
+    "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
+    "epoch": "a positive integer (or unset: the driver claims the next)",
+    "local_dir": "a non-empty directory path",
+    "max_batches": "a positive integer (or unset: no limit)",
+    "metrics_port": "a port number from 0 to 65535 (or unset: off)",
+    "control_poll_s": "a positive number of seconds",
+}
+
+
+def env_var(name: str) -> str:
+    """The environment variable of setting ``name`` (``GIC_`` + upper case)."""
+    return ENV_PREFIX + name.upper()
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if hasattr(value, "value"):  # enums
+        return str(value.value)
+    return str(value)
+
+
+def _optional(cls: type[GICSettings], name: str) -> bool:
+    return not cls.model_fields[name].is_required() and cls.model_fields[name].default is None
+
+
+def _env_layer(cls: type[GICSettings], env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    layer: dict[str, tuple[Any, str]] = {}
+    for name in cls.model_fields:
+        var = env_var(name)
+        if var not in env:
+            continue
+        raw = env[var]
+        value: Any = None if raw.strip() == "" and _optional(cls, name) else raw
+        layer[name] = (value, f"environment variable {var}")
+    return layer
+
+
+def _file_layer(path: str | os.PathLike[str]) -> dict[str, tuple[Any, str]]:
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix not in (".json", ".yaml", ".yml"):
+        raise ConfigurationError(
+            f"settings file {file} has an unknown extension {suffix!r}: name it *.json, "
+            "*.yaml or *.yml"
+        )
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read settings file {file}: {exc.strerror or exc}; check the path "
+            f"(given directly or by {CONFIG_FILE_ENV})"
+        ) from exc
+    data = _parse_json(file, text) if suffix == ".json" else _parse_yaml(file, text)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigurationError(
+            f"settings file {file} must hold a mapping of setting names to values at its "
+            f"top level, not a {type(data).__name__}"
+        )
+    return {str(key): (value, f"file {file} key {key!r}") for key, value in data.items()}
+
+
+def _parse_json(file: Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"settings file {file} is not valid JSON: {exc}") from exc
+
+
+def _parse_yaml(file: Path, text: str) -> Any:
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigurationError(
+            f"settings file {file} is YAML, but pyyaml is not installed: install it "
+            "(pip install pyyaml) or write the settings as JSON"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"settings file {file} is not valid YAML: {exc}") from exc
+
+
+def _describe(exc: ValidationError, sources: Mapping[str, str], values: Mapping[str, Any]) -> str:
+    """One line per bad setting: where it came from, what is wrong, what is accepted."""
+    lines: dict[str, str] = {}
+    for error in exc.errors(include_url=False):
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        if name in lines:
+            continue
+        source = sources.get(name, f"default of {name}")
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(GICSettings.model_fields)
+            lines[name] = f"{source}: not a setting (known settings: {known})"
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        shown = repr(values.get(name))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        lines[name] = f"{source} = {shown}: {message}; accepted: {ACCEPTED.get(name, '?')}"
+    count = len(lines)
+    head = f"invalid GIC settings ({count} problem{'s' if count != 1 else ''}):"
+    return "\n".join([head, *(f"  - {line}" for line in lines.values())])

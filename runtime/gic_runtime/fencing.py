@@ -1,0 +1,226 @@
+"""Fencing epochs: each driver launch of a job claims a strictly higher epoch.
+
+::
+
+    <root>/jobs/<job_id>/epochs/epoch-<epoch:012d>     write-once marker (GICE record)
+
+Claiming epoch ``E`` is creating its marker with create-if-absent, so two launches can
+never hold the same epoch. A driver holding ``E`` checks its :class:`Fence` before it
+writes a manifest (DESIGN §4 step 1): as soon as any marker above ``E`` exists, it has
+been superseded, raises :class:`~gic_runtime.errors.FencedError` and must stop without
+writing. Together with write-once manifests this means two drivers of one job never both
+complete a checkpoint (DESIGN §2, fencing epoch), and an orphan sweep after bumping the
+epoch knows the old driver will not start new checkpoints (DESIGN §3.9).
+
+Invariants:
+
+* Epochs start at 1 (0 means "none claimed yet") and markers are never deleted or
+  rewritten, so the highest marker only ever grows.
+* :func:`claim_epoch` without an epoch returns one above every marker it saw, and
+  distinct calls never return the same epoch. A given epoch must be above every
+  existing marker; finding its marker already created by the same ``claimed_by`` is
+  success (a retried claim whose first attempt landed), by anyone else is fencing.
+  ``claimed_by`` must therefore identify the launch (e.g. pod name or host and pid).
+* Marker names are the truth: :meth:`Fence.check` is a single LIST of the epochs
+  prefix and reads no marker bodies (they record who claimed and when, for humans).
+
+Thread-safety: stateless functions; a :class:`Fence` is immutable and may be shared.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gic_runtime.checkpoint.catalog import resolve_prefix
+from gic_runtime.clock import Clock, SystemClock
+from gic_runtime.control.envelope import (
+    decode_record,
+    encode_record,
+    field_float,
+    field_int,
+    field_str,
+    parse_body,
+)
+from gic_runtime.errors import (
+    ConfigurationError,
+    CorruptFileError,
+    FencedError,
+    ObjectExistsError,
+)
+from gic_runtime.layout import job_dir, validate_id
+from gic_runtime.storage.uri import StoreResolver, join
+from gic_runtime.storage.writes import create_once
+
+MAGIC = "GICE"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+#: Auto-claims give up after this many create collisions in a row (each one means
+#: another launch claimed the epoch just tried; so many in a row means a claim storm).
+MAX_CLAIM_ATTEMPTS = 64
+
+_MARKER = re.compile(r"epoch-(\d{12})")
+
+
+def epochs_dir(root: str, job_id: str) -> str:
+    return join(job_dir(root, job_id), "epochs")
+
+
+def epoch_marker_uri(root: str, job_id: str, epoch: int) -> str:
+    return join(epochs_dir(root, job_id), f"epoch-{epoch:012d}")
+
+
+def parse_epoch(name: str) -> int | None:
+    """Epoch from a marker's file name (or key/URI), or ``None`` if it is not one."""
+    m = _MARKER.fullmatch(name.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class EpochMarker:
+    """Who claimed ``epoch`` and when (seconds since the Unix epoch)."""
+
+    epoch: int
+    claimed_at: float
+    claimed_by: str
+
+    def encode(self) -> bytes:
+        body = {"epoch": self.epoch, "claimed_at": self.claimed_at, "claimed_by": self.claimed_by}
+        return encode_record(MAGIC, FORMAT_VERSION, body, what=f"epoch marker {self.epoch}")
+
+    @classmethod
+    def decode(cls, data: bytes, uri: str) -> EpochMarker:
+        """Parse a stored marker; errors name ``uri``."""
+        _, body = decode_record(
+            data, MAGIC, SUPPORTED_VERSIONS, what="GIC fencing-epoch marker", uri=uri
+        )
+        marker = parse_body(
+            lambda: cls(
+                epoch=field_int(body, "epoch", minimum=1),
+                claimed_at=field_float(body, "claimed_at"),
+                claimed_by=field_str(body, "claimed_by"),
+            ),
+            what="fencing-epoch marker",
+            uri=uri,
+        )
+        if parse_epoch(uri) != marker.epoch:
+            raise CorruptFileError(
+                f"marker is named {uri.rsplit('/', 1)[-1]!r} but holds epoch {marker.epoch}; "
+                "markers are never renamed: move it away",
+                uri=uri,
+            )
+        return marker
+
+
+def list_epochs(resolver: StoreResolver, root: str, job_id: str) -> list[int]:
+    """Every claimed epoch of the job, ascending (one LIST, no reads)."""
+    store, prefix = resolve_prefix(resolver, epochs_dir(root, job_id))
+    epochs = []
+    for info in store.list(prefix):
+        rest = info.key[len(prefix) :]
+        epoch = parse_epoch(rest) if "/" not in rest else None
+        if epoch is not None:
+            epochs.append(epoch)
+    return sorted(epochs)
+
+
+def highest_epoch(resolver: StoreResolver, root: str, job_id: str) -> int:
+    """The highest claimed epoch of the job, 0 when none was ever claimed."""
+    return max(list_epochs(resolver, root, job_id), default=0)
+
+
+def read_marker(resolver: StoreResolver, root: str, job_id: str, epoch: int) -> EpochMarker:
+    """The marker of ``epoch`` (raises ObjectNotFoundError if it was never claimed)."""
+    uri = epoch_marker_uri(root, job_id, epoch)
+    store, key = resolver.resolve(uri)
+    return EpochMarker.decode(store.get(key), uri)
+
+
+def claim_epoch(
+    resolver: StoreResolver,
+    root: str,
+    job_id: str,
+    *,
+    epoch: int | None = None,
+    claimed_by: str,
+    clock: Clock | None = None,
+) -> int:
+    """Claim a fencing epoch for a new launch of ``job_id``; return it.
+
+    ``epoch=None`` claims the next one above the highest existing marker (retrying when
+    another launch takes it first). A given ``epoch`` (``>= 1``, e.g. assigned by the
+    operator) must be higher than every existing marker. Raises :class:`FencedError`
+    when a given epoch is not claimable, see the module docstring.
+    """
+    validate_id("job id", job_id)
+    if not claimed_by:
+        raise ConfigurationError("claim_epoch needs claimed_by naming the launch (pod, host:pid)")
+    now = (clock or SystemClock()).wall()
+    if epoch is not None:
+        return _claim_given(resolver, root, job_id, epoch=epoch, claimed_by=claimed_by, now=now)
+    for _ in range(MAX_CLAIM_ATTEMPTS):
+        candidate = highest_epoch(resolver, root, job_id) + 1
+        if _create(resolver, root, job_id, EpochMarker(candidate, now, claimed_by)):
+            return candidate
+    raise FencedError(
+        f"could not claim a fencing epoch for job {job_id!r}: {MAX_CLAIM_ATTEMPTS} attempts in "
+        "a row lost to other launches claiming the same epoch; make sure only one "
+        "controller launches this job's driver, then retry"
+    )
+
+
+def _claim_given(
+    resolver: StoreResolver, root: str, job_id: str, *, epoch: int, claimed_by: str, now: float
+) -> int:
+    if isinstance(epoch, bool) or epoch < 1:
+        raise ConfigurationError(f"fencing epochs start at 1; got {epoch!r} for job {job_id!r}")
+    highest = highest_epoch(resolver, root, job_id)
+    if highest > epoch:
+        raise FencedError(
+            f"cannot claim epoch {epoch} for job {job_id!r}: epoch {highest} was already "
+            "claimed and epochs only go up; assign an epoch above it, or let the driver "
+            "claim the next one"
+        )
+    if highest < epoch and _create(resolver, root, job_id, EpochMarker(epoch, now, claimed_by)):
+        return epoch
+    holder = read_marker(resolver, root, job_id, epoch)
+    if holder.claimed_by != claimed_by:
+        raise FencedError(
+            f"epoch {epoch} of job {job_id!r} was already claimed by {holder.claimed_by!r}; "
+            "each launch needs its own epoch: assign a higher one"
+        )
+    return epoch
+
+
+def _create(resolver: StoreResolver, root: str, job_id: str, marker: EpochMarker) -> bool:
+    """Create ``marker``; ``False`` when another launch holds that epoch."""
+    store, key = resolver.resolve(epoch_marker_uri(root, job_id, marker.epoch))
+    try:
+        create_once(store, key, marker.encode())
+    except ObjectExistsError:
+        return False
+    return True
+
+
+class Fence:
+    """The fencing check of a driver holding ``epoch`` of ``job_id``. Immutable."""
+
+    def __init__(self, resolver: StoreResolver, root: str, job_id: str, epoch: int) -> None:
+        self._resolver = resolver
+        self.root = root
+        self.job_id = validate_id("job id", job_id)
+        self.epoch = epoch
+
+    def highest(self) -> int:
+        """The highest claimed epoch of the job (0 when none was ever claimed)."""
+        return highest_epoch(self._resolver, self.root, self.job_id)
+
+    def check(self) -> None:
+        """Raise :class:`FencedError` if a launch with a higher epoch exists."""
+        highest = self.highest()
+        if highest > self.epoch:
+            raise FencedError(
+                f"driver epoch {self.epoch} of job {self.job_id!r} was superseded by epoch "
+                f"{highest}; this driver stops without writing further checkpoints (a newer "
+                "launch of the job owns it now)"
+            )
