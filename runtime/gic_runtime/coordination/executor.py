@@ -1,0 +1,298 @@
+"""Executor side of a micro-batch: run one state task against its barrier.
+
+:func:`run_task` runs task ``i`` of a :class:`~gic_runtime.coordination.barrier.Barrier`
+in the calling thread, in whichever Python worker process Spark chose:
+
+1. take this process's cached backend for the task's bucket range
+   (:mod:`~gic_runtime.coordination.executor_cache`);
+2. lock the range's buckets machine-wide (:mod:`~gic_runtime.coordination.bucket_locks`)
+   until the ack is built, so two attempts of a task never interleave on a bucket;
+3. bring every bucket to the expected lineage: import a canonical savepoint, or reuse
+   the executor-local LMDB copy when its ``(seq, token)`` matches and restore from
+   storage otherwise;
+4. adopt background snapshots that fit the lineage
+   (:mod:`~gic_runtime.coordination.local_materialization`);
+5. run the callback and stage its output tables as one Parquet file
+   (:mod:`~gic_runtime.coordination.staging`);
+6. (self-contained barriers: snapshot every non-empty bucket first) make every change
+   durable, then record the new lineage in the local copy so any worker may reuse it;
+7. start due background materializations, unlock, and answer with a
+   :class:`~gic_runtime.coordination.barrier.TaskAck`.
+
+Invariants: correctness never depends on placement -- the local copy is used only
+when its lineage metadata equals the expected state, and any data change removes that
+metadata (atomically), so a failed or concurrent attempt's leftovers are rebuilt from
+storage. The ack names only objects durable before it is returned. On any exception
+the pending local writes are committed without metadata, the locks are released, the
+cached backend is dropped, and the exception propagates.
+
+Thread-safety: a task runs entirely on the calling thread; tasks of one bucket are
+serialized by the bucket locks (across processes and threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from gic_runtime.coordination.barrier import Barrier, TaskAck, TaskStats
+from gic_runtime.coordination.bucket_locks import BucketLocks
+from gic_runtime.coordination.executor_cache import (
+    ExecutorEntry,
+    close_local_executor,
+    discard,
+    entry_for,
+)
+from gic_runtime.coordination.local_materialization import (
+    LocalMaterializationStats,
+    MaterializationScope,
+    adopt_materializations,
+    local_stats,
+    note_attempt,
+    start_due_materializations,
+    wait_local_materializations,
+)
+from gic_runtime.coordination.staging import OutputStager
+from gic_runtime.errors import UploadError
+from gic_runtime.handles import BucketState, SnapshotHandle
+from gic_runtime.layout import new_snapshot_uri
+from gic_runtime.savepoint.canonical import restore_from_canonical
+from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
+from gic_runtime.state.snapshot import upload_snapshot
+from gic_runtime.storage.uri import StoreResolver
+
+__all__ = [
+    "LocalMaterializationStats",
+    "ProcessFn",
+    "TaskContext",
+    "close_local_executor",
+    "expected_states",
+    "local_stats",
+    "run_task",
+    "wait_local_materializations",
+]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Counters:
+    rows_in: int = 0
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What the processing callback of one task gets. It reads and writes state only
+    through ``backend`` (``value_state`` / ``map_state`` / ``list_state``,
+    ``write_raw``), for keys routing into ``bucket_range``."""
+
+    barrier: Barrier
+    task_index: int
+    bucket_range: range
+    backend: KeyedStateBackend
+    _counters: _Counters = field(default_factory=_Counters, repr=False, compare=False)
+
+    @property
+    def checkpoint_id(self) -> int:
+        """The micro-batch (checkpoint) this task belongs to."""
+        return self.barrier.checkpoint_id
+
+    def count_rows_in(self, n: int) -> None:
+        """Report ``n`` more input rows (shows as ``TaskStats.rows_in``)."""
+        self._counters.rows_in += n
+
+    @property
+    def rows_in(self) -> int:
+        return self._counters.rows_in
+
+
+ProcessFn = Callable[[TaskContext], Iterable[pa.Table]]
+"""The task's processing: reads input, updates state, yields output ``pyarrow.Table``s
+(possibly none)."""
+
+
+def run_task(
+    barrier: Barrier,
+    task_index: int,
+    process: ProcessFn,
+    *,
+    output_schema: pa.Schema | None = None,
+) -> TaskAck:
+    """Run task ``task_index`` of ``barrier`` (see the module docstring) and return its
+    ack. ``output_schema`` (a ``pyarrow.Schema``) fixes the staged file's columns."""
+    began = time.perf_counter()
+    owned = barrier.bucket_range(task_index)
+    entry = entry_for(barrier, task_index)
+    with BucketLocks(entry.paths.locks, owned), entry.lock:
+        try:
+            return _run_locked(
+                barrier=barrier,
+                task_index=task_index,
+                entry=entry,
+                process=process,
+                output_schema=output_schema,
+                began=began,
+            )
+        except BaseException:
+            _abandon(entry)
+            raise
+
+
+def _abandon(entry: ExecutorEntry) -> None:
+    """After a failure: commit pending local writes (they removed the lineage metadata,
+    so the next attempt rebuilds from storage) and drop the cached backend."""
+    discard(entry)
+    try:
+        entry.backend.store.flush()
+    except Exception as exc:  # the original error matters more
+        _log.warning("could not flush the local state store after a failed task: %s", exc)
+
+
+def _run_locked(
+    *,
+    barrier: Barrier,
+    task_index: int,
+    entry: ExecutorEntry,
+    process: ProcessFn,
+    output_schema: pa.Schema | None,
+    began: float,
+) -> TaskAck:
+    backend, resolver, settings = entry.backend, entry.resolver, barrier.settings
+    bytes_before = entry.uploader.bytes_submitted
+    scope = MaterializationScope(
+        entry.paths.materialized,
+        barrier.root,
+        barrier.job_id,
+        barrier.epoch,
+        resolver,
+        settings.materialization,
+    )
+
+    note_attempt(scope)
+
+    # 3. the expected lineage
+    expected = barrier.expected_for(task_index)
+    if barrier.canonical_source is not None:
+        restore_from_canonical(backend, barrier.canonical_source, resolver)
+        imported = tuple(b for b in backend.bucket_range if backend.seq(b) > 0)
+        summary = RestoreSummary(
+            restored=imported,
+            empty=tuple(b for b in backend.bucket_range if b not in imported),
+        )
+    else:
+        summary = backend.restore(expected, resolver)
+    start_seq = {b: s.seq for b, s in expected.items()}
+
+    # 4. background snapshots that fit
+    adopted: list[int] = []
+    if not barrier.self_contained and barrier.canonical_source is None:
+        adopted = adopt_materializations(scope, backend, expected)
+
+    # 5. the batch
+    ctx = TaskContext(barrier, task_index, backend.bucket_range, backend)
+    stager = OutputStager(barrier.staging_uri, task_index, resolver, output_schema)
+    processing = time.perf_counter()
+    try:
+        for table in process(ctx):
+            stager.add(table)
+        outputs = stager.finish()
+    except BaseException:
+        stager.abort()
+        raise
+    processed = time.perf_counter()
+
+    # 6. durability
+    snapshots: list[SnapshotHandle] = []
+    if barrier.self_contained:
+        snapshots = _materialize_all(backend, resolver, barrier)
+    future = backend.checkpoint()
+    timeout = settings.checkpoint_timeout_s
+    try:
+        states = future.result(timeout=timeout)
+    except FutureTimeoutError as exc:
+        raise UploadError(
+            f"checkpoint {barrier.checkpoint_id} of job {barrier.job_id} buckets "
+            f"[{backend.bucket_range.start}, {backend.bucket_range.stop}) did not become "
+            f"durable within {timeout} s (TaskSettings.checkpoint_timeout_s); check the "
+            "storage endpoint's health"
+        ) from exc
+    backend.mark_persisted(states)
+    backend.take_unreferenced_snapshots()  # never deleted here: see local_materialization
+    durable = time.perf_counter()
+
+    # 7. background materializations, then the ack
+    started = start_due_materializations(scope, backend, states)
+    stats = TaskStats(
+        rows_in=ctx.rows_in,
+        rows_out=sum(o.rows for o in outputs),
+        changes=sum(s.seq - start_seq.get(b, 0) for b, s in states.items()),
+        changelog_bytes=entry.uploader.bytes_submitted - bytes_before,
+        snapshot_bytes=sum(h.size for h in snapshots),
+        local_hits=len(summary.local_hits),
+        restored=len(summary.restored),
+        empty=len(summary.empty),
+        replayed=summary.replayed,
+        materializations_adopted=len(adopted),
+        materializations_started=started,
+        process_s=processed - processing,
+        checkpoint_s=durable - processed,
+        total_s=time.perf_counter() - began,
+        pid=os.getpid(),
+    )
+    return TaskAck(
+        job_id=barrier.job_id,
+        epoch=barrier.epoch,
+        checkpoint_id=barrier.checkpoint_id,
+        task_index=task_index,
+        states=states,
+        outputs=outputs,
+        stats=stats,
+    )
+
+
+def _materialize_all(
+    backend: KeyedStateBackend, resolver: StoreResolver, barrier: Barrier
+) -> list[SnapshotHandle]:
+    """Snapshot every non-empty bucket now, in parallel, into the job's own directory,
+    and make each snapshot the bucket's base."""
+    views = [backend.materialization_view(b) for b in backend.bucket_range if backend.seq(b) > 0]
+    if not views:
+        return []
+    compress = barrier.settings.materialization.compress
+
+    def upload(index: int) -> SnapshotHandle:
+        view = views[index]
+        with view.view as items:
+            return upload_snapshot(
+                resolver,
+                new_snapshot_uri(barrier.root, barrier.job_id, view.bucket),
+                items,
+                bucket=view.bucket,
+                seq=view.seq,
+                compress=compress,
+            )
+
+    try:
+        with ThreadPoolExecutor(min(8, len(views)), thread_name_prefix="gic-full") as pool:
+            handles = list(pool.map(upload, range(len(views))))
+    finally:
+        for view in views:
+            view.view.close()
+    for handle in handles:
+        backend.on_materialized(handle.bucket, handle)
+    return handles
+
+
+def expected_states(acks: Iterable[TaskAck]) -> Mapping[int, BucketState]:
+    """The bucket states of a batch's acks: the ``expected`` lineage of the next batch."""
+    out: dict[int, BucketState] = {}
+    for ack in acks:
+        out.update(ack.states)
+    return out
