@@ -13,11 +13,11 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 run: setup
-	$(PY) -m gic_runtime.demo
+	$(VENV)/bin/gic demo
 
 lint: setup
 	$(VENV)/bin/ruff check runtime operator tests bench

@@ -1,0 +1,107 @@
+"""Serving control requests on the driver: savepoints and stops, between batches.
+
+A savepoint request is served from the latest completed checkpoint (a batch boundary)
+into the request's own target directory, then its outcome is recorded write-once in
+the control channel. Native savepoints duplicate the checkpoint's files (server-side
+copy where the store has it); canonical ones export every bucket to Parquet.
+
+Invariants:
+
+* A savepoint is never registered with the job's shared-file registry, never becomes a
+  crash-recovery start point and never publishes sink output (DESIGN §3.5): it is
+  written from a manifest that is already complete and published.
+* Serving is idempotent: a request whose target already holds a finished savepoint
+  (e.g. the driver crashed after writing it, before recording the outcome) is completed
+  from what is there; a partly written target is finished (copies already there are
+  kept when they match).
+* A request arriving before the job's first checkpoint stays pending.
+
+Not thread-safe: the driver calls it while holding its batch lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from gic_runtime import crashpoints
+from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
+from gic_runtime.control import ControlChannel
+from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
+from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.errors import GICError
+from gic_runtime.layout import SAVEPOINT_MANIFEST
+from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
+from gic_runtime.savepoint.native import load_savepoint
+from gic_runtime.storage.uri import StoreResolver, join
+
+_log = logging.getLogger(__name__)
+
+
+def stops_job(request: ControlRequest) -> bool:
+    """Whether serving ``request`` ends the job (stop, or stop-with-savepoint)."""
+    return not isinstance(request, SavepointRequest) or request.kind is SavepointType.TERMINAL
+
+
+def _exists(resolver: StoreResolver, uri: str) -> bool:
+    store, key = resolver.resolve(uri)
+    return store.exists(key)
+
+
+def _size_of(resolver: StoreResolver, directory: str) -> tuple[int, int]:
+    store, prefix = resolver.resolve(directory)
+    files = size = 0
+    for info in store.list(prefix.rstrip("/") + "/"):
+        files += 1
+        size += info.size
+    return files, size
+
+
+def serve_request(
+    resolver: StoreResolver,
+    timeline: CheckpointTimeline,
+    control: ControlChannel,
+    request: ControlRequest,
+) -> Outcome | None:
+    """Serve ``request`` from the latest checkpoint and record its outcome; ``None``
+    while there is no checkpoint yet (the request stays pending)."""
+    latest = timeline.latest()
+    if latest is None:
+        return None
+    started = time.time()
+    if not isinstance(request, SavepointRequest):
+        outcome = Outcome.completed(
+            request.request_id, checkpoint_id=latest.checkpoint_id, started_at=started
+        )
+        return control.complete(outcome)
+    target = request.target.rstrip("/")
+    try:
+        if request.format is SavepointFormat.NATIVE:
+            if not _exists(resolver, join(target, SAVEPOINT_MANIFEST)):
+
+                def progress(done: int, total: int) -> None:
+                    if done:
+                        crashpoints.hit("savepoint_copy", latest.checkpoint_id)
+
+                timeline.native_savepoint(target, savepoint_type=request.kind, progress=progress)
+            checkpoint_id = load_savepoint(resolver, target).manifest.checkpoint_id
+        else:
+            if not _exists(resolver, join(target, INDEX_NAME)):
+                crashpoints.hit("savepoint_copy", latest.checkpoint_id)
+                write_canonical_from_states(
+                    latest.manifest.buckets, latest.manifest.num_buckets, target, resolver
+                )
+            checkpoint_id = latest.checkpoint_id
+        files, size = _size_of(resolver, target)
+        outcome = Outcome.completed(
+            request.request_id,
+            path=target,
+            checkpoint_id=checkpoint_id,
+            size_bytes=size,
+            files=files,
+            started_at=started,
+        )
+    except GICError as exc:
+        _log.error("savepoint %s failed: %s", request.request_id, exc)
+        outcome = Outcome.failed(request.request_id, str(exc), started_at=started)
+    return control.complete(outcome)

@@ -1,0 +1,34 @@
+"""GIC for Spark Structured Streaming: keyed state with incremental checkpoints.
+
+The only part of the runtime that imports pyspark. See :mod:`gic_runtime.spark.job` for
+the API and :mod:`gic_runtime.spark.driver` for the per-batch protocol.
+"""
+
+from gic_runtime.processing import KeyState, StateAccess, count, max_, min_, sum_
+from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
+from gic_runtime.spark.job import (
+    GICJob,
+    GICQuery,
+    KeyedStream,
+    RunSummary,
+    StatefulStream,
+    local_spark,
+)
+
+__all__ = [
+    "BatchReport",
+    "Driver",
+    "GICJob",
+    "GICQuery",
+    "KeyState",
+    "KeyedStream",
+    "RunSummary",
+    "StartInfo",
+    "StateAccess",
+    "StatefulStream",
+    "count",
+    "local_spark",
+    "max_",
+    "min_",
+    "sum_",
+]

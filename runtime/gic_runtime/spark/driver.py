@@ -1,0 +1,409 @@
+"""The driver's side of the per-batch protocol (DESIGN §4) for one job attempt.
+
+:meth:`Driver.prepare` runs once before the streaming query starts: claim a fencing
+epoch, open the checkpoint timeline (own latest checkpoint, else the restore source),
+finish publishing the latest checkpoint's sink output, clear stale staging, sweep
+orphans, and lay Spark's checkpoint directory down from the start manifest.
+
+:meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N:
+
+1. check fencing (a superseded driver raises :class:`~gic_runtime.errors.FencedError`
+   and never writes a manifest); a batch at or below the last checkpoint is a replay:
+   publish its output if needed and return without touching state;
+2. build the barrier (expected lineage = the previous checkpoint's bucket states);
+3. route rows to tasks and collect one ack per task (``mapInArrow`` then ``collect``:
+   the stateful stage runs once, nothing is recomputed);
+4. check fencing again, then write manifest N once (create-if-absent) carrying Spark's
+   progress for N and the staged output files;
+5. publish N's output (idempotent), delete its staging, let the registry subsume old
+   checkpoints off the critical path; report metrics and status.
+
+Savepoint and stop requests arrive through the durable control channel and are served
+between batches by :meth:`Driver.serve_control` (see
+:mod:`gic_runtime.coordination.savepoints`).
+
+Thread-safety: ``foreach_batch`` (Spark's callback thread) and ``serve_control`` (the
+query's control loop) serialize on one lock; everything else is for the owner thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from gic_runtime import crashpoints
+from gic_runtime.checkpoint.manifest import StoredManifest
+from gic_runtime.checkpoint.sweep import SweepResult
+from gic_runtime.config import GICSettings
+from gic_runtime.control import ControlChannel
+from gic_runtime.control.model import ControlRequest
+from gic_runtime.coordination.barrier import Barrier, TaskAck
+from gic_runtime.coordination.savepoints import serve_request, stops_job
+from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
+from gic_runtime.errors import StateError
+from gic_runtime.fencing import Fence, claim_epoch
+from gic_runtime.handles import BucketState
+from gic_runtime.layout import job_dir
+from gic_runtime.processing import Processor
+from gic_runtime.sinks import Sink, staged_from_manifest
+from gic_runtime.spark import checkpoint_dir
+from gic_runtime.spark.placement import partition_keys, route
+from gic_runtime.spark.stage import ACK_SCHEMA, executor_error, make_stage
+from gic_runtime.spark.telemetry import Telemetry
+from gic_runtime.storage.uri import StoreResolver, join
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """What one committed batch did (also the source of metrics and status)."""
+
+    batch_id: int
+    rows_in: int
+    rows_out: int
+    tasks: int
+    batch_ms: float
+    commit_ms: float
+    """From the slowest task's end of processing to the manifest being durable: the
+    task's changelog flush (``checkpoint_s``) plus the manifest write."""
+    bytes_uploaded: int
+    changelog_bytes: int
+    snapshot_bytes: int
+    local_hits: int
+    restored: int
+    empty: int
+    materializations_adopted: int
+    self_contained: bool
+    manifest_uri: str
+    published_rows: int
+
+    @property
+    def local_hit_ratio(self) -> float:
+        """Share of non-empty buckets served from the executor-local copy."""
+        used = self.local_hits + self.restored
+        return self.local_hits / used if used else 1.0
+
+
+@dataclass
+class StartInfo:
+    """Where the attempt started and what recovery did before the first batch."""
+
+    epoch: int
+    resumed_after: int | None
+    own: bool
+    restored_from: str | None
+    sweep: SweepResult | None
+    republished: int
+    spark_checkpoint_dir: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Driver:
+    """Per-batch protocol of one attempt of one job (see the module docstring)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: GICSettings,
+        key: str,
+        processor: Processor,
+        sink: Sink,
+        *,
+        resolver: StoreResolver,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.key = key
+        self.processor = processor
+        self.sink = sink
+        self.resolver = resolver
+        self.on_batch = on_batch
+        self.root = settings.storage
+        self.job_id = settings.job_id
+        self.num_tasks = settings.num_tasks or int(
+            spark.conf.get("spark.sql.shuffle.partitions") or "4"
+        )
+        self._lock = threading.Lock()
+        self._stop_reason: str | None = None
+        self._batches = 0
+        self.timeline: CheckpointTimeline | None = None
+        self.fence: Fence | None = None
+        self.control = ControlChannel(resolver, self.root, self.job_id)
+        self.telemetry: Telemetry | None = None
+        self._expected: dict[int, BucketState] = {}
+        self._canonical: str | None = None
+        self._last_id: int | None = None
+        self._part_keys: list[int] = []
+        self.start_info: StartInfo | None = None
+        self.failure: BaseException | None = None
+
+    # --- start ----------------------------------------------------------------------
+
+    @property
+    def spark_dir(self) -> str:
+        return str(Path(self.settings.local_dir) / self.job_id / "spark-checkpoint")
+
+    def prepare(self) -> StartInfo:
+        """Everything before the first batch (see the module docstring)."""
+        s = self.settings
+        owner = f"driver {socket.gethostname()}:{os.getpid()}"
+        epoch = claim_epoch(self.resolver, self.root, self.job_id, epoch=s.epoch, claimed_by=owner)
+        self.fence = Fence(self.resolver, self.root, self.job_id, epoch)
+        restore = RestoreRequest(s.restore_source, s.restore_mode) if s.restore_source else None
+        timeline = CheckpointTimeline(
+            self.resolver,
+            self.root,
+            self.job_id,
+            epoch=epoch,
+            num_buckets=s.num_buckets,
+            retain=s.retained_checkpoints,
+            restore=restore,
+        )
+        self.timeline = timeline
+        self.telemetry = Telemetry(self.resolver, s, epoch)
+        start = timeline.start
+        republished = 0
+        if start.own and start.manifest is not None:
+            republished = self._publish(start.manifest.checkpoint_id, dict(start.manifest.sink))
+        self._clear_staging()
+        sweep = timeline.sweep()
+        manifest = start.manifest
+        resumed = checkpoint_dir.lay_down(self.spark_dir, manifest.engine if manifest else None)
+        if manifest is not None:
+            self._expected = dict(manifest.buckets)
+            self._last_id = manifest.checkpoint_id
+        self._canonical = start.canonical_uri
+        self._part_keys = partition_keys(self.spark, self.num_tasks)
+        lineage = timeline.lineage
+        self.start_info = StartInfo(
+            epoch=epoch,
+            resumed_after=resumed,
+            own=start.own,
+            restored_from=lineage.source_uri if lineage else None,
+            sweep=sweep,
+            republished=republished,
+            spark_checkpoint_dir=self.spark_dir,
+        )
+        self.telemetry.started(self.start_info, timeline)
+        return self.start_info
+
+    def _staging_root(self) -> str:
+        return join(job_dir(self.root, self.job_id), "staging")
+
+    def _clear_staging(self, batch_id: int | None = None) -> None:
+        uri = self._staging_root()
+        if batch_id is not None:
+            uri = join(uri, f"{batch_id:012d}")
+        store, prefix = self.resolver.resolve(uri)
+        keys = [info.key for info in store.list(prefix.rstrip("/") + "/")]
+        if keys:
+            store.delete_many(keys)
+
+    def _publish(self, batch_id: int, sink_info: Mapping[str, Any]) -> int:
+        staged = staged_from_manifest(sink_info)
+        if self.sink.published(batch_id):
+            return 0
+        crashpoints.hit("before_publish", batch_id)
+        return self.sink.publish(batch_id, staged)
+
+    # --- per batch ------------------------------------------------------------------
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the query should stop (``None``: keep running)."""
+        return self._stop_reason
+
+    def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
+        """Spark's ``foreachBatch`` callback (see the module docstring). A failure is
+        kept in :attr:`failure` (Spark only passes its text on) and re-raised."""
+        try:
+            self._batch(df, batch_id)
+        except BaseException as exc:
+            self.failure = self.failure or exc
+            raise
+
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
+        with self._lock:
+            if self._stop_reason is not None:
+                return
+            timeline, fence = self.timeline, self.fence
+            if timeline is None or fence is None:
+                raise StateError("Driver.prepare() must run before the query starts")
+            fence.check()
+            if self._last_id is not None and batch_id <= self._last_id:
+                self._replay(batch_id)
+                return
+            started = time.perf_counter()
+            self_contained = timeline.must_be_self_contained or self.settings.full_snapshots
+            barrier = Barrier(
+                job_id=self.job_id,
+                root=self.root,
+                epoch=fence.epoch,
+                checkpoint_id=batch_id,
+                num_buckets=self.settings.num_buckets,
+                num_tasks=self.num_tasks,
+                local_dir=self.settings.local_dir,
+                expected=self._expected if self._canonical is None else {},
+                self_contained=self_contained,
+                canonical_source=self._canonical,
+                staging_uri=join(self._staging_root(), f"{batch_id:012d}"),
+                settings=self.settings.task_settings(),
+            )
+            acks = self._run_stage(df, barrier)
+            stage_done = time.perf_counter()
+            crashpoints.hit("after_acks", batch_id)
+            states = self._merge(acks, barrier)
+            staged = [f for a in acks for f in a.outputs]
+            engine = checkpoint_dir.capture(self.spark_dir, batch_id)
+            sink_info = {**self.sink.describe(), "staged": [f.to_json() for f in staged]}
+            fence.check()
+            manifest_started = time.perf_counter()
+            stored, _ = timeline.commit(batch_id, states, engine=engine, sink=sink_info)
+            manifest_ms = (time.perf_counter() - manifest_started) * 1000
+            self._expected, self._canonical, self._last_id = dict(states), None, batch_id
+            crashpoints.hit("after_manifest", batch_id)
+            published = self._publish(batch_id, sink_info)
+            self._clear_staging(batch_id)
+            report = self._report(
+                acks,
+                stored=stored,
+                started=started,
+                stage_done=stage_done,
+                manifest_ms=manifest_ms,
+                published=published,
+            )
+            self._batches += 1
+            if self.telemetry is not None:
+                self.telemetry.batch(report, timeline)
+            if self.on_batch is not None:
+                self.on_batch(report)
+            max_batches = self.settings.max_batches
+            if max_batches is not None and self._batches >= max_batches:
+                self._stop_reason = f"max_batches={max_batches} reached"
+
+    def _replay(self, batch_id: int) -> None:
+        """Batch ``batch_id`` is already part of the state: never apply it again; only
+        make sure its output was published (own timeline)."""
+        timeline = self.timeline
+        assert timeline is not None
+        for stored in timeline.retained():
+            if stored.checkpoint_id == batch_id:
+                self._publish(batch_id, dict(stored.manifest.sink))
+        _log.info("batch %d is already checkpointed; skipped (replay)", batch_id)
+
+    def _run_stage(self, df: DataFrame, barrier: Barrier) -> list[TaskAck]:
+        routed = route(df, self.key, barrier.num_buckets, self._part_keys)
+        try:
+            rows = routed.mapInArrow(make_stage(barrier, self.processor), ACK_SCHEMA).collect()
+        except Exception as exc:
+            raise executor_error(exc) from exc
+        return [TaskAck.from_bytes(bytes(r["ack"])) for r in rows]
+
+    def _merge(self, acks: list[TaskAck], barrier: Barrier) -> dict[int, BucketState]:
+        by_task: dict[int, TaskAck] = {}
+        for ack in acks:
+            if (ack.job_id, ack.epoch, ack.checkpoint_id) != (
+                barrier.job_id,
+                barrier.epoch,
+                barrier.checkpoint_id,
+            ):
+                raise StateError(
+                    f"ack of task {ack.task_index} is for job {ack.job_id} epoch {ack.epoch} "
+                    f"batch {ack.checkpoint_id}, not this barrier's"
+                )
+            if ack.task_index in by_task:
+                raise StateError(f"two acks for state task {ack.task_index}")
+            by_task[ack.task_index] = ack
+        missing = sorted(set(range(barrier.num_tasks)) - set(by_task))
+        if missing:
+            raise StateError(f"no ack from state tasks {missing}; the batch is not checkpointed")
+        states: dict[int, BucketState] = {}
+        for index, ack in by_task.items():
+            owned = barrier.bucket_range(index)
+            if set(ack.states) != set(owned):
+                raise StateError(
+                    f"task {index} acked buckets {sorted(ack.states)[:5]}..., not its range "
+                    f"[{owned.start}, {owned.stop})"
+                )
+            states.update(ack.states)
+        return states
+
+    def _report(
+        self,
+        acks: list[TaskAck],
+        *,
+        stored: StoredManifest,
+        started: float,
+        stage_done: float,
+        manifest_ms: float,
+        published: int,
+    ) -> BatchReport:
+        stats = [a.stats for a in acks]
+        changelog = sum(s.changelog_bytes for s in stats)
+        snapshots = sum(s.snapshot_bytes for s in stats)
+        slowest_flush = max((s.checkpoint_s for s in stats), default=0.0)
+        return BatchReport(
+            batch_id=stored.checkpoint_id,
+            rows_in=sum(s.rows_in for s in stats),
+            rows_out=sum(s.rows_out for s in stats),
+            tasks=len(acks),
+            batch_ms=(time.perf_counter() - started) * 1000,
+            commit_ms=slowest_flush * 1000 + manifest_ms,
+            bytes_uploaded=changelog + snapshots,
+            changelog_bytes=changelog,
+            snapshot_bytes=snapshots,
+            local_hits=sum(s.local_hits for s in stats),
+            restored=sum(s.restored for s in stats),
+            empty=sum(s.empty for s in stats),
+            materializations_adopted=sum(s.materializations_adopted for s in stats),
+            self_contained=any(s.snapshot_bytes for s in stats),
+            manifest_uri=stored.uri,
+            published_rows=published,
+        )
+
+    # --- control --------------------------------------------------------------------
+
+    def serve_control(self) -> str | None:
+        """Serve pending savepoint/stop requests from the latest checkpoint (between
+        batches); returns the stop reason once the query should stop."""
+        with self._lock:
+            timeline, fence = self.timeline, self.fence
+            if timeline is None or fence is None or self._stop_reason is not None:
+                return self._stop_reason
+            fence.check()
+            state = self.control.poll()
+            requests: list[ControlRequest] = [*state.savepoints]
+            if state.stop is not None:
+                requests.append(state.stop)
+            for request in requests:
+                outcome = serve_request(self.resolver, timeline, self.control, request)
+                if outcome is None:
+                    break
+                if self.telemetry is not None:
+                    self.telemetry.savepoint(request, outcome)
+                if stops_job(request):
+                    self._stop_reason = f"stopped by request {request.request_id}"
+                    break
+            return self._stop_reason
+
+    def request_stop(self, reason: str) -> None:
+        with self._lock:
+            self._stop_reason = self._stop_reason or reason
+
+    def close(self, *, error: BaseException | None = None) -> None:
+        """Record the final status and stop background work."""
+        if self.telemetry is not None:
+            self.telemetry.stopped(error)
+        if self.timeline is not None:
+            self.timeline.close()

@@ -1,0 +1,297 @@
+"""The job author's API: keyed state over a streaming DataFrame, with GIC checkpoints.
+
+::
+
+    job = GICJob.create("word-count")                  # settings from env / file
+    words = job.spark.readStream.text(src).select(F.explode(F.split("value", " ")).alias("word"))
+    query = job.keyed(words, key="word").aggregate(count=count()).to_parquet(out)
+    summary = query.run(trigger="available-now")
+
+A :class:`KeyedStream` offers three processing styles (see :mod:`gic_runtime.processing`):
+``process`` (a function per key), ``process_batches`` (vectorized over Arrow) and
+``aggregate`` (running aggregates, the fast path). A :class:`StatefulStream` then goes
+to a sink: ``to_parquet`` (transactional, exactly-once), ``foreach_batch`` (any code,
+at-least-once with the batch id), or ``discard``. :meth:`GICQuery.run` runs the query
+until it is stopped (``max_batches``, a stop request, a trigger that ends, or an
+error) and returns a :class:`RunSummary`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+
+from gic_runtime.config import GICSettings
+from gic_runtime.errors import ConfigurationError, GICError
+from gic_runtime.processing import (
+    AggregateProcessor,
+    Aggregation,
+    BatchFunction,
+    BatchProcessor,
+    KeyFunction,
+    PerKeyProcessor,
+    Processor,
+    aggregate_schema,
+)
+from gic_runtime.sinks import FileSink, Sink
+from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
+from gic_runtime.spark.placement import key_expression
+from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
+from gic_runtime.spark.sinks import DiscardSink, ForeachBatchSink
+from gic_runtime.storage.s3_settings import S3Settings
+from gic_runtime.storage.uri import StoreResolver
+
+_log = logging.getLogger(__name__)
+
+#: Spark settings every GIC job needs (placement must not be rewritten by AQE).
+REQUIRED_CONF = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+
+def local_spark(app_name: str, *, partitions: int = 4, cores: int = 2) -> SparkSession:
+    """A local Spark session suited to GIC jobs (``local[cores]``, no UI)."""
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", "2g")
+    )
+    for key, value in REQUIRED_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def to_uri(path: str) -> str:
+    """A storage URI for ``path`` (plain paths become absolute ``file://`` URIs)."""
+    if "://" in path:
+        return path
+    return Path(path).expanduser().resolve().as_uri()
+
+
+@dataclass
+class RunSummary:
+    """What :meth:`GICQuery.run` did."""
+
+    job_id: str
+    start: StartInfo
+    batches: list[BatchReport] = field(default_factory=list)
+    stop_reason: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def last_checkpoint(self) -> int | None:
+        return self.batches[-1].batch_id if self.batches else self.start.resumed_after
+
+
+class GICJob:
+    """One GIC job: a Spark session, its settings and the storage they name."""
+
+    def __init__(self, spark: SparkSession, settings: GICSettings) -> None:
+        for key, value in REQUIRED_CONF.items():
+            spark.conf.set(key, value)
+        self.spark = spark
+        self.settings = settings
+        self.resolver = StoreResolver(S3Settings.from_env())
+
+    @classmethod
+    def create(cls, app_name: str = "gic-job", *, settings: GICSettings | None = None) -> GICJob:
+        """Settings from the environment / ``GIC_CONFIG_FILE`` unless given; the active
+        Spark session, else a local one."""
+        resolved = settings or GICSettings.load()
+        spark = SparkSession.getActiveSession() or local_spark(app_name)
+        return cls(spark, resolved)
+
+    def keyed(self, df: DataFrame, key: str) -> KeyedStream:
+        """Key ``df`` (a streaming DataFrame) by the string or integer column ``key``."""
+        if not df.isStreaming:
+            raise ConfigurationError(
+                "keyed() needs a streaming DataFrame (spark.readStream...); for a batch "
+                "DataFrame use plain Spark"
+            )
+        key_expression(df, key)
+        return KeyedStream(self, df, key)
+
+
+@dataclass(frozen=True)
+class KeyedStream:
+    """A streaming DataFrame keyed by one column."""
+
+    job: GICJob
+    df: DataFrame
+    key: str
+
+    def _input_schema(self) -> pa.Schema:
+        return arrow_schema_of(self.df)
+
+    def process(self, fn: KeyFunction, output_schema: str | pa.Schema) -> StatefulStream:
+        """``fn(key, rows, state)`` per key and batch (see
+        :class:`~gic_runtime.processing.KeyState`)."""
+        schema = arrow_schema(self.job.spark, output_schema)
+        return StatefulStream(self.job, self.df, self.key, PerKeyProcessor(self.key, fn, schema))
+
+    def process_batches(self, fn: BatchFunction, output_schema: str | pa.Schema) -> StatefulStream:
+        """``fn(table, states)`` once per task and batch (vectorized over Arrow)."""
+        schema = arrow_schema(self.job.spark, output_schema)
+        return StatefulStream(self.job, self.df, self.key, BatchProcessor(self.key, fn, schema))
+
+    def aggregate(self, **aggregations: Aggregation) -> StatefulStream:
+        """Running aggregates per key, e.g. ``aggregate(n=count(), total=sum_("x"))``;
+        outputs the key and the new values of every key updated in the batch."""
+        input_schema = self._input_schema()
+        schema = aggregate_schema(input_schema.field(self.key), aggregations, input_schema)
+        processor = AggregateProcessor(self.key, aggregations, schema)
+        return StatefulStream(self.job, self.df, self.key, processor)
+
+
+@dataclass(frozen=True)
+class _Drained:
+    """A processor whose output is computed and dropped (state only)."""
+
+    inner: Processor
+
+    @property
+    def key_column(self) -> str:
+        return self.inner.key_column
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self.inner.output_schema
+
+    def __call__(self, table: pa.Table, backend: Any, batch_id: int) -> Iterator[pa.Table]:
+        for _ in self.inner(table, backend, batch_id):
+            pass
+        return iter(())
+
+
+@dataclass(frozen=True)
+class StatefulStream:
+    """A keyed stream with its processor, waiting for a sink."""
+
+    job: GICJob
+    df: DataFrame
+    key: str
+    processor: Processor
+
+    def to_parquet(self, path: str) -> GICQuery:
+        """Transactional Parquet output (exactly-once; see :class:`~gic_runtime.sinks.FileSink`)."""
+        return GICQuery(self, FileSink(to_uri(path), self.job.resolver), self.processor)
+
+    def foreach_batch(self, fn: Callable[[DataFrame, int], None]) -> GICQuery:
+        """Call ``fn(output_df, batch_id)`` after each batch's checkpoint (at-least-once:
+        after a crash the same batch id may come again)."""
+        s = self.job.settings
+        sink = ForeachBatchSink(
+            self.job.spark,
+            fn,
+            schema=self.processor.output_schema,
+            resolver=self.job.resolver,
+            root=s.storage,
+            job_id=s.job_id,
+        )
+        return GICQuery(self, sink, self.processor)
+
+    def discard(self) -> GICQuery:
+        """Keep state only; outputs are computed and dropped."""
+        return GICQuery(self, DiscardSink(), _Drained(self.processor))
+
+
+class GICQuery:
+    """A runnable stateful query (see the module docstring)."""
+
+    def __init__(self, stream: StatefulStream, sink: Sink, processor: Processor) -> None:
+        self.stream = stream
+        self.sink = sink
+        self.processor = processor
+        self.driver: Driver | None = None
+
+    def run(
+        self,
+        *,
+        trigger: str | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> RunSummary:
+        """Run until stopped. ``trigger``: ``None`` (next batch as soon as possible),
+        ``"available-now"`` (everything available, then stop), or a processing-time
+        interval such as ``"5 seconds"``."""
+        job = self.stream.job
+        settings = job.settings
+        reports: list[BatchReport] = []
+
+        def collect(report: BatchReport) -> None:
+            reports.append(report)
+            _log.info(
+                "batch %d: %d rows in, commit %.0f ms, %d bytes, local hits %.0f%%",
+                report.batch_id,
+                report.rows_in,
+                report.commit_ms,
+                report.bytes_uploaded,
+                report.local_hit_ratio * 100,
+            )
+            if on_batch is not None:
+                on_batch(report)
+
+        driver = Driver(
+            job.spark,
+            settings,
+            self.stream.key,
+            self.processor,
+            self.sink,
+            resolver=job.resolver,
+            on_batch=collect,
+        )
+        self.driver = driver
+        started = time.perf_counter()
+        start = driver.prepare()
+        summary = RunSummary(settings.job_id, start, reports)
+        writer = (
+            self.stream.df.writeStream.foreachBatch(driver.foreach_batch)
+            .option("checkpointLocation", driver.spark_dir)
+            .queryName(f"gic-{settings.job_id}")
+        )
+        if trigger == "available-now":
+            writer = writer.trigger(availableNow=True)
+        elif trigger:
+            writer = writer.trigger(processingTime=trigger)
+        error: BaseException | None = None
+        query = writer.start()
+        try:
+            while True:
+                # pyspark types the timeout as int but takes float seconds (x 1000 ms)
+                poll = settings.control_poll_s
+                if query.awaitTermination(poll):  # type: ignore[arg-type]
+                    summary.stop_reason = driver.stop_reason or "the query's trigger ended"
+                    break
+                reason = driver.serve_control()
+                if reason is not None:
+                    summary.stop_reason = reason
+                    query.stop()
+                    break
+        except StreamingQueryException as exc:
+            error = driver.failure or exc
+            if isinstance(driver.failure, GICError):
+                raise driver.failure from exc
+            cause = (getattr(exc, "desc", None) or str(exc)).strip().splitlines()
+            raise GICError(
+                f"job {settings.job_id} failed: {cause[0] if cause else type(exc).__name__}"
+            ) from exc
+        except BaseException as exc:
+            error = exc
+            if query.isActive:
+                query.stop()
+            raise
+        finally:
+            driver.close(error=error)
+            summary.duration_s = time.perf_counter() - started
+        return summary

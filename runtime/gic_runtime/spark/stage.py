@@ -1,0 +1,97 @@
+"""The stateful stage of a micro-batch: the function Spark runs per partition.
+
+``mapInArrow`` calls :func:`make_stage` 's function once per partition with the
+partition's record batches. Partition ``i`` is state task ``i`` of the barrier (see
+:mod:`gic_runtime.spark.placement`); the function checks that, runs the processor
+through :func:`gic_runtime.coordination.executor.run_task` (state restore or local
+reuse, dual-written changes, staged output, durable changelog) and yields exactly one
+row: the task's ack. Output rows never travel back through Spark; they are staged
+files the driver publishes after the checkpoint.
+
+The returned function is pickled to executors together with the barrier and the
+processor; it imports nothing from the driver.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+
+import pyarrow as pa
+
+from gic_runtime import crashpoints, errors
+from gic_runtime.coordination.barrier import Barrier
+from gic_runtime.coordination.executor import TaskContext, run_task
+from gic_runtime.errors import GICError, StateError
+from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
+from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
+
+ACK_SCHEMA = "ack binary"
+
+
+def make_stage(
+    barrier: Barrier, processor: Processor
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of batch ``barrier.checkpoint_id``."""
+
+    def stage(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext as SparkTaskContext
+
+        spark_ctx = SparkTaskContext.get()
+        if spark_ctx is None:  # pragma: no cover - always set inside a Spark task
+            raise StateError("the stateful stage must run inside a Spark task")
+        index = spark_ctx.partitionId()
+        if not 0 <= index < barrier.num_tasks:
+            raise StateError(
+                f"partition {index} of the stateful stage has no state task (there are "
+                f"{barrier.num_tasks}); the stage's partitioning was changed"
+            )
+        owned = barrier.bucket_range(index)
+        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        if tables:
+            table = pa.concat_tables(tables)
+            bucket_column_ok(table, BUCKET_COLUMN, owned)
+            table = drop_columns(table, INTERNAL_COLUMNS)
+        else:
+            table = None
+
+        def process(ctx: TaskContext) -> Iterator[pa.Table]:
+            if table is not None:
+                ctx.count_rows_in(table.num_rows)
+                yield from processor(table, ctx.backend, barrier.checkpoint_id)
+            crashpoints.hit("in_task", barrier.checkpoint_id)
+
+        ack = run_task(barrier, index, process, output_schema=processor.output_schema)
+        yield pa.RecordBatch.from_pydict(
+            {"ack": [ack.to_bytes()]}, schema=pa.schema([("ack", pa.binary())])
+        )
+
+    return stage
+
+
+_TASK_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+
+
+def executor_error(exc: BaseException) -> GICError:
+    """The runtime error a state task raised, recovered from Spark's failure text (Spark
+    passes only text across); a generic :class:`GICError` when there is none."""
+    found: GICError | None = None
+    last: str | None = None
+    for line in str(exc).splitlines():
+        m = _TASK_ERROR.match(line.strip())
+        if m is None:
+            continue
+        if not m.group(1).startswith(("Py4J", "Streaming", "Spark")):
+            last = f"{m.group(1)}: {m.group(2)}"
+        cls = getattr(errors, m.group(1), None)
+        if isinstance(cls, type) and issubclass(cls, GICError):
+            try:
+                found = cls(m.group(2))
+            except TypeError:  # pragma: no cover - every runtime error takes a message
+                found = GICError(m.group(2))
+    if found is not None:
+        return found
+    if last is not None:
+        return GICError(f"the stateful stage failed: {last}")
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    return GICError(f"the stateful stage failed: {first}")

@@ -1,0 +1,139 @@
+"""The driver's reporting: Prometheus metrics and the status record in storage.
+
+After every batch (and at start, savepoints and stop) the driver updates its
+:class:`~gic_runtime.metrics.DriverMetrics` and overwrites the job's status record
+(:mod:`gic_runtime.status`), which the operator and ``gic`` read without talking to
+the driver. A failing status write is logged, never fails a batch: the checkpoint is
+what matters, the status is a view of it.
+
+Thread-safety: called under the driver's lock (or after the query stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from gic_runtime.config import GICSettings
+from gic_runtime.control.model import ControlRequest, Outcome
+from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.errors import GICError
+from gic_runtime.metrics import DriverMetrics, MetricsServer
+from gic_runtime.status import (
+    CheckpointStatus,
+    DriverInfo,
+    JobState,
+    JobStatus,
+    MaterializationStatus,
+    RestoreStatus,
+    SavepointStatus,
+    SweepStatus,
+    write_status,
+)
+from gic_runtime.storage.uri import StoreResolver
+
+if TYPE_CHECKING:
+    from gic_runtime.spark.driver import BatchReport, StartInfo
+
+_log = logging.getLogger(__name__)
+
+
+class Telemetry:
+    """Metrics and status of one driver attempt."""
+
+    def __init__(self, resolver: StoreResolver, settings: GICSettings, epoch: int) -> None:
+        self.resolver = resolver
+        self.root = settings.storage
+        self.job_id = settings.job_id
+        self.metrics = DriverMetrics(settings.job_id)
+        self.metrics.set_epoch(epoch)
+        self.server: MetricsServer | None = None
+        if settings.metrics_port is not None:
+            self.server = self.metrics.serve(settings.metrics_port)
+        now = time.time()
+        self.status = JobStatus(
+            job_id=settings.job_id,
+            epoch=epoch,
+            state=JobState.STARTING,
+            updated_at=now,
+            started_at=now,
+            driver=DriverInfo.current(),
+            materialization=MaterializationStatus(),
+        )
+
+    def _write(self, **changes: object) -> None:
+        self.status = self.status.replace(updated_at=time.time(), **changes)
+        try:
+            write_status(self.resolver, self.root, self.job_id, self.status)
+        except GICError as exc:
+            _log.warning("could not write the status record of job %s: %s", self.job_id, exc)
+
+    def _restore(self, timeline: CheckpointTimeline) -> RestoreStatus | None:
+        lineage = timeline.lineage
+        if lineage is None:
+            return None
+        self.metrics.set_restore_source_released(lineage.released)
+        return RestoreStatus(
+            source=lineage.source_uri,
+            mode=lineage.mode,
+            released=lineage.released,
+            checkpoint_id=lineage.source_checkpoint_id
+            if lineage.source_checkpoint_id >= 0
+            else None,
+        )
+
+    def started(self, start: StartInfo, timeline: CheckpointTimeline) -> None:
+        sweep = None
+        if start.sweep is not None:
+            self.metrics.observe_sweep(start.sweep.deleted, start.sweep.deleted_bytes)
+            sweep = SweepStatus(start.sweep.deleted, start.sweep.deleted_bytes, time.time())
+        self._write(state=JobState.RUNNING, restored_from=self._restore(timeline), last_sweep=sweep)
+
+    def batch(self, report: BatchReport, timeline: CheckpointTimeline) -> None:
+        m = self.metrics
+        m.observe_checkpoint(
+            report.batch_id,
+            report.commit_ms / 1000,
+            bytes_uploaded=report.bytes_uploaded,
+            changelog_bytes=report.changelog_bytes,
+            snapshot_bytes=report.snapshot_bytes,
+            local_hit_ratio=report.local_hit_ratio,
+        )
+        m.observe_batch()
+        m.observe_materializations(adopted=report.materializations_adopted)
+        old = self.status.materialization or MaterializationStatus()
+        self._write(
+            batches=self.status.batches + 1,
+            last_checkpoint=CheckpointStatus(
+                id=report.batch_id,
+                created_at=time.time(),
+                duration_ms=report.commit_ms,
+                bytes_uploaded=report.bytes_uploaded,
+                changelog_bytes=report.changelog_bytes,
+                snapshot_bytes=report.snapshot_bytes,
+                local_hit_ratio=report.local_hit_ratio,
+                rows=report.rows_in,
+            ),
+            materialization=MaterializationStatus(
+                started=old.started,
+                adopted=old.adopted + report.materializations_adopted,
+                failed=old.failed,
+                bytes_uploaded=old.bytes_uploaded,
+            ),
+            restored_from=self._restore(timeline),
+        )
+
+    def savepoint(self, request: ControlRequest, outcome: Outcome) -> None:
+        self.metrics.observe_savepoint(outcome.state.value)
+        if outcome.path is not None or not outcome.succeeded:
+            self._write(last_savepoint=SavepointStatus.from_outcome(outcome))
+
+    def stopped(self, error: BaseException | None) -> None:
+        if error is None:
+            self._write(state=JobState.STOPPED)
+        else:
+            self._write(state=JobState.FAILED, error=str(error).splitlines()[0][:500])
+        if self.server is not None:
+            self.server.close()
+            self.server = None
