@@ -1,0 +1,194 @@
+"""``gic run APP.py``: run a GIC job locally, in this process, on local Spark.
+
+Order of work, so bad input fails before Spark starts (which takes seconds):
+
+1. the app file must exist;
+2. settings are loaded and validated (:meth:`GICSettings.load` with the command's
+   options as overrides; an error names the option);
+3. PySpark must be importable (it is not imported here: the app imports it);
+4. the settings are exported as ``GIC_*`` variables (every setting, unset ones as empty
+   values, so the app's :meth:`GICJob.create <gic_runtime.spark.GICJob.create>` sees
+   exactly these), plus ``SPARK_LOCAL_IP=127.0.0.1`` and ``PYSPARK_PYTHON`` = this
+   interpreter unless already set;
+5. the app runs with :func:`runpy.run_path` as ``__main__``, ``sys.argv = [app, *args]``
+   and its directory first on ``sys.path``, like ``python APP.py args``.
+
+The environment, ``sys.argv`` and ``sys.path`` are restored afterwards. The app's
+``SystemExit`` code becomes the command's exit code.
+
+Thread-safety: mutates process globals (environment, argv, path); one run at a time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import runpy
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gic_runtime.cli.common import (
+    CLIError,
+    ConfigOpt,
+    JobIdOpt,
+    StorageOpt,
+    load_settings,
+    print_error,
+    stderr_console,
+)
+from gic_runtime.config import GICSettings, env_var
+
+HELP = """Run a GIC job (a PySpark app using gic_runtime.spark) locally, in this process.
+
+Settings come from the options here, then GIC_* environment variables, the settings
+file, and defaults; they are validated before Spark starts and passed to the app as
+GIC_* variables. Arguments after -- go to the app:
+
+  gic run examples/word_count.py --job-id wc -- --input in/ --output out/
+"""
+
+AppArg = Annotated[
+    str, typer.Argument(metavar="APP", help="The job's Python file.", show_default=False)
+]
+AppArgs = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="APP_ARGS", help="Arguments for the app, after --.", show_default=False),
+]
+RestoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--restore",
+        help="Checkpoint manifest or savepoint (URI or path) to start from, when the job "
+        "has no checkpoint of its own yet.",
+        show_default=False,
+    ),
+]
+RestoreModeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--restore-mode",
+        metavar="claim|no-claim",
+        help="claim: the job owns the source's files from now on; no-claim (default): it "
+        "never deletes them and stops referencing them after its first checkpoint.",
+        show_default=False,
+    ),
+]
+MaxBatchesOpt = Annotated[
+    int | None,
+    typer.Option("--max-batches", help="Stop after this many micro-batches.", show_default=False),
+]
+BucketsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--buckets", help="Key buckets (fixed for the life of the state).", show_default=False
+    ),
+]
+LocalDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--local-dir", help="Directory for executor-local state copies.", show_default=False
+    ),
+]
+
+
+def app_environment(settings: GICSettings) -> dict[str, str]:
+    """The variables the app runs with: every setting (unset ones empty), and Spark's
+    local defaults unless the environment already has them."""
+    env = settings.to_env()
+    for name in type(settings).model_fields:
+        env.setdefault(env_var(name), "")
+    if "SPARK_LOCAL_IP" not in os.environ:
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    if "PYSPARK_PYTHON" not in os.environ:
+        env["PYSPARK_PYTHON"] = sys.executable
+    return env
+
+
+@contextmanager
+def _process_state(env: Mapping[str, str], argv: list[str], path0: str) -> Iterator[None]:
+    saved_env = dict(os.environ)
+    saved_argv = sys.argv[:]
+    saved_path = sys.path[:]
+    os.environ.update(env)
+    sys.argv = argv
+    sys.path.insert(0, path0)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(saved_env):
+            del os.environ[name]
+        for name, value in saved_env.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+
+
+def run(
+    app: AppArg,
+    app_args: AppArgs = None,
+    *,
+    storage: StorageOpt = None,
+    job_id: JobIdOpt = None,
+    config: ConfigOpt = None,
+    restore: RestoreOpt = None,
+    restore_mode: RestoreModeOpt = None,
+    max_batches: MaxBatchesOpt = None,
+    buckets: BucketsOpt = None,
+    local_dir: LocalDirOpt = None,
+) -> None:
+    path = Path(app).expanduser()
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise CLIError(
+            f"job file {app} {what}: pass the path of the job's Python file, e.g. "
+            "gic run examples/word_count.py -- --input in/ --output out/"
+        )
+    if restore_mode is not None and restore is None:
+        raise CLIError(
+            "--restore-mode was given without --restore: name the checkpoint or savepoint "
+            "to restore from with --restore, or leave out --restore-mode"
+        )
+    settings = load_settings(
+        config,
+        storage=storage,
+        job_id=job_id,
+        restore_source=restore,
+        restore_mode=restore_mode,
+        max_batches=max_batches,
+        num_buckets=buckets,
+        local_dir=local_dir,
+    )
+    if importlib.util.find_spec("pyspark") is None:
+        raise CLIError(
+            "gic run needs PySpark, which is not installed in this environment: install "
+            "it with pip install 'gic[spark]'"
+        )
+    env = app_environment(settings)
+    restore_text = (
+        f", restore {settings.restore_source} ({settings.restore_mode.value})"
+        if settings.restore_source
+        else ""
+    )
+    stderr_console().print(
+        f"gic run: job {settings.job_id}, storage {settings.storage}{restore_text}",
+        markup=False,
+        soft_wrap=True,
+    )
+    resolved = path.resolve()
+    try:
+        with _process_state(env, [str(path), *(app_args or [])], str(resolved.parent)):
+            runpy.run_path(str(resolved), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or code == 0:
+            return
+        if isinstance(code, int):
+            raise typer.Exit(code) from None
+        print_error(str(code))
+        raise typer.Exit(1) from None

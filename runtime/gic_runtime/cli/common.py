@@ -1,0 +1,213 @@
+"""What every ``gic`` command shares: the job options, settings, consoles and formatting.
+
+Every command takes ``--storage``, ``--job-id`` and ``--config``; unset options fall back
+to :meth:`GICSettings.load <gic_runtime.config.GICSettings.load>` (environment
+``GIC_STORAGE`` / ``GIC_JOB_ID``, the file ``GIC_CONFIG_FILE`` names, then defaults).
+A settings error names the command-line option that was wrong, not the setting.
+
+Errors reach the user as one line ``error: <message>`` on stderr (see
+:func:`error_line`); secrets from the environment are masked in it. Results go to
+stdout, progress (spinners, bars) to stderr, so ``--json`` output can be piped.
+
+Thread-safety: stateless helpers; consoles are created per call (they follow whatever
+``sys.stdout`` / ``sys.stderr`` are at that time).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from gic_runtime.config import GICSettings
+from gic_runtime.errors import ConfigurationError, GICError
+from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.uri import StorageURI, StoreResolver
+
+DEBUG_ENV = "GIC_DEBUG"
+
+#: Environment variables whose values never appear in output.
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+
+#: Command-line option of each setting the CLI sets, for error messages.
+OPTION_OF: dict[str, str] = {
+    "storage": "--storage",
+    "job_id": "--job-id",
+    "restore_source": "--restore",
+    "restore_mode": "--restore-mode",
+    "max_batches": "--max-batches",
+    "num_buckets": "--buckets",
+    "local_dir": "--local-dir",
+}
+
+StorageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        help="Storage root URI (s3://bucket/prefix, file:///path or a local path). "
+        "Default: GIC_STORAGE, the settings file, else ./gic-data.",
+        show_default=False,
+    ),
+]
+JobIdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--job-id",
+        help="Job id (its directory is <storage>/jobs/<job-id>). Default: GIC_JOB_ID, the "
+        "settings file, else gic-job.",
+        show_default=False,
+    ),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Settings file (JSON or YAML). Default: GIC_CONFIG_FILE.",
+        show_default=False,
+        dir_okay=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+class CLIError(GICError):
+    """A command cannot do what was asked; ``exit_code`` is the process exit status."""
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """The settings a command runs with and a resolver for their storage."""
+
+    settings: GICSettings
+    resolver: StoreResolver
+
+    @property
+    def root(self) -> str:
+        return self.settings.storage
+
+    @property
+    def job_id(self) -> str:
+        return self.settings.job_id
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> GICSettings:
+    """:meth:`GICSettings.load` with ``overrides`` (``None`` = not given); errors name
+    the command-line options instead of the settings."""
+    try:
+        return GICSettings.load(file=config, **overrides)
+    except ConfigurationError as exc:
+
+        def option(match: re.Match[str]) -> str:
+            name = match.group(1)
+            return f"option {OPTION_OF[name]}" if name in OPTION_OF else match.group(0)
+
+        raise ConfigurationError(re.sub(r"argument (\w+)", option, str(exc))) from None
+
+
+def make_resolver(root: str) -> StoreResolver:
+    """A resolver for objects under ``root`` and anywhere else. S3 settings are read from
+    the environment only when an ``s3://`` URI is first used.
+
+    An existing local root gets a store of its own, so listed objects are named exactly
+    as manifests name them (``file:///...``); a missing one is not created by a
+    read-only command.
+    """
+    resolver = StoreResolver()
+    loc = StorageURI.parse(root)
+    if loc.scheme == "file" and Path(loc.path).is_dir():
+        resolver.register(LocalObjectStore(loc.path))
+    return resolver
+
+
+def open_job(storage: str | None, job_id: str | None, config: Path | None) -> JobContext:
+    """Settings from the common options, and a resolver for their storage."""
+    settings = load_settings(config, storage=storage, job_id=job_id)
+    return JobContext(settings, make_resolver(settings.storage))
+
+
+def to_uri(path: str) -> str:
+    """A storage URI for ``path``: URIs stay as they are (without a trailing slash),
+    local paths become absolute ``file://`` URIs."""
+    text = path.strip()
+    if not text:
+        raise ConfigurationError("an empty path was given: pass a URI or a local path")
+    if "://" in text:
+        return str(StorageURI.parse(text))
+    return Path(os.path.abspath(Path(text).expanduser())).as_uri()
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def redact(text: str) -> str:
+    """``text`` with the values of credential environment variables masked."""
+    for name in _SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def error_line(message: str) -> str:
+    """``message`` as one line (whitespace runs, newlines included, become one space)."""
+    return " ".join(redact(message).split())
+
+
+def print_error(message: str) -> None:
+    """Print ``error: <message>`` as one red line on stderr."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"error: {error_line(message)}", style="red", markup=False)
+
+
+def iso(ts: float | None, *, millis: bool = False) -> str | None:
+    """UTC ISO-8601 time of ``ts`` (seconds since the epoch), ``Z`` suffixed."""
+    if ts is None:
+        return None
+    text = datetime.fromtimestamp(ts, UTC).isoformat(
+        timespec="milliseconds" if millis else "seconds"
+    )
+    return text.replace("+00:00", "Z")
+
+
+def human_bytes(size: int | None) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def ago(ts: float, now: float) -> str:
+    """``ts`` relative to ``now``: ``12 s ago``."""
+    seconds = max(0.0, now - ts)
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
