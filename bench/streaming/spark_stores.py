@@ -1,0 +1,203 @@
+"""The baselines: Spark's own streaming aggregation with each built-in state store.
+
+``spark_hdfs``
+    ``HDFSBackedStateStoreProvider`` (the default): in-memory maps, a delta file per
+    partition per batch, snapshots by the maintenance thread.
+``spark_rocksdb``
+    ``RocksDBStateStoreProvider``: each commit flushes RocksDB and uploads its new SST
+    files plus a metadata zip.
+``spark_rocksdb_changelog``
+    The same with ``changelogCheckpointing.enabled=true``: each commit uploads a
+    changelog file; snapshots are uploaded by the maintenance thread.
+
+Each runs the workload's :func:`~bench.streaming.workloads.spark_baseline` aggregation
+into the ``noop`` sink in update mode (no ``foreachBatch``), checkpointing to local disk
+under the run's scratch directory, for exactly ``warmup + measured`` micro-batches.
+Numbers come from Spark's own progress reports (see :data:`COMMIT_MS_DEFINITION`) and
+the checkpoint directory (:mod:`bench.streaming.checkpoint_bytes`).
+``minBatchesToRetain`` is set above the number of batches so no maintenance deletes
+anything during the run; the result notes confirm it.
+
+Runs inside the system's own process (see :mod:`bench.streaming.runner`); not
+thread-safe, one run per process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.streaming import checkpoint_bytes, spark_query, workloads
+from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
+from bench.streaming.workloads import WorkloadSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_STATE = "org.apache.spark.sql.execution.streaming.state"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+RETAIN = "spark.sql.streaming.minBatchesToRetain"
+
+PROVIDERS: dict[str, dict[str, str]] = {
+    "spark_hdfs": {PROVIDER: f"{_STATE}.HDFSBackedStateStoreProvider"},
+    "spark_rocksdb": {PROVIDER: f"{_STATE}.RocksDBStateStoreProvider", CHANGELOG: "false"},
+    "spark_rocksdb_changelog": {
+        PROVIDER: f"{_STATE}.RocksDBStateStoreProvider",
+        CHANGELOG: "true",
+    },
+}
+
+REPORTED_CONF = (
+    PROVIDER,
+    CHANGELOG,
+    RETAIN,
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot",
+    "spark.sql.streaming.stateStore.maintenanceInterval",
+    "spark.sql.streaming.stateStore.compression.codec",
+    "spark.sql.streaming.stateStore.checkpointFormatVersion",
+    "spark.sql.shuffle.partitions",
+    "spark.driver.memory",
+)
+
+COMMIT_MS_DEFINITION = (
+    "sum over state operators of stateOperators[].commitTimeMs (Spark's metric, itself a "
+    "SUM over the state store partitions' tasks, which run on parallel task slots) + "
+    "durationMs.commitOffsets (commit log write) + durationMs.walCommit (offset log "
+    "write). Caveats: with the HDFS provider the delta file is written while updating, "
+    "so most of its checkpoint I/O is in the update time, not in commitTimeMs; "
+    "commit_ms_wall_estimate divides the state part by the task slots instead"
+)
+BYTES_DEFINITION = (
+    "bytes the checkpoint directory gained per batch, attributed after the run: offsets/N "
+    "and commits/N by name, every other file by modification time to the batch whose "
+    "[start, end] window holds it (background maintenance included); Hadoop .crc checksum "
+    "sidecars excluded (parts.crc_bytes); nothing deleted during the run "
+    "(minBatchesToRetain above the batch count)"
+)
+BATCH_MS_DEFINITION = "durationMs.triggerExecution (the whole micro-batch, wall time)"
+
+_CUSTOM = (
+    "rocksdbBytesCopied",
+    "rocksdbFilesCopied",
+    "rocksdbCommitFileSyncLatencyMs",
+    "rocksdbCommitFlushLatency",
+    "rocksdbCommitCheckpointLatency",
+    "rocksdbCommitCompactLatency",
+    "rocksdbChangeLogWriterCommitLatencyMs",
+    "stateOnCurrentVersionSizeBytes",
+)
+
+
+def _conf(spark: SparkSession, key: str) -> str | None:
+    """Effective value (defaults included) of a SQL or Spark setting; None if unset."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return spark.conf.get(key)
+    except PySparkException:
+        value: str | None = spark.sparkContext.getConf().get(key)
+        return value
+
+
+def _record(
+    progress: Mapping[str, Any], added: checkpoint_bytes.BatchBytes, slots: int
+) -> BatchRecord:
+    durations = progress["durationMs"]
+    operators: Sequence[Mapping[str, Any]] = progress.get("stateOperators", [])
+    state_commit = float(sum(op["commitTimeMs"] for op in operators))
+    offsets = float(durations.get("commitOffsets", 0))
+    wal = float(durations.get("walCommit", 0))
+    instances = max((int(op.get("numStateStoreInstances", 1)) for op in operators), default=1)
+    parts: dict[str, float] = {
+        "state_commit_ms_sum_over_tasks": state_commit,
+        "commit_offsets_ms": offsets,
+        "wal_commit_ms": wal,
+        "commit_ms_wall_estimate": state_commit / max(1, min(slots, instances)) + offsets + wal,
+        "add_batch_ms": float(durations.get("addBatch", 0)),
+        "query_planning_ms": float(durations.get("queryPlanning", 0)),
+        "state_update_ms_sum_over_tasks": float(sum(op["allUpdatesTimeMs"] for op in operators)),
+        "state_rows_total": float(sum(op["numRowsTotal"] for op in operators)),
+        "state_rows_updated": float(sum(op["numRowsUpdated"] for op in operators)),
+        "state_memory_bytes": float(sum(op["memoryUsedBytes"] for op in operators)),
+        "files": float(added.files),
+        "crc_bytes": float(added.crc_bytes),
+    }
+    for name in _CUSTOM:
+        values = [op.get("customMetrics", {}).get(name) for op in operators]
+        if any(v is not None for v in values):
+            parts[name] = float(sum(v for v in values if v is not None))
+    return BatchRecord(
+        batch_id=int(progress["batchId"]),
+        rows=int(progress["numInputRows"]),
+        batch_ms=float(durations["triggerExecution"]),
+        commit_ms=state_commit + offsets + wal,
+        bytes=added.bytes,
+        parts=parts,
+    )
+
+
+def run_spark_store(
+    variant: str, workload: WorkloadSpec, params: BenchParams, scratch: Path
+) -> RunResult:
+    """Run Spark's aggregation with the ``variant`` state store; return its records."""
+    if variant not in PROVIDERS:
+        raise BenchmarkError(
+            f"unknown Spark state store system {variant!r}; choose from {sorted(PROVIDERS)}"
+        )
+    total = params.total_batches
+    conf = {**PROVIDERS[variant], RETAIN: str(max(100, total + 10))}
+    spark = spark_query.spark_session(params, workload, conf, f"bench-{workload.name}-{variant}")
+    try:
+        collector = spark_query.ProgressCollector(spark, last_batch=total - 1)
+        checkpoint = scratch / "checkpoint"
+        query = (
+            workloads.spark_baseline(workloads.source(spark, workload), workload)
+            .writeStream.format("noop")
+            .outputMode("update")
+            .queryName(f"{workload.name}_{variant}")
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+        progress = spark_query.run_batches(query, collector, total, params.timeout_s)
+        collector.close()
+        effective = {key: _conf(spark, key) for key in REPORTED_CONF}
+        slots = spark.sparkContext.defaultParallelism
+        version = spark.version
+    finally:
+        spark.stop()
+    windows = [
+        checkpoint_bytes.BatchWindow(b, spark_query.end_ns(p)) for b, p in enumerate(progress)
+    ]
+    added = checkpoint_bytes.attribute(checkpoint, windows)
+    complete = checkpoint_bytes.logs_complete(checkpoint, range(total))
+    if not complete:
+        raise BenchmarkError(
+            f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
+        )
+    records = [_record(p, added[b], slots) for b, p in enumerate(progress)]
+    return RunResult(
+        system=variant,
+        warmup=tuple(records[: params.warmup]),
+        measured=tuple(records[params.warmup :]),
+        notes={
+            "kind": "spark_baseline",
+            "spark_version": version,
+            "task_slots": slots,
+            "sink": "noop, update output mode",
+            "checkpoint": "local disk (bench/scratch)",
+            "spark_conf": effective,
+            "batch_ms_definition": BATCH_MS_DEFINITION,
+            "commit_ms_definition": COMMIT_MS_DEFINITION,
+            "bytes_definition": BYTES_DEFINITION,
+            "nothing_deleted_during_run": complete,
+            "maintenance": (
+                "Spark's defaults: the maintenance thread runs every "
+                f"{effective['spark.sql.streaming.stateStore.maintenanceInterval']} and writes "
+                "the HDFS snapshots and the RocksDB-changelog snapshot uploads, so a run of "
+                "about a minute contains few of them; their bytes count only when they fall "
+                "inside a measured batch"
+            ),
+        },
+    )
