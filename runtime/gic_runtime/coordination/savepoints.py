@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from gic_runtime import crashpoints
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 from gic_runtime.control import ControlChannel
+from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
 from gic_runtime.coordination.timeline import CheckpointTimeline
 from gic_runtime.errors import GICError
@@ -34,8 +37,34 @@ from gic_runtime.layout import SAVEPOINT_MANIFEST
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
 from gic_runtime.savepoint.native import load_savepoint
 from gic_runtime.storage.uri import StoreResolver, join
+from gic_runtime.storage.writes import create_once
 
 _log = logging.getLogger(__name__)
+
+
+ENGINE_RECORD = "_engine.json"
+"""Beside a canonical savepoint's index: the engine's progress at its checkpoint (a
+``GICN`` record), so a job restored from it resumes its sources where the savepoint
+was taken. Native savepoints carry it inside their manifest."""
+_ENGINE_MAGIC = "GICN"
+
+
+def write_engine_record(resolver: StoreResolver, directory: str, engine: Mapping[str, Any]) -> None:
+    """Store ``engine`` beside the canonical savepoint in ``directory`` (write-once)."""
+    store, key = resolver.resolve(join(directory, ENGINE_RECORD))
+    create_once(store, key, encode_record(_ENGINE_MAGIC, 1, engine, what="engine record"))
+
+
+def read_engine_record(resolver: StoreResolver, directory: str) -> dict[str, Any] | None:
+    """The engine record beside a canonical savepoint (``None`` if it has none)."""
+    uri = join(directory.rstrip("/"), ENGINE_RECORD)
+    store, key = resolver.resolve(uri)
+    if not store.exists(key):
+        return None
+    _, body = decode_record(
+        store.get(key), _ENGINE_MAGIC, frozenset({1}), what="engine record", uri=uri
+    )
+    return body
 
 
 def stops_job(request: ControlRequest) -> bool:
@@ -88,6 +117,8 @@ def serve_request(
         else:
             if not _exists(resolver, join(target, INDEX_NAME)):
                 crashpoints.hit("savepoint_copy", latest.checkpoint_id)
+                if latest.manifest.engine:
+                    write_engine_record(resolver, target, latest.manifest.engine)
                 write_canonical_from_states(
                     latest.manifest.buckets, latest.manifest.num_buckets, target, resolver
                 )

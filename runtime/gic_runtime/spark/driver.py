@@ -47,7 +47,7 @@ from gic_runtime.config import GICSettings
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.model import ControlRequest
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.savepoints import serve_request, stops_job
+from gic_runtime.coordination.savepoints import read_engine_record, serve_request, stops_job
 from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import StateError
 from gic_runtime.fencing import Fence, claim_epoch
@@ -83,6 +83,8 @@ class BatchReport:
     restored: int
     empty: int
     materializations_adopted: int
+    materializations_started: int
+    """Background snapshots the tasks started after this batch (they finish later)."""
     self_contained: bool
     manifest_uri: str
     published_rows: int
@@ -179,10 +181,15 @@ class Driver:
         self._clear_staging()
         sweep = timeline.sweep()
         manifest = start.manifest
-        resumed = checkpoint_dir.lay_down(self.spark_dir, manifest.engine if manifest else None)
+        engine = manifest.engine if manifest is not None else None
+        if start.canonical_uri is not None:
+            engine = read_engine_record(self.resolver, start.canonical_uri)
+        resumed = checkpoint_dir.lay_down(self.spark_dir, engine)
         if manifest is not None:
             self._expected = dict(manifest.buckets)
             self._last_id = manifest.checkpoint_id
+        elif resumed is not None:
+            self._last_id = resumed
         self._canonical = start.canonical_uri
         self._part_keys = partition_keys(self.spark, self.num_tasks)
         lineage = timeline.lineage
@@ -367,6 +374,7 @@ class Driver:
             restored=sum(s.restored for s in stats),
             empty=sum(s.empty for s in stats),
             materializations_adopted=sum(s.materializations_adopted for s in stats),
+            materializations_started=sum(s.materializations_started for s in stats),
             self_contained=any(s.snapshot_bytes for s in stats),
             manifest_uri=stored.uri,
             published_rows=published,

@@ -88,7 +88,20 @@ class Telemetry:
         if start.sweep is not None:
             self.metrics.observe_sweep(start.sweep.deleted, start.sweep.deleted_bytes)
             sweep = SweepStatus(start.sweep.deleted, start.sweep.deleted_bytes, time.time())
-        self._write(state=JobState.RUNNING, restored_from=self._restore(timeline), last_sweep=sweep)
+        latest = timeline.latest()
+        last = None
+        if latest is not None:  # the status of a restarted driver starts where its job is
+            last = CheckpointStatus(
+                id=latest.checkpoint_id,
+                created_at=latest.manifest.created_at,
+                duration_ms=0.0,
+            )
+        self._write(
+            state=JobState.RUNNING,
+            restored_from=self._restore(timeline),
+            last_sweep=sweep,
+            last_checkpoint=last,
+        )
 
     def batch(self, report: BatchReport, timeline: CheckpointTimeline) -> None:
         m = self.metrics
@@ -101,7 +114,9 @@ class Telemetry:
             local_hit_ratio=report.local_hit_ratio,
         )
         m.observe_batch()
-        m.observe_materializations(adopted=report.materializations_adopted)
+        m.observe_materializations(
+            started=report.materializations_started, adopted=report.materializations_adopted
+        )
         old = self.status.materialization or MaterializationStatus()
         self._write(
             batches=self.status.batches + 1,
@@ -116,7 +131,7 @@ class Telemetry:
                 rows=report.rows_in,
             ),
             materialization=MaterializationStatus(
-                started=old.started,
+                started=old.started + report.materializations_started,
                 adopted=old.adopted + report.materializations_adopted,
                 failed=old.failed,
                 bytes_uploaded=old.bytes_uploaded,
