@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gic_runtime.coordination.barrier import StagedFile
-from gic_runtime.errors import ConfigurationError, CorruptFileError
+from gic_runtime.errors import ConfigurationError, CorruptFileError, ObjectExistsError
 from gic_runtime.formats import HEADER, check_header, crc32c, pack_header, verify_crc
 from gic_runtime.storage.uri import StoreResolver, join
 from gic_runtime.storage.writes import create_once
@@ -111,7 +111,17 @@ class FileSink:
             name = f"part-{batch_id:012d}-{i:05d}.parquet"
             src_store, src_key = self.resolver.resolve(item.uri)
             dst_store, dst_key = self.resolver.resolve(join(self.path, name))
-            if src_store is dst_store:
+            if dst_store.exists(dst_key):
+                # An earlier publish of this batch copied it before dying: names are
+                # deterministic and copies atomic, so the same size means the same file.
+                if dst_store.size(dst_key) != src_store.size(src_key):
+                    raise ObjectExistsError(
+                        f"{name} of batch {batch_id} exists in {self.path} with other content; "
+                        "the output directory is shared with another writer: give each job "
+                        "its own output path",
+                        uri=dst_store.uri_for(dst_key),
+                    )
+            elif src_store is dst_store:
                 src_store.copy(src_key, dst_key)
             else:
                 dst_store.put(dst_key, src_store.get(src_key))

@@ -87,10 +87,18 @@ TimeoutOpt = Annotated[
 ]
 
 RUNNING_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
+FRESH_S = 120.0
+"""A running driver refreshes its status record at least every
+``gic_runtime.spark.telemetry.HEARTBEAT_S`` seconds; a record older than this belongs
+to a driver that died without saying so (kill -9), and the savepoint is taken offline."""
 
 
 def _is_running(status: JobStatus | None) -> bool:
-    return status is not None and status.state in RUNNING_STATES
+    return (
+        status is not None
+        and status.state in RUNNING_STATES
+        and time.time() - status.updated_at < FRESH_S
+    )
 
 
 def _exists(resolver: StoreResolver, uri: str) -> bool:

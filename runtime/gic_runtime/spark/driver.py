@@ -390,6 +390,8 @@ class Driver:
             if timeline is None or fence is None or self._stop_reason is not None:
                 return self._stop_reason
             fence.check()
+            if self.telemetry is not None:
+                self.telemetry.heartbeat()
             state = self.control.poll()
             requests: list[ControlRequest] = [*state.savepoints]
             if state.stop is not None:

@@ -276,16 +276,21 @@ class GICQuery:
                 reason = driver.serve_control()
                 if reason is not None:
                     summary.stop_reason = reason
+                    if driver.telemetry is not None:
+                        driver.telemetry.stopping()
                     query.stop()
                     break
         except StreamingQueryException as exc:
             error = driver.failure or exc
             if isinstance(driver.failure, GICError):
                 raise driver.failure from exc
-            cause = (getattr(exc, "desc", None) or str(exc)).strip().splitlines()
-            raise GICError(
-                f"job {settings.job_id} failed: {cause[0] if cause else type(exc).__name__}"
-            ) from exc
+            if driver.failure is not None:
+                # Spark's own text starts with its wrapper, not with what went wrong.
+                reason = f"{type(driver.failure).__name__}: {driver.failure}"
+            else:
+                cause = (getattr(exc, "desc", None) or str(exc)).strip().splitlines()
+                reason = cause[0] if cause else type(exc).__name__
+            raise GICError(f"job {settings.job_id} failed: {reason}") from exc
         except BaseException as exc:
             error = exc
             if query.isActive:

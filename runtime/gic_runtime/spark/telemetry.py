@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gic_runtime.config import GICSettings
-from gic_runtime.control.model import ControlRequest, Outcome
+from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
 from gic_runtime.coordination.timeline import CheckpointTimeline
 from gic_runtime.errors import GICError
 from gic_runtime.metrics import DriverMetrics, MetricsServer
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from gic_runtime.spark.driver import BatchReport, StartInfo
 
 _log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 15.0
+"""An idle driver rewrites its status record this often, so readers can tell a live
+driver from one that died without a word (kill -9): a record older than a few
+heartbeats is stale."""
 
 
 class Telemetry:
@@ -61,6 +66,7 @@ class Telemetry:
             driver=DriverInfo.current(),
             materialization=MaterializationStatus(),
         )
+        self._write()
 
     def _write(self, **changes: object) -> None:
         self.status = self.status.replace(updated_at=time.time(), **changes)
@@ -139,10 +145,19 @@ class Telemetry:
             restored_from=self._restore(timeline),
         )
 
+    def heartbeat(self) -> None:
+        """Refresh the status record when it is older than :data:`HEARTBEAT_S`."""
+        if time.time() - self.status.updated_at >= HEARTBEAT_S:
+            self._write()
+
     def savepoint(self, request: ControlRequest, outcome: Outcome) -> None:
+        if not isinstance(request, SavepointRequest):
+            return
         self.metrics.observe_savepoint(outcome.state.value)
-        if outcome.path is not None or not outcome.succeeded:
-            self._write(last_savepoint=SavepointStatus.from_outcome(outcome))
+        self._write(last_savepoint=SavepointStatus.from_outcome(outcome))
+
+    def stopping(self) -> None:
+        self._write(state=JobState.STOPPING)
 
     def stopped(self, error: BaseException | None) -> None:
         if error is None:
