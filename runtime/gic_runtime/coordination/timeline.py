@@ -39,7 +39,7 @@ from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.registry import DeletionReport, SharedFileRegistry
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.clock import Clock, SystemClock
-from gic_runtime.errors import RestoreError
+from gic_runtime.errors import ObjectNotFoundError, RestoreError
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import MANIFEST_SUFFIX, SAVEPOINT_MANIFEST, manifest_uri
 from gic_runtime.savepoint.canonical import INDEX_NAME
@@ -123,10 +123,18 @@ class CheckpointTimeline:
         if not src.endswith(MANIFEST_SUFFIX) and store.exists(key):
             lineage = RestoreLineage(src, request.mode, -1, released=True)
             return StartPoint(canonical_uri=src), None, lineage
-        if src.endswith(MANIFEST_SUFFIX) and not src.endswith(SAVEPOINT_MANIFEST):
-            stored = StoredManifest(src, read_manifest(self._resolver, src))
-        else:
-            stored = load_savepoint(self._resolver, src)
+        try:
+            if src.endswith(MANIFEST_SUFFIX) and not src.endswith(SAVEPOINT_MANIFEST):
+                stored = StoredManifest(src, read_manifest(self._resolver, src))
+            else:
+                stored = load_savepoint(self._resolver, src)
+        except ObjectNotFoundError as exc:
+            raise RestoreError(
+                f"restore source {src} is neither a savepoint nor a checkpoint: expected a "
+                f"directory holding {SAVEPOINT_MANIFEST} (native savepoint) or {INDEX_NAME} "
+                "(canonical savepoint), or a checkpoint's chk-*.manifest; check the path "
+                "(gic checkpoints lists a job's retained checkpoints)"
+            ) from exc
         manifest = stored.manifest
         self._check_buckets(manifest, stored.uri)
         lineage = RestoreLineage(stored.uri, request.mode, manifest.checkpoint_id)
