@@ -326,13 +326,14 @@ class AggregateProcessor:
             result_name = f"{column}_{fn}" if column else fn
             batch_values = grouped.column(result_name).to_pylist()
             state = backend.value_state(f"agg:{name}")
-            old = state.get_many(keys)
+            located = state.locate_many(keys)  # bucket and store key once per key
+            old = state.get_located(located)
             combine = _COMBINE[agg.kind]
             new = [
                 b if o is None else (o if b is None else combine(o, b))
                 for o, b in zip(old, batch_values, strict=True)
             ]
-            state.set_many(zip(keys, new, strict=True))
+            state.set_located(located, new)
             columns[name] = pa.array(new)
         out = pa.table(columns)
         try:

@@ -3,7 +3,7 @@
 ::
 
     GICM 1 crc32c=0a1b2c3d\\n
-    { ...JSON body, indented, ASCII... }
+    { ...JSON body, compact, ASCII... }
 
 The header names the format (``GICM``), its version and the CRC32C of the body (every
 byte after the newline), so ``cat`` shows a manifest and a reader rejects a foreign
@@ -102,7 +102,7 @@ def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
         "buckets": [state.to_json() for state in m.buckets.values()],
     }
     try:
-        text = json.dumps(body, indent=1, sort_keys=True, allow_nan=False)
+        text = json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"manifest of checkpoint {m.checkpoint_id} is not serializable as JSON: {exc}; "

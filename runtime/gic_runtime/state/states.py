@@ -81,6 +81,29 @@ class ValueState(_State):
             out.append(default if raw is None else decode_value(raw))
         return out
 
+    def locate_many(self, keys: Iterable[Any]) -> list[tuple[int, bytes]]:
+        """``(bucket, store key)`` of each of ``keys``: compute once, then read and write
+        through :meth:`get_located` / :meth:`set_located` (read-modify-write batches)."""
+        return [self._locate(key) for key in keys]
+
+    def get_located(self, located: Iterable[tuple[int, bytes]], default: Any = None) -> list[Any]:
+        """Values at ``located`` (from :meth:`locate_many`), ``default`` where absent."""
+        get = self._store.get
+        out: list[Any] = []
+        for bucket, skey in located:
+            raw = get(bucket, skey)
+            out.append(default if raw is None else decode_value(raw))
+        return out
+
+    def set_located(self, located: Iterable[tuple[int, bytes]], values: Iterable[Any]) -> int:
+        """Set the values at ``located`` (from :meth:`locate_many`), pairwise in order."""
+        write = self._backend.write
+        n = 0
+        for (bucket, skey), value in zip(located, values, strict=True):
+            write(bucket, Op.PUT, skey, encode(value))
+            n += 1
+        return n
+
     def set_many(self, items: Iterable[tuple[Any, Any]]) -> int:
         """Set every ``(key, value)`` in order; returns how many."""
         write = self._backend.write

@@ -234,7 +234,8 @@ class TestCorruption:
             decode_manifest(raw[:cut], CHK_URI)
 
     def test_checksum_mismatch_names_the_file(self) -> None:
-        raw = encode_manifest(_simple(), CHK_URI).replace(b'"epoch": 1', b'"epoch": 2')
+        raw = encode_manifest(_simple(), CHK_URI).replace(b'"epoch":1', b'"epoch":2')
+        assert raw != encode_manifest(_simple(), CHK_URI)
         with pytest.raises(CorruptFileError, match=rf"checksum mismatch.*\({CHK_URI}\)"):
             decode_manifest(raw, CHK_URI)
 
