@@ -39,15 +39,19 @@ from bench.streaming.runner import SystemFn, in_subprocess
 from bench.streaming.workloads import WorkloadSpec
 
 SPARK_TARGET = "bench.streaming.spark_stores:run_spark_store"
+GIC_TARGET = "bench.streaming.gic_runner:run_gic"
 SPARK_PREFIX = "spark_"
 
 SYSTEMS: dict[str, SystemFn] = {
     "spark_hdfs": in_subprocess(SPARK_TARGET, "spark_hdfs"),
     "spark_rocksdb": in_subprocess(SPARK_TARGET, "spark_rocksdb"),
     "spark_rocksdb_changelog": in_subprocess(SPARK_TARGET, "spark_rocksdb_changelog"),
+    "gic": in_subprocess(GIC_TARGET, "gic"),
+    "gic_no_changelog": in_subprocess(GIC_TARGET, "gic_no_changelog"),
+    "gic_s3": in_subprocess(GIC_TARGET, "gic_s3"),
 }
-"""Every known system, in report order. GIC's systems (``gic``, ``gic_no_changelog``,
-``gic_s3``) are registered by their runner module."""
+"""Every known system, in report order: Spark's stores (:mod:`bench.streaming.spark_stores`),
+then GIC's (:mod:`bench.streaming.gic_runner`)."""
 
 GIC = "gic"
 GIC_NO_CHANGELOG = "gic_no_changelog"

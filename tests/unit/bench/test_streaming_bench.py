@@ -1,5 +1,6 @@
-"""Streaming benchmark harness: a real Spark baseline run in quick mode, the statistics,
-ratios and goals over registered systems, and the per-batch byte attribution."""
+"""Streaming benchmark harness: a real Spark baseline run and a real GIC run in quick mode,
+the statistics, ratios and goals over registered systems, the per-batch byte attribution,
+and the event-log processor GIC runs."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from bench import common
-from bench.streaming import checkpoint_bytes, harness
+from bench.streaming import checkpoint_bytes, gic_runner, harness
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
 from bench.streaming.runner import SystemFn
-from bench.streaming.workloads import WorkloadSpec, event_log, keyed_count
+from bench.streaming.workloads import EVENT_LOG, WorkloadSpec, event_log, keyed_count
+
+from gic_runtime.processing import StateAccess
+from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.memory_store import InMemoryStore
+from gic_runtime.testing_changelog import TestingChangelogWriter
 
 
 def test_spark_baseline_runs_exactly_the_requested_batches_in_its_own_process(
@@ -161,3 +168,61 @@ def test_checkpoint_bytes_go_to_batches_by_log_name_or_modification_time(tmp_pat
     assert not checkpoint_bytes.logs_complete(tmp_path, range(2))  # commits/1 missing
     _file(tmp_path, "commits/1", 30, 2_000)
     assert checkpoint_bytes.logs_complete(tmp_path, range(2))
+
+
+def test_gic_systems_are_registered_after_the_spark_baselines() -> None:
+    names = list(harness.SYSTEMS)
+    assert names[-3:] == ["gic", "gic_no_changelog", "gic_s3"]
+    assert all(n.startswith(harness.SPARK_PREFIX) for n in names[:-3])
+    with pytest.raises(BenchmarkError, match="unknown GIC system"):
+        gic_runner.run_gic("gic_tape", keyed_count(quick=True), BenchParams(), Path("/nonexistent"))
+
+
+def test_event_log_processor_appends_each_keys_events_in_arrival_order() -> None:
+    backend = KeyedStateBackend(range(16), 16, InMemoryStore(), TestingChangelogWriter())
+    states = StateAccess(backend, 0)
+    first = pa.table({"key": [3, 7, 3], "payload": ["a", "b", "c"]})
+    second = pa.table({"key": [7, 3], "payload": ["d", "e"]})
+
+    out = gic_runner.append_events(first, states)
+    gic_runner.append_events(second, states)
+
+    appended = zip(out["key"].to_pylist(), out["appended"].to_pylist(), strict=True)
+    assert sorted(appended) == [(3, 2), (7, 1)]
+    assert out.schema.field("appended").type == pa.int64()
+    events = states.list("events")
+    assert events.get(3) == ["a", "c", "e"]
+    assert events.get(7) == ["b", "d"]
+
+
+def test_gic_runs_exactly_the_requested_batches_in_its_own_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "SCRATCH", tmp_path)
+    params = BenchParams(warmup=1, measured=2, timeout_s=300.0, quick=True)
+    workload = WorkloadSpec(
+        "w2_event_log", EVENT_LOG, keys=2_000, rows_per_batch=2_000, partitions=4
+    )
+
+    result = harness.SYSTEMS["gic"](workload, params)
+
+    assert [r.batch_id for r in result.warmup] == [0]
+    assert [r.batch_id for r in result.measured] == [1, 2]
+    for record in result.measured:
+        parts = record.parts
+        assert record.rows == workload.rows_per_batch
+        # Spark's whole micro-batch contains the driver's foreachBatch hook
+        assert record.batch_ms >= parts["gic_batch_ms"] > record.commit_ms > 0
+        # every batch uploads a changelog segment and a manifest; nothing else here
+        assert parts["changelog_bytes"] > 0 and parts["manifest_bytes"] > 0
+        assert parts["snapshot_bytes"] == 0
+        assert record.bytes >= parts["changelog_bytes"] + parts["manifest_bytes"]
+        assert parts["local_hits"] + parts["restored"] + parts["empty"] == gic_runner.NUM_BUCKETS
+        assert parts["changes"] > 0 and parts["stage_ms"] > parts["task_total_ms_max"] > 0
+    notes = result.notes
+    assert notes["gic_settings"]["num_tasks"] == workload.partitions
+    assert notes["gic_settings"]["materialization_interval_s"] == (
+        gic_runner.MATERIALIZATION_INTERVAL_S
+    )
+    assert "manifest write" in notes["commit_ms_definition"]
+    assert [p.name for p in tmp_path.iterdir()] == ["logs"]
