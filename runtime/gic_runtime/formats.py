@@ -7,6 +7,7 @@ checksum mismatches with an error naming the file, never returning partial data.
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Final
 
@@ -16,6 +17,8 @@ from gic_runtime.errors import CorruptFileError, UnsupportedVersionError
 
 #: ``<4s magic><H version><H flags>``: the common 8-byte header of every binary format.
 HEADER: Final = struct.Struct("<4sHH")
+
+_CRC_FIELD: Final = re.compile(r"crc32c=([0-9a-f]{8})")
 
 
 def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
@@ -63,3 +66,58 @@ def verify_crc(data: bytes | memoryview, expected: int, *, what: str, uri: str |
             f"checksum mismatch in {what}: stored {expected:#010x}, computed {actual:#010x}",
             uri=uri,
         )
+
+
+# --- text records: one header line, then a body ------------------------------------------
+
+_TEXT_HEADER_MAX = 64
+
+
+def encode_text_record(magic: str, version: int, payload: bytes) -> bytes:
+    """``<magic> <version> crc32c=<8 hex>\\n`` followed by ``payload``: the layout of
+    every small text format (manifests, control records, markers), so ``cat`` shows
+    them and readers reject foreign files, unknown versions and damage alike."""
+    return f"{magic} {version} crc32c={crc32c(payload):08x}\n".encode("ascii") + payload
+
+
+def decode_text_record(
+    data: bytes, magic: str, supported: frozenset[int], *, what: str, uri: str | None
+) -> tuple[int, bytes]:
+    """Verify a :func:`encode_text_record` record; return ``(version, payload)``.
+
+    Raises :class:`CorruptFileError` (no or foreign header, malformed checksum field,
+    checksum mismatch) or :class:`UnsupportedVersionError`; ``what`` names the kind of
+    file in messages (e.g. ``"GIC manifest"``), ``uri`` the file.
+    """
+    newline = data.find(b"\n", 0, _TEXT_HEADER_MAX)
+    if newline < 0:
+        raise CorruptFileError(
+            f"not a {what}: no '{magic} <version> crc32c=<hex>' header line in the first "
+            f"{_TEXT_HEADER_MAX} bytes (file has {len(data)} bytes)",
+            uri=uri,
+        )
+    try:
+        parts = data[:newline].decode("ascii").split(" ")
+    except UnicodeDecodeError:
+        parts = []
+    if len(parts) != 3 or parts[0] != magic or not parts[1].isdigit():
+        raise CorruptFileError(
+            f"not a {what}: header line {data[:newline][:40]!r} is not "
+            f"'{magic} <version> crc32c=<hex>'",
+            uri=uri,
+        )
+    version = int(parts[1])
+    if version not in supported:
+        raise UnsupportedVersionError(
+            f"{what} format version {version} is not supported by this runtime "
+            f"(supported: {sorted(supported)}); upgrade the runtime to read it",
+            uri=uri,
+        )
+    crc = _CRC_FIELD.fullmatch(parts[2])
+    if crc is None:
+        raise CorruptFileError(
+            f"{what} header has a malformed checksum field {parts[2][:20]!r}", uri=uri
+        )
+    payload = data[newline + 1 :]
+    verify_crc(payload, int(crc.group(1), 16), what=f"{what} body", uri=uri)
+    return version, payload

@@ -30,11 +30,11 @@ import pyarrow.parquet as pq
 
 from gic_runtime.coordination.barrier import StagedFile
 from gic_runtime.errors import ConfigurationError, CorruptFileError, ObjectExistsError
-from gic_runtime.formats import HEADER, check_header, crc32c, pack_header, verify_crc
+from gic_runtime.formats import decode_text_record, encode_text_record
 from gic_runtime.storage.uri import StoreResolver, join
 from gic_runtime.storage.writes import create_once
 
-MARKER_MAGIC = b"GICK"
+MARKER_MAGIC = "GICK"
 MARKER_VERSION = 1
 COMMITS_DIR = "_gic_commits"
 
@@ -61,18 +61,15 @@ def staged_from_manifest(sink: Mapping[str, Any]) -> list[StagedFile]:
 
 
 def encode_marker(body: Mapping[str, Any]) -> bytes:
+    """A commit/done marker: a ``GICK`` text record with a JSON body."""
     payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return pack_header(MARKER_MAGIC, MARKER_VERSION) + crc32c(payload).to_bytes(4, "big") + payload
+    return encode_text_record(MARKER_MAGIC, MARKER_VERSION, payload)
 
 
 def decode_marker(data: bytes, uri: str) -> dict[str, Any]:
-    check_header(data, MARKER_MAGIC, frozenset({MARKER_VERSION}), uri=uri)
-    offset = HEADER.size
-    if len(data) < offset + 4:
-        raise CorruptFileError("sink commit marker is truncated", uri=uri)
-    crc = int.from_bytes(data[offset : offset + 4], "big")
-    payload = data[offset + 4 :]
-    verify_crc(payload, crc, what="sink commit marker", uri=uri)
+    _, payload = decode_text_record(
+        data, MARKER_MAGIC, frozenset({MARKER_VERSION}), what="sink commit marker", uri=uri
+    )
     try:
         body: dict[str, Any] = json.loads(payload)
     except ValueError as exc:

@@ -22,7 +22,6 @@ so a manifest can only name objects inside its base directory or by full URI.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,16 +36,13 @@ from gic_runtime.checkpoint.manifest import (
 from gic_runtime.errors import (
     ConfigurationError,
     CorruptFileError,
-    UnsupportedVersionError,
 )
-from gic_runtime.formats import crc32c, verify_crc
+from gic_runtime.formats import decode_text_record, encode_text_record
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import parse_checkpoint_id
 from gic_runtime.storage.uri import join
 
 MAGIC = "GICM"
-_MAX_HEADER = 64
-_CRC_FIELD = re.compile(r"crc32c=([0-9a-f]{8})")
 
 
 def _parent(uri: str) -> str:
@@ -108,9 +104,7 @@ def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
             f"manifest of checkpoint {m.checkpoint_id} is not serializable as JSON: {exc}; "
             "engine and sink entries must be plain JSON values (no NaN, no objects)"
         ) from exc
-    payload = text.encode("ascii")
-    header = f"{MAGIC} {m.version} crc32c={crc32c(payload):08x}\n".encode("ascii")
-    return header + payload
+    return encode_text_record(MAGIC, m.version, text.encode("ascii"))
 
 
 def decode_manifest(data: bytes, manifest_uri: str) -> Manifest:
@@ -120,38 +114,9 @@ def decode_manifest(data: bytes, manifest_uri: str) -> Manifest:
     Raises :class:`CorruptFileError` (foreign file, damaged header, checksum mismatch,
     invalid or missing fields) or :class:`UnsupportedVersionError`, naming the file.
     """
-    newline = data.find(b"\n", 0, _MAX_HEADER)
-    if newline < 0:
-        raise CorruptFileError(
-            f"not a GIC manifest: no '{MAGIC} <version> crc32c=<hex>' header line in the "
-            f"first {_MAX_HEADER} bytes (file has {len(data)} bytes)",
-            uri=manifest_uri,
-        )
-    try:
-        parts = data[:newline].decode("ascii").split(" ")
-    except UnicodeDecodeError:
-        parts = []
-    if len(parts) != 3 or parts[0] != MAGIC or not parts[1].isdigit():
-        raise CorruptFileError(
-            f"not a GIC manifest: header line {data[:newline][:40]!r} is not "
-            f"'{MAGIC} <version> crc32c=<hex>'",
-            uri=manifest_uri,
-        )
-    version = int(parts[1])
-    if version not in SUPPORTED_VERSIONS:
-        raise UnsupportedVersionError(
-            f"manifest format version {version} is not supported by this runtime "
-            f"(supported: {sorted(SUPPORTED_VERSIONS)}); upgrade the runtime to read it",
-            uri=manifest_uri,
-        )
-    crc = _CRC_FIELD.fullmatch(parts[2])
-    if crc is None:
-        raise CorruptFileError(
-            f"manifest header has a malformed checksum field {parts[2][:20]!r}",
-            uri=manifest_uri,
-        )
-    body = data[newline + 1 :]
-    verify_crc(body, int(crc.group(1), 16), what="manifest body", uri=manifest_uri)
+    version, body = decode_text_record(
+        data, MAGIC, SUPPORTED_VERSIONS, what="GIC manifest", uri=manifest_uri
+    )
     try:
         obj = json.loads(body)
     except ValueError as exc:

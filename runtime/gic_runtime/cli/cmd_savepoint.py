@@ -39,7 +39,7 @@ from gic_runtime.cli.common import (
 )
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import new_request_id
-from gic_runtime.coordination.savepoints import write_engine_record
+from gic_runtime.coordination.savepoints import directory_size, write_engine_record
 from gic_runtime.errors import GICError
 from gic_runtime.layout import SAVEPOINT_MANIFEST, savepoint_dir
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
@@ -104,15 +104,6 @@ def _is_running(status: JobStatus | None) -> bool:
 def _exists(resolver: StoreResolver, uri: str) -> bool:
     store, key = resolver.resolve(uri)
     return store.exists(key)
-
-
-def _size_of(resolver: StoreResolver, directory: str) -> tuple[int, int]:
-    store, key = resolver.resolve(directory)
-    files = size = 0
-    for info in store.list(key.rstrip("/") + "/"):
-        files += 1
-        size += info.size
-    return files, size
 
 
 def _print_outcome(outcome: Outcome, *, offline: bool) -> None:
@@ -192,7 +183,7 @@ def _offline(ctx: JobContext, fmt: SavepointFormat, target: str | None, state: s
                 write_canonical_from_states(
                     manifest.buckets, manifest.num_buckets, directory, ctx.resolver
                 )
-        files, size = _size_of(ctx.resolver, directory)
+        files, size = directory_size(ctx.resolver, directory)
         outcome = Outcome.completed(
             rid,
             path=directory,

@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from gic_runtime.errors import ConfigurationError, CorruptFileError, UnsupportedVersionError
-from gic_runtime.formats import crc32c, verify_crc
+from gic_runtime.errors import ConfigurationError, CorruptFileError
+from gic_runtime.formats import decode_text_record, encode_text_record
 
 _T = TypeVar("_T")
-_MAX_HEADER = 64
-_CRC_FIELD = re.compile(r"crc32c=([0-9a-f]{8})")
 
 
 def encode_record(magic: str, version: int, body: Mapping[str, Any], *, what: str) -> bytes:
@@ -48,9 +45,7 @@ def encode_record(magic: str, version: int, body: Mapping[str, Any], *, what: st
             f"{what} is not serializable as JSON: {exc}; use plain JSON values "
             "(strings, finite numbers, booleans, lists, objects)"
         ) from exc
-    payload = text.encode("ascii")
-    header = f"{magic} {version} crc32c={crc32c(payload):08x}\n".encode("ascii")
-    return header + payload
+    return encode_text_record(magic, version, text.encode("ascii"))
 
 
 def decode_record(
@@ -61,37 +56,7 @@ def decode_record(
     Raises :class:`CorruptFileError` (foreign file, damaged header, checksum mismatch,
     body not a JSON object) or :class:`UnsupportedVersionError`, naming ``uri``.
     """
-    newline = data.find(b"\n", 0, _MAX_HEADER)
-    if newline < 0:
-        raise CorruptFileError(
-            f"not a {what}: no '{magic} <version> crc32c=<hex>' header line in the first "
-            f"{_MAX_HEADER} bytes (file has {len(data)} bytes)",
-            uri=uri,
-        )
-    try:
-        parts = data[:newline].decode("ascii").split(" ")
-    except UnicodeDecodeError:
-        parts = []
-    if len(parts) != 3 or parts[0] != magic or not parts[1].isdigit():
-        raise CorruptFileError(
-            f"not a {what}: header line {data[:newline][:40]!r} is not "
-            f"'{magic} <version> crc32c=<hex>'",
-            uri=uri,
-        )
-    version = int(parts[1])
-    if version not in supported:
-        raise UnsupportedVersionError(
-            f"{what} format version {version} is not supported by this runtime "
-            f"(supported: {sorted(supported)}); upgrade the runtime to read it",
-            uri=uri,
-        )
-    crc = _CRC_FIELD.fullmatch(parts[2])
-    if crc is None:
-        raise CorruptFileError(
-            f"{what} header has a malformed checksum field {parts[2][:20]!r}", uri=uri
-        )
-    payload = data[newline + 1 :]
-    verify_crc(payload, int(crc.group(1), 16), what=f"{what} body", uri=uri)
+    version, payload = decode_text_record(data, magic, supported, what=what, uri=uri)
     try:
         body = json.loads(payload)
     except ValueError as exc:

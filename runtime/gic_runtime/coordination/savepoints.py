@@ -77,7 +77,8 @@ def _exists(resolver: StoreResolver, uri: str) -> bool:
     return store.exists(key)
 
 
-def _size_of(resolver: StoreResolver, directory: str) -> tuple[int, int]:
+def directory_size(resolver: StoreResolver, directory: str) -> tuple[int, int]:
+    """``(files, bytes)`` stored under ``directory`` (what a savepoint holds)."""
     store, prefix = resolver.resolve(directory)
     files = size = 0
     for info in store.list(prefix.rstrip("/") + "/"):
@@ -123,7 +124,7 @@ def serve_request(
                     latest.manifest.buckets, latest.manifest.num_buckets, target, resolver
                 )
             checkpoint_id = latest.checkpoint_id
-        files, size = _size_of(resolver, target)
+        files, size = directory_size(resolver, target)
         outcome = Outcome.completed(
             request.request_id,
             path=target,
