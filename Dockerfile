@@ -1,9 +1,14 @@
 # syntax=docker/dockerfile:1
-# Images for GIC. Targets:
-#   spark-runtime  Spark driver/executor image with the GIC runtime installed
-#                  (docker build --target spark-runtime -t gic-spark:0.1.0 .)
-# The Spark base matches the pinned PySpark version (4.3.0) so driver and executors run the
-# same Python-side code as `pip install gic[spark]`.
+# Images for GIC. Build from the repository root:
+#
+#   docker build --target spark-runtime -t gic-spark:0.1.0 .
+#       Spark driver/executor image with the GIC runtime installed. The Spark base matches
+#       the pinned PySpark version (4.3.0) so driver and executors run the same Python-side
+#       code as `pip install gic[spark]`.
+#
+#   docker build --target operator -t gic-operator:0.1.0 .
+#       The GIC Kubernetes operator (charts/gic-operator deploys it): the wheel with the
+#       `operator` extra on python:3.11-slim, running as the non-root user gic (uid 10001).
 
 ARG SPARK_IMAGE=apache/spark:4.3.0-python3
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -21,3 +26,15 @@ COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 ENV PYSPARK_PYTHON=python3
 USER spark
+
+FROM ${PYTHON_IMAGE} AS operator
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir '/wheels/gic-0.1.0-py3-none-any.whl[operator]' \
+    && rm -rf /wheels \
+    && groupadd --gid 10001 gic \
+    && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin gic
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# Numeric user, so Kubernetes can check runAsNonRoot.
+USER 10001:10001
+ENTRYPOINT ["gic-operator"]

@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,operator]'
 	touch $(STAMP)
 
 run: setup
@@ -24,7 +24,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check runtime operator tests bench
 
 typecheck: setup
-	$(VENV)/bin/mypy runtime/gic_runtime
+	$(VENV)/bin/mypy runtime/gic_runtime operator/gic_operator
 
 contracts: setup
 	$(VENV)/bin/lint-imports

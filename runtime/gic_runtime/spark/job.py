@@ -19,6 +19,7 @@ error) and returns a :class:`RunSummary`.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from gic_runtime.processing import (
     Aggregation,
     BatchFunction,
     BatchProcessor,
+    Buckets,
     KeyFunction,
     PerKeyProcessor,
     Processor,
@@ -73,6 +75,18 @@ def local_spark(app_name: str, *, partitions: int = 4, cores: int = 2) -> SparkS
     return spark
 
 
+def submitted_spark(app_name: str) -> SparkSession:
+    """The session of an app started by ``spark-submit``: master, resources and the
+    user's ``--conf`` come from the submission; only :data:`REQUIRED_CONF` and Arrow are
+    added (the operator's driver pods start jobs this way)."""
+    builder = SparkSession.builder.appName(app_name).config(
+        "spark.sql.execution.arrow.pyspark.enabled", "true"
+    )
+    for key, value in REQUIRED_CONF.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
 def to_uri(path: str) -> str:
     """A storage URI for ``path`` (plain paths become absolute ``file://`` URIs)."""
     if "://" in path:
@@ -108,9 +122,13 @@ class GICJob:
     @classmethod
     def create(cls, app_name: str = "gic-job", *, settings: GICSettings | None = None) -> GICJob:
         """Settings from the environment / ``GIC_CONFIG_FILE`` unless given; the active
-        Spark session, else a local one."""
+        Spark session, else the one ``spark-submit`` configured, else a local one."""
         resolved = settings or GICSettings.load()
-        spark = SparkSession.getActiveSession() or local_spark(app_name)
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            # spark-submit hands a Python app its JVM gateway through these variables.
+            submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+            spark = submitted_spark(app_name) if submitted else local_spark(app_name)
         return cls(spark, resolved)
 
     def keyed(self, df: DataFrame, key: str) -> KeyedStream:
@@ -169,8 +187,10 @@ class _Drained:
     def output_schema(self) -> pa.Schema:
         return self.inner.output_schema
 
-    def __call__(self, table: pa.Table, backend: Any, batch_id: int) -> Iterator[pa.Table]:
-        for _ in self.inner(table, backend, batch_id):
+    def __call__(
+        self, table: pa.Table, backend: Any, batch_id: int, *, buckets: Buckets = None
+    ) -> Iterator[pa.Table]:
+        for _ in self.inner(table, backend, batch_id, buckets=buckets):
             pass
         return iter(())
 

@@ -1,0 +1,82 @@
+{{/* Chart name, overridable with nameOverride. */}}
+{{- define "gic-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name prefix of every resource: <release>-gic-operator unless overridden. */}}
+{{- define "gic-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the operator pods (never change them: Deployment selectors are immutable). */}}
+{{- define "gic-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gic-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of every resource of the chart. */}}
+{{- define "gic-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gic-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gic
+{{- end }}
+
+{{/* The operator's service account. */}}
+{{- define "gic-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gic-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Namespaces that get the Spark driver service account, as a JSON list. */}}
+{{- define "gic-operator.sparkNamespaces" -}}
+{{- .Values.spark.namespaces | default .Values.watchNamespaces | default (list .Release.Namespace) | toJson }}
+{{- end }}
+
+{{/*
+Rules the operator needs in every namespace it watches (a Role there, or the ClusterRole when
+it watches all namespaces). No access to Secrets: pods get credentials by secretKeyRef.
+*/}}
+{{- define "gic-operator.namespacedRules" -}}
+- apiGroups: ["gic.io"]
+  resources: ["gicjobs", "savepoints"]
+  verbs: ["get", "list", "watch", "patch", "update", "create", "delete"]
+- apiGroups: ["gic.io"]
+  resources: ["gicjobs/status", "savepoints/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["gic.io"]
+  resources: ["gicjobs/finalizers", "savepoints/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* Read access kopf needs cluster-wide to discover resources (CRDs). */}}
+{{- define "gic-operator.scanRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["get", "list", "watch"]
+{{- end }}

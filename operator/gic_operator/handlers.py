@@ -1,0 +1,171 @@
+"""kopf handlers: thin adapters from Kubernetes events to the reconcilers.
+
+Every handler finds the resource to reconcile and calls :class:`JobReconciler` or
+:class:`SavepointReconciler`; all decisions live there. Triggers:
+
+* a GICJob changes (spec, annotations, status) or its timer fires -> reconcile the job;
+* a driver pod (label ``gic.io/role=driver``) changes -> reconcile its job at once, which
+  is what makes crash recovery start within a second of the pod failing;
+* a Savepoint changes or its timer fires (until it reaches a final state) -> reconcile it;
+* a Savepoint is deleted -> dispose of its files when asked (kopf's finalizer holds the
+  deletion until :meth:`SavepointReconciler.dispose` returns).
+
+Timers tick every second but a resource is reconciled by the timer at most once per
+``reconcile_interval_s`` (event-driven reconciles are not rate limited).
+
+Handlers are registered by :func:`configure` (once per process, before ``kopf.run``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import kopf
+
+from gic_operator.job_reconciler import JobReconciler
+from gic_operator.kube import KubernetesApi
+from gic_operator.metrics import OperatorMetrics, default_metrics
+from gic_operator.models import FINAL_STATES, GROUP, VERSION
+from gic_operator.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
+from gic_operator.savepoint_reconciler import SavepointReconciler
+from gic_operator.settings import OperatorSettings
+from gic_operator.storage_view import open_job_storage
+
+log = logging.getLogger(__name__)
+
+#: Savepoint disposal retry delay (seconds).
+DISPOSAL_RETRY_DELAY_S = 5.0
+_FINAL = frozenset(s.value for s in FINAL_STATES)
+
+
+class _Runtime:
+    """The reconcilers and timer bookkeeping of this process (built lazily: the
+    Kubernetes client configuration is read when kopf starts, not at import)."""
+
+    def __init__(self, settings: OperatorSettings, metrics: OperatorMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._jobs: JobReconciler | None = None
+        self._savepoints: SavepointReconciler | None = None
+        self._last: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def build(self) -> None:
+        kube = KubernetesApi()
+        self._jobs = JobReconciler(kube, open_job_storage, metrics=self.metrics)
+        self._savepoints = SavepointReconciler(kube, open_job_storage)
+
+    @property
+    def jobs(self) -> JobReconciler:
+        if self._jobs is None:
+            self.build()
+        assert self._jobs is not None
+        return self._jobs
+
+    @property
+    def savepoints(self) -> SavepointReconciler:
+        if self._savepoints is None:
+            self.build()
+        assert self._savepoints is not None
+        return self._savepoints
+
+    def timer_due(self, kind: str, namespace: str, name: str) -> bool:
+        key = (kind, namespace, name)
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -1e9) < self.settings.reconcile_interval_s:
+                return False
+            self._last[key] = now
+            return True
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._last.pop((kind, namespace, name), None)
+
+    def run(self, resource: str, fn: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        error = False
+        try:
+            return fn()
+        except Exception:
+            error = True
+            raise
+        finally:
+            self.metrics.observe_reconcile(resource, time.perf_counter() - started, error)
+
+
+def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None) -> None:
+    """Register every handler with kopf's default registry for a process with ``settings``."""
+    rt = _Runtime(settings, metrics or default_metrics())
+
+    @kopf.on.startup(id="gic-reconcilers")
+    def startup(**_: Any) -> None:
+        rt.build()
+
+    @kopf.on.event(GROUP, VERSION, "gicjobs", id="gicjob-event")
+    def job_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
+        meta = body.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        if event.get("type") == "DELETED":
+            rt.jobs.forget(namespace, name)
+            rt.forget("gicjob", namespace, name)
+            rt.metrics.set_job_phase(namespace, name, None)
+            return
+        rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, name))
+        phase = (body.get("status") or {}).get("phase")
+        rt.metrics.set_job_phase(namespace, name, str(phase) if phase else None)
+
+    @kopf.timer(GROUP, VERSION, "gicjobs", interval=1.0, id="gicjob-timer")
+    def job_timer(namespace: str | None, name: str, **_: Any) -> None:
+        namespace = namespace or "default"
+        if rt.timer_due("gicjob", namespace, name):
+            rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, name))
+
+    @kopf.on.event("", "v1", "pods", labels={LABEL_ROLE: ROLE_DRIVER}, id="driver-pod-event")
+    def pod_event(body: Mapping[str, Any], **_: Any) -> None:
+        meta = body.get("metadata") or {}
+        owners = [
+            ref
+            for ref in meta.get("ownerReferences") or []
+            if ref.get("kind") == "GICJob" and ref.get("controller")
+        ]
+        name = owners[0].get("name") if owners else (meta.get("labels") or {}).get(LABEL_JOB)
+        if name:
+            namespace = str(meta.get("namespace"))
+            rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, str(name)))
+
+    @kopf.on.event(GROUP, VERSION, "savepoints", id="savepoint-event")
+    def savepoint_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            meta = body.get("metadata") or {}
+            rt.forget("savepoint", str(meta.get("namespace")), str(meta.get("name")))
+            return
+        if (body.get("status") or {}).get("state") in _FINAL:
+            return
+        rt.run("savepoint", lambda: rt.savepoints.reconcile(body))
+
+    def _savepoint_active(status: Mapping[str, Any], **_: Any) -> bool:
+        return status.get("state") not in _FINAL
+
+    @kopf.timer(
+        GROUP, VERSION, "savepoints", interval=1.0, when=_savepoint_active, id="savepoint-timer"
+    )
+    def savepoint_timer(
+        body: Mapping[str, Any], namespace: str | None, name: str, **_: Any
+    ) -> None:
+        namespace = namespace or "default"
+        if rt.timer_due("savepoint", namespace, name):
+            rt.run("savepoint", lambda: rt.savepoints.reconcile(body))
+
+    @kopf.on.delete(GROUP, VERSION, "savepoints", id="savepoint-dispose")
+    def savepoint_delete(body: Mapping[str, Any], retry: int, **_: Any) -> str:
+        try:
+            return str(rt.savepoints.dispose(body, retry))
+        except Exception as exc:
+            raise kopf.TemporaryError(
+                f"disposal failed ({exc}); retrying", delay=DISPOSAL_RETRY_DELAY_S
+            ) from exc

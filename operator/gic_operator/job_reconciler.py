@@ -1,0 +1,236 @@
+"""Reconcile one GICJob: observe, validate, take one step, record status.
+
+Each call of :meth:`JobReconciler.reconcile` observes the driver pod and the job's
+checkpoint storage, validates the spec, advances at most one step of the job's lifecycle
+and records the result in the status subresource (with Kubernetes Events for every
+transition). It is called on every change of the GICJob, on every event of its driver
+pod and on a timer, so a step that has to wait (a pod still terminating, a savepoint in
+progress, a restart backoff) simply returns and is picked up by the next call.
+
+Durable intents: a multi-step action (upgrade, suspend, recovery) is recorded in
+``status.pending`` *before* its first side effect, and every side effect is idempotent
+(deterministic control request ids, pod names carrying the epoch, create-if-absent), so
+an operator restarted at any point carries on where the previous one stopped.
+
+Invariants:
+
+* an invalid spec launches nothing (phase ``Invalid``, ``Ready=False`` with the message);
+* at most one driver pod of a job exists when a new one is created: every other driver
+  pod of the job is deleted and *gone* first, and each launch runs under a fencing epoch
+  higher than every earlier one (the runtime refuses stale epochs);
+* a recovery claims an epoch before it sweeps, so no earlier driver can still write while
+  orphans are deleted; the sweep never leaves the job's own ``jobs/<job id>/`` prefix.
+
+Thread-safety: one lock per job serializes reconciles of the same job; different jobs
+reconcile in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from gic_operator.job_policy import SavepointPolicy
+from gic_operator.job_steps import JobSteps
+from gic_operator.kube import KubeApi, PodInfo
+from gic_operator.metrics import OperatorMetrics
+from gic_operator.models import GICJobSpec, JobPhase, JobState
+from gic_operator.reconcile_context import Pass
+from gic_operator.storage_view import JobStorage
+from gic_operator.validation import describe_validation_error
+
+log = logging.getLogger(__name__)
+
+PLURAL = "gicjobs"
+#: A running job without a completed checkpoint for this long is unhealthy (seconds).
+DEFAULT_HEALTH_WINDOW_S = 300.0
+
+StorageFactory = Callable[[GICJobSpec, str], JobStorage]
+
+
+class JobReconciler:
+    """Reconciles GICJobs; see the module docstring. Safe to call from many threads."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        storage_for: StorageFactory,
+        *,
+        clock: Callable[[], float] = time.time,
+        metrics: OperatorMetrics | None = None,
+        health_window_s: float = DEFAULT_HEALTH_WINDOW_S,
+    ) -> None:
+        self.kube = kube
+        self.storage_for = storage_for
+        self.clock = clock
+        self.metrics = metrics
+        self.health_window_s = health_window_s
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault((namespace, name), threading.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop per-job bookkeeping of a deleted job."""
+        with self._locks_guard:
+            self._locks.pop((namespace, name), None)
+        if self.metrics is not None:
+            self.metrics.set_checkpoint_age(namespace, name, None)
+
+    def reconcile_named(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Reconcile the GICJob ``namespace/name`` read fresh from the API (if it exists)."""
+        with self._lock(namespace, name):
+            body = self.kube.get_object(PLURAL, namespace, name)
+            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                return None
+            return self._reconcile(body)
+
+    def reconcile(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Reconcile the job whose current body is ``body``; return the status patch sent.
+
+        The body is re-read under the job's lock, so a reconcile never acts on a status
+        older than one an earlier reconcile already wrote.
+        """
+        meta = body.get("metadata") or {}
+        return self.reconcile_named(str(meta.get("namespace") or "default"), str(meta["name"]))
+
+    def _reconcile(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        p = Pass(self.kube, PLURAL, body, clock=self.clock)
+        try:
+            spec = GICJobSpec.model_validate(body.get("spec") or {})
+        except ValidationError as exc:
+            _invalid(p, describe_validation_error(exc, "spec"))
+            return p.commit()
+        steps = JobSteps(p, spec, self.storage_for, self.kube)
+        steps.observe()
+        if p.status.get("phase") == JobPhase.INVALID.value:
+            p.set(phase=JobPhase.PENDING.value, message=None)
+            p.event("Normal", "SpecValid", "the spec is valid again")
+        pending = p.status.get("pending")
+        if pending:
+            steps.advance(pending)
+        else:
+            _steady(p, spec, steps)
+        if not steps.waiting_for_launch:
+            SavepointPolicy(p, spec, self.kube).apply()
+        _conditions(p, spec, steps.pod, self.health_window_s)
+        p.set(observedGeneration=p.generation)
+        if self.metrics is not None:
+            self.metrics.set_checkpoint_age(p.namespace, p.name, steps.checkpoint_age())
+        return p.commit()
+
+
+def _invalid(p: Pass, message: str) -> None:
+    """Record an invalid spec: nothing is launched; a running driver is left alone."""
+    if p.status.get("message") != message or p.status.get("phase") != JobPhase.INVALID.value:
+        p.event("Warning", "InvalidSpec", message)
+    p.set(phase=JobPhase.INVALID.value, message=message, observedGeneration=p.generation)
+    p.condition("Ready", False, "InvalidSpec", message)
+
+
+def _steady(p: Pass, spec: GICJobSpec, steps: JobSteps) -> None:
+    """No action in progress: compare the desired state with the driver pod."""
+    pod_state = steps.pod_state()
+    phase = p.status.get("phase")
+    if spec.state is JobState.SUSPENDED:
+        if pod_state in ("running", "pending"):
+            if p.status.get("suspendFailedGeneration") == p.generation:
+                return
+            steps.begin_suspend()
+        elif phase != JobPhase.SUSPENDED.value:
+            p.set(phase=JobPhase.SUSPENDED.value, driverPod=None, runningSince=None)
+            p.set(message="suspended; set spec.state to running to resume")
+            p.event("Normal", "Suspended", "the job is suspended (no driver)")
+        return
+    if pod_state == "none":
+        terminal = phase in (JobPhase.FAILED.value, JobPhase.FINISHED.value)
+        if terminal and p.status.get("deployedGeneration") == p.generation:
+            return
+        steps.launch(reason="resumed" if phase == JobPhase.SUSPENDED.value else "started")
+    elif pod_state in ("failed", "gone"):
+        steps.driver_failed()
+    elif pod_state == "succeeded":
+        if p.status.get("deployedGeneration") != p.generation:
+            steps.launch(reason="spec changed after the job finished")
+        elif phase != JobPhase.FINISHED.value:
+            p.set(phase=JobPhase.FINISHED.value, runningSince=None, message=steps.pod_summary())
+            p.event("Normal", "JobFinished", f"the driver exited: {steps.pod_summary()}")
+    elif pod_state == "pending":
+        p.set(phase=JobPhase.DEPLOYING.value)
+    elif pod_state == "running":
+        steps.running()
+        upgrade_due = p.status.get("deployedGeneration") not in (None, p.generation)
+        if upgrade_due and p.status.get("upgradeFailedGeneration") != p.generation:
+            steps.begin_upgrade()
+
+
+def _conditions(p: Pass, spec: GICJobSpec, pod: PodInfo | None, window_s: float) -> None:
+    phase = p.status.get("phase", JobPhase.PENDING.value)
+    if phase == JobPhase.INVALID.value:
+        return
+    running = phase == JobPhase.RUNNING.value
+    p.condition(
+        "Ready",
+        running,
+        "Running" if running else str(phase),
+        "the driver is running" if running else str(p.status.get("message") or f"phase {phase}"),
+    )
+    _checkpoint_health(p, running, window_s)
+    restored = p.status.get("restoredFrom")
+    if restored:
+        if restored.get("mode") == "Claim":
+            p.condition(
+                "RestoreSourceReleased",
+                False,
+                "Claimed",
+                f"the job owns {restored.get('path')} (Claim): it is never released",
+            )
+        elif restored.get("released"):
+            p.condition(
+                "RestoreSourceReleased",
+                True,
+                "Released",
+                f"no retained checkpoint references {restored.get('path')}: it may be deleted",
+            )
+        else:
+            p.condition(
+                "RestoreSourceReleased",
+                False,
+                "StillReferenced",
+                f"retained checkpoints still reference {restored.get('path')}; it is released "
+                "after the first checkpoint completes",
+            )
+    del spec, pod
+
+
+def _checkpoint_health(p: Pass, running: bool, window_s: float) -> None:
+    from gic_operator.conditions import parse_time
+
+    if not running:
+        p.condition("CheckpointsHealthy", None, "NotRunning", "the driver is not running")
+        return
+    last = p.status.get("lastCheckpoint") or {}
+    last_time = parse_time(last.get("time"))
+    since = parse_time(p.status.get("runningSince")) or p.now
+    if last_time is not None and p.now - last_time <= window_s:
+        age = max(0.0, p.now - last_time)
+        p.condition(
+            "CheckpointsHealthy", True, "Recent", f"checkpoint {last.get('id')} {age:.0f} s ago"
+        )
+    elif last_time is None and p.now - since <= window_s:
+        p.condition("CheckpointsHealthy", None, "Starting", "no checkpoint completed yet")
+    else:
+        p.condition(
+            "CheckpointsHealthy",
+            False,
+            "Stale",
+            f"no checkpoint completed in the last {window_s:.0f} s; check the driver's log "
+            "and the storage",
+        )

@@ -1,0 +1,122 @@
+"""Kubernetes Events the operator posts: their bodies and their aggregation.
+
+An Event is a ``core/v1`` Event on one object (``involvedObject`` from the object's
+``apiVersion``, ``kind`` and ``metadata``), with a count and first/last timestamps.
+Like kubectl's event recorder, a repeat of the same Event (same object, type, reason and
+message) within :data:`EVENT_AGGREGATE_S` raises the count of the one already posted
+instead of posting another, so a reconciler repeating itself every few seconds does not
+flood the namespace. :class:`EventCache` remembers what was posted recently.
+
+Invariants: messages longer than :data:`EVENT_MESSAGE_MAX` characters are cut (ending
+in ``...``); the cache holds at most its ``size`` entries (least recently used dropped).
+
+Thread-safety: the functions are pure; an :class:`EventCache` may be shared between
+threads (guarded by a lock).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: Longest Event message posted (longer ones are cut).
+EVENT_MESSAGE_MAX = 1024
+#: Repeats within this many seconds raise the count of the Event already posted.
+EVENT_AGGREGATE_S = 600.0
+
+EventKey = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RecentEvent:
+    """An Event posted recently: its name, count so far, first timestamp (RFC 3339)
+    and when it was last posted or counted (monotonic seconds)."""
+
+    name: str
+    count: int
+    first: str
+    at: float
+
+
+def event_message(message: str) -> str:
+    """``message`` cut to :data:`EVENT_MESSAGE_MAX` characters."""
+    if len(message) <= EVENT_MESSAGE_MAX:
+        return message
+    return message[: EVENT_MESSAGE_MAX - 3] + "..."
+
+
+def _namespace_and_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def event_key(obj: Mapping[str, Any], type: str, reason: str, message: str) -> EventKey:
+    """What makes two Events the same (for aggregation)."""
+    namespace, name = _namespace_and_name(obj)
+    uid = str((obj.get("metadata") or {}).get("uid") or name)
+    return (namespace, uid, type, reason, event_message(message))
+
+
+def event_body(
+    obj: Mapping[str, Any], type: str, reason: str, message: str, *, component: str, now: str
+) -> dict[str, Any]:
+    """A new Event (count 1, a fresh name) on ``obj``, posted by ``component`` at
+    ``now`` (RFC 3339)."""
+    meta = obj.get("metadata") or {}
+    namespace, name = _namespace_and_name(obj)
+    involved = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "name": name,
+        "namespace": namespace,
+        "uid": meta.get("uid"),
+    }
+    return {
+        "metadata": {"name": f"{name[:200]}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+        "involvedObject": {k: v for k, v in involved.items() if v is not None},
+        "type": type,
+        "reason": reason,
+        "message": event_message(message),
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": component},
+        "reportingComponent": component,
+    }
+
+
+class EventCache:
+    """Events posted recently, by :func:`event_key` (see the module docstring)."""
+
+    def __init__(
+        self,
+        size: int = 512,
+        window_s: float = EVENT_AGGREGATE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._size = size
+        self._window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._recent: OrderedDict[EventKey, RecentEvent] = OrderedDict()
+
+    def recent(self, key: EventKey) -> RecentEvent | None:
+        """The Event posted for ``key`` within the aggregation window, if any."""
+        with self._lock:
+            found = self._recent.get(key)
+        if found is None or self._clock() - found.at >= self._window_s:
+            return None
+        return found
+
+    def remember(self, key: EventKey, name: str, count: int, first: str) -> None:
+        """Record that Event ``name`` for ``key`` now has ``count``."""
+        with self._lock:
+            self._recent[key] = RecentEvent(name, count, first, self._clock())
+            self._recent.move_to_end(key)
+            while len(self._recent) > self._size:
+                self._recent.popitem(last=False)

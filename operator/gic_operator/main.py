@@ -1,0 +1,213 @@
+"""The ``gic-operator`` command: parse options, serve probes and metrics, run kopf.
+
+Sequence of :func:`main`: validate the options (a bad combination exits with status 2
+and says what to change), configure logging, load and configure the handlers
+(:mod:`gic_operator.handlers`, imported only here so that parsing options needs no
+cluster), start the health and metrics servers, then run kopf until it is signalled to
+stop. Readiness (``/readyz``) turns true once kopf's startup handlers (including the one
+here that applies the operator's kopf settings) have finished.
+
+Thread-safety: runs once per process, on the main thread (kopf needs it for signals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import math
+import re
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from gic_operator.metrics import default_metrics
+from gic_operator.probes import HealthServer
+from gic_operator.settings import OperatorSettings
+
+_log = logging.getLogger(__name__)
+
+FINALIZER = "gic.io/finalizer"
+DEFAULT_PEERING = "gic-operator"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_PORT_MAX = 65535
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="gic-operator",
+        description="Kubernetes operator for GIC streaming jobs (GICJob and Savepoint resources).",
+    )
+    where = parser.add_argument_group("what to watch")
+    where.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="Watch namespace NS (repeat for several).",
+    )
+    where.add_argument("--all-namespaces", "-A", action="store_true", help="Watch every namespace.")
+    peers = parser.add_argument_group("peering (one active operator at a time)")
+    peers.add_argument(
+        "--peering",
+        metavar="NAME",
+        default=None,
+        help=f"kopf peering object shared with other replicas (default {DEFAULT_PEERING}).",
+    )
+    peers.add_argument(
+        "--standalone", action="store_true", help="Run without peering (a single replica)."
+    )
+    serve = parser.add_argument_group("endpoints")
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8080,
+        metavar="PORT",
+        help="Port of /metrics (0: any free port, -1: off; default 8080).",
+    )
+    serve.add_argument(
+        "--health-port",
+        type=int,
+        default=8081,
+        metavar="PORT",
+        help="Port of /healthz and /readyz (0: any free port, -1: off; default 8081).",
+    )
+    parser.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="Seconds between reconciles of each resource (default 5).",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="Log level (default INFO).",
+    )
+    parser.add_argument(
+        "--verbose", "-v", action="store_true", help="Log at DEBUG level (as --log-level DEBUG)."
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and validate the command line; on an error print it and exit with 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    problems = []
+    if args.all_namespaces and args.namespace:
+        problems.append("--namespace and --all-namespaces exclude each other: give one")
+    elif not args.all_namespaces and not args.namespace:
+        problems.append(
+            "no namespace to watch: give --namespace NS (repeatable) or --all-namespaces"
+        )
+    bad = [ns for ns in args.namespace if not _NAMESPACE.match(ns)]
+    if bad:
+        problems.append(
+            f"invalid namespace name(s) {', '.join(map(repr, bad))}: a namespace is 1-63 "
+            "lowercase letters, digits or '-', starting and ending with a letter or digit"
+        )
+    if args.standalone and args.peering is not None:
+        problems.append("--standalone and --peering exclude each other: give one")
+    ports = (("--metrics-port", args.metrics_port), ("--health-port", args.health_port))
+    for option, port in ports:
+        if not -1 <= port <= _PORT_MAX:
+            problems.append(f"{option} {port} is not a port: use 0-{_PORT_MAX}, or -1 for off")
+    interval = args.reconcile_interval
+    if not (math.isfinite(interval) and interval > 0):
+        problems.append(f"--reconcile-interval {interval} must be a positive number of seconds")
+    if problems:
+        parser.error("; ".join(problems))
+    args.namespace = list(dict.fromkeys(args.namespace))
+    return args
+
+
+def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
+    """The operator settings a validated command line describes."""
+    return OperatorSettings(
+        reconcile_interval_s=float(args.reconcile_interval),
+        peering=None if args.standalone else (args.peering or DEFAULT_PEERING),
+        namespaces=tuple(args.namespace),
+        all_namespaces=bool(args.all_namespaces),
+    )
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    import kopf
+
+    level = "DEBUG" if args.verbose else args.log_level
+    kopf.configure(debug=level == "DEBUG", verbose=args.verbose)
+    logging.getLogger().setLevel(level)
+
+
+def _register_startup(operator: OperatorSettings) -> None:
+    """Register the kopf startup handler that applies the operator's kopf settings."""
+    import kopf
+
+    def apply_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
+        if operator.peering is not None:
+            settings.peering.name = operator.peering
+        settings.posting.level = logging.INFO
+        settings.persistence.finalizer = FINALIZER
+        settings.watching.server_timeout = 60
+        settings.networking.request_timeout = 30
+
+    kopf.on.startup(id="gic-operator-settings")(apply_settings)
+
+
+def build_servers(args: argparse.Namespace, ready: threading.Event) -> list[HealthServer]:
+    """The health and metrics servers the options ask for (one when the ports match)."""
+    metrics = default_metrics()
+    health, scrape = args.health_port, args.metrics_port
+    if health >= 0 and health == scrape and health != 0:
+        return [HealthServer(health, metrics, ready.is_set)]
+    servers = []
+    if health >= 0:
+        servers.append(HealthServer(health, None, ready.is_set))
+    if scrape >= 0:
+        servers.append(HealthServer(scrape, metrics, ready.is_set))
+    return servers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the operator; returns the process exit status."""
+    args = parse_args(argv)
+    settings = settings_from_args(args)
+    _configure_logging(args)
+    import kopf
+
+    # Importing the handlers registers them with kopf.
+    handlers = importlib.import_module("gic_operator.handlers")
+    handlers.configure(settings)
+    _register_startup(settings)
+    ready = threading.Event()
+    servers = build_servers(args, ready)
+    try:
+        for server in servers:
+            server.start()
+    except OSError as exc:
+        for server in servers:
+            server.stop()
+        print(f"gic-operator: cannot serve probes or metrics: {exc}", file=sys.stderr)
+        return 1
+    scope = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
+    _log.info("gic-operator watching %s (peering: %s)", scope, settings.peering or "standalone")
+    try:
+        kopf.run(
+            clusterwide=settings.all_namespaces,
+            namespaces=settings.namespaces,
+            peering_name=settings.peering,
+            standalone=settings.peering is None,
+            liveness_endpoint=None,
+            ready_flag=ready,
+        )
+    finally:
+        for server in servers:
+            server.stop()
+    return 0

@@ -1,0 +1,414 @@
+"""The ``GICJob`` custom resource (``gic.io/v1alpha1``, short name ``gj``).
+
+A GICJob is one stateful PySpark streaming job whose state is checkpointed by GIC. The spec
+says what to run (``application``), whether it should run (``state``), where its
+checkpoints live (``checkpointing``), where it starts from (``restore``), how a spec change
+is rolled out (``upgradeMode``), its savepoint policy and its restart policy. The status is
+written only by the operator.
+
+Invariants checked at validation (an invalid spec gets a ``Ready=False`` condition with the
+message and nothing is launched):
+
+* ``restore`` names exactly one of a Savepoint resource or a path;
+* ``checkpointing.storage`` is an ``s3://bucket[/prefix]`` or ``file:///absolute`` URI;
+* numbers are in range (buckets 1..32768, budgets and intervals positive).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from gic_operator.models.base import Condition, KubeModel, StatusPart
+
+DEFAULT_SPARK_SERVICE_ACCOUNT = "gic-spark"
+
+
+class JobState(StrEnum):
+    """Desired state of the job."""
+
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+
+
+class UpgradeMode(StrEnum):
+    """How a spec change is rolled out to a running job."""
+
+    SAVEPOINT = "savepoint"
+    LAST_STATE = "last-state"
+    STATELESS = "stateless"
+
+
+class RestoreMode(StrEnum):
+    """Who owns a restore source's files after the restore."""
+
+    CLAIM = "Claim"
+    NO_CLAIM = "NoClaim"
+
+
+class SavepointFormat(StrEnum):
+    """Savepoint file format."""
+
+    NATIVE = "native"
+    CANONICAL = "canonical"
+
+
+class ImagePullPolicy(StrEnum):
+    """Kubernetes image pull policy."""
+
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class EnvVar(KubeModel):
+    """A plain environment variable for the driver (secrets belong in a Secret)."""
+
+    name: str = Field(min_length=1, description="Variable name.")
+    value: str = Field("", description="Variable value.")
+
+
+class DriverSpec(KubeModel):
+    """Resources of the Spark driver pod."""
+
+    cores: int = Field(1, ge=1, description="CPU cores requested for the driver.")
+    memory: str = Field(
+        "1g",
+        pattern=r"^[0-9]+[kmgtKMGT]?$",
+        description="Driver JVM memory (Spark syntax: 512m, 2g).",
+    )
+    memory_overhead: str = Field(
+        "512m",
+        pattern=r"^[0-9]+[kmgtKMGT]?$",
+        description="Memory added to the pod's limit for Python workers and native memory.",
+    )
+
+
+class ExecutorSpec(KubeModel):
+    """Spark executors (pods Spark itself creates on Kubernetes)."""
+
+    instances: int = Field(1, ge=1, description="Executor pods.")
+    cores: int = Field(1, ge=1, description="CPU cores per executor.")
+    memory: str = Field(
+        "1g", pattern=r"^[0-9]+[kmgtKMGT]?$", description="Executor JVM memory (Spark syntax)."
+    )
+
+
+class ApplicationSpec(KubeModel):
+    """What to run: the driver's image, its main file and Spark's configuration."""
+
+    image: str = Field(
+        min_length=1,
+        description="Container image with Spark and the GIC runtime (the Dockerfile's "
+        "spark-runtime target), used for the driver and the executors.",
+    )
+    image_pull_policy: ImagePullPolicy = Field(
+        ImagePullPolicy.IF_NOT_PRESENT, description="Pull policy for the image."
+    )
+    main_file: str = Field(
+        min_length=1,
+        description="The job's Python file inside the image (local:///opt/app/job.py or an "
+        "absolute path); it uses gic_runtime.spark and reads its settings from GIC_* "
+        "variables the operator sets.",
+    )
+    arguments: list[str] = Field(default_factory=list, description="Arguments for the main file.")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark configuration (spark.* keys). spark.master defaults to the "
+        "cluster's API server (k8s://https://kubernetes.default.svc); the operator's own keys "
+        "(driver host, pod names) are set last.",
+    )
+    driver: DriverSpec = Field(
+        default_factory=lambda: DriverSpec.model_validate({}), description="Driver resources."
+    )
+    executor: ExecutorSpec = Field(
+        default_factory=lambda: ExecutorSpec.model_validate({}), description="Executors."
+    )
+    service_account: str = Field(
+        DEFAULT_SPARK_SERVICE_ACCOUNT,
+        min_length=1,
+        description="Service account of the driver pod; it needs to manage executor pods "
+        "(the Helm chart creates gic-spark with exactly that).",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, description="Extra plain environment variables for the driver."
+    )
+
+
+class ChangelogSpec(KubeModel):
+    """Changelog upload tuning (defaults suit most jobs)."""
+
+    preemptive_upload_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1,
+        description="Buffered changelog bytes that trigger an upload before the checkpoint.",
+    )
+    max_hedges: int = Field(
+        1, ge=0, description="Extra upload attempts started when one is slow (0: off)."
+    )
+
+
+class CheckpointingSpec(KubeModel):
+    """Where and how the job's state is checkpointed."""
+
+    storage: str = Field(
+        min_length=1,
+        description="Root URI of checkpoint storage: s3://bucket/prefix or file:///path. The "
+        "job's files live under <storage>/jobs/<namespace>.<name>/; the operator never deletes "
+        "outside it.",
+    )
+    credentials_secret: str | None = Field(
+        None,
+        description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optionally "
+        "AWS_REGION, AWS_ENDPOINT_URL) for S3; passed to pods only by secretKeyRef.",
+    )
+    s3_endpoint_url: str | None = Field(
+        None, description="S3 endpoint for S3-compatible servers (MinIO, SeaweedFS)."
+    )
+    buckets: int = Field(
+        128,
+        ge=1,
+        le=32768,
+        description="Key buckets (units of rescaling), fixed for the life of the state.",
+    )
+    retained_checkpoints: int = Field(3, ge=1, description="Completed checkpoints kept.")
+    materialization_interval_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds between materializations of one bucket; bounds restore replay.",
+    )
+    changelog: ChangelogSpec = Field(
+        default_factory=lambda: ChangelogSpec.model_validate({}),
+        description="Changelog upload tuning.",
+    )
+
+    @field_validator("storage")
+    @classmethod
+    def _storage_uri(cls, value: str) -> str:
+        if value.startswith("s3://") and len(value) > len("s3://"):
+            return value.rstrip("/")
+        if value.startswith("file:///"):
+            return value.rstrip("/") if value != "file:///" else value
+        raise ValueError(
+            f"storage {value!r} is not a storage URI: use s3://bucket/prefix or "
+            "file:///absolute/path"
+        )
+
+
+class RestoreSpec(KubeModel):
+    """Where a job with no checkpoint of its own starts from."""
+
+    savepoint: str | None = Field(
+        None, description="Name of a Savepoint resource in the job's namespace (Completed)."
+    )
+    path: str | None = Field(
+        None, description="URI of a savepoint directory or a checkpoint manifest."
+    )
+    mode: RestoreMode = Field(
+        RestoreMode.NO_CLAIM,
+        description="NoClaim (default, safe): the job never deletes the source's files and "
+        "stops referencing them after its first checkpoint. Claim: the job owns them from now "
+        "on; a claimed Savepoint shows claimedBy and is never disposed of.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RestoreSpec:
+        if (self.savepoint is None) == (self.path is None):
+            raise ValueError("restore needs exactly one of savepoint (a Savepoint name) or path")
+        return self
+
+
+class RetentionSpec(KubeModel):
+    """Retention of savepoints the policy created (never of ones a user or annotation made)."""
+
+    max_count: int | None = Field(
+        None, ge=1, description="Keep at most this many policy savepoints (newest first)."
+    )
+    max_age_seconds: int | None = Field(
+        None, ge=1, description="Delete policy savepoints older than this."
+    )
+
+
+class SavepointPolicySpec(KubeModel):
+    """Savepoint defaults and the periodic savepoint policy."""
+
+    format: SavepointFormat = Field(
+        SavepointFormat.NATIVE,
+        description="Format of savepoints the operator triggers (upgrades, suspend, periodic, "
+        "annotation).",
+    )
+    interval_seconds: int | None = Field(
+        None, ge=60, description="Take an intermediate savepoint this often; unset: never."
+    )
+    retention: RetentionSpec = Field(
+        default_factory=lambda: RetentionSpec.model_validate({}),
+        description="Retention of periodic savepoints.",
+    )
+    timeout_seconds: int = Field(
+        600, ge=10, description="A savepoint not completed after this is marked Failed."
+    )
+
+
+class RestartPolicySpec(KubeModel):
+    """What happens when the driver fails."""
+
+    max_restarts: int = Field(
+        5,
+        ge=0,
+        description="Restarts allowed before the job is Failed; the count resets after "
+        "resetAfterSeconds of healthy running.",
+    )
+    backoff_seconds: float = Field(
+        2.0, ge=0, description="Delay before the first restart; doubles each time."
+    )
+    max_backoff_seconds: float = Field(300.0, ge=0, description="Cap on the restart delay.")
+    reset_after_seconds: float = Field(
+        600.0, gt=0, description="Running this long without a failure resets the restart count."
+    )
+
+
+class GICJobSpec(KubeModel):
+    """Desired state of a GIC streaming job."""
+
+    application: ApplicationSpec = Field(description="What to run.")
+    state: JobState = Field(
+        JobState.RUNNING,
+        description="running or suspended (stop with a savepoint; back to running resumes "
+        "from it).",
+    )
+    checkpointing: CheckpointingSpec = Field(description="Checkpoint storage and tuning.")
+    restore: RestoreSpec | None = Field(
+        None,
+        description="Start from a savepoint or checkpoint when the job has no checkpoint of "
+        "its own; ignored once it has.",
+    )
+    upgrade_mode: UpgradeMode = Field(
+        UpgradeMode.SAVEPOINT,
+        description="How a spec change reaches a running job: savepoint (stop with a "
+        "savepoint, relaunch from it), last-state (relaunch from the latest checkpoint) or "
+        "stateless (relaunch with empty state).",
+    )
+    savepoints: SavepointPolicySpec = Field(
+        default_factory=lambda: SavepointPolicySpec.model_validate({}),
+        description="Savepoint format, period, retention.",
+    )
+    restart_policy: RestartPolicySpec = Field(
+        default_factory=lambda: RestartPolicySpec.model_validate({}),
+        description="Restart budget and backoff.",
+    )
+
+
+class JobPhase(StrEnum):
+    """Lifecycle phase shown in ``kubectl get gj``."""
+
+    PENDING = "Pending"
+    DEPLOYING = "Deploying"
+    RUNNING = "Running"
+    SAVEPOINTING = "Savepointing"
+    UPGRADING = "Upgrading"
+    RECOVERING = "Recovering"
+    SUSPENDING = "Suspending"
+    SUSPENDED = "Suspended"
+    FINISHED = "Finished"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+
+
+class CheckpointInfo(StatusPart):
+    """The job's latest completed checkpoint."""
+
+    id: int = Field(description="Checkpoint (micro-batch) id.")
+    time: str | None = Field(None, description="RFC 3339 completion time.")
+    duration_ms: float | None = Field(None, description="Critical-path duration.")
+    bytes: int | None = Field(None, description="Bytes uploaded for it.")
+    uri: str | None = Field(None, description="Manifest URI.")
+
+
+class SavepointRef(StatusPart):
+    """The job's latest completed savepoint."""
+
+    name: str | None = Field(None, description="Savepoint resource name.")
+    path: str = Field(description="Savepoint directory URI.")
+    time: str | None = Field(None, description="RFC 3339 completion time.")
+
+
+class RestoredFrom(StatusPart):
+    """Where the current lineage started."""
+
+    path: str = Field(description="Source URI.")
+    savepoint: str | None = Field(None, description="Savepoint resource, if one was named.")
+    mode: RestoreMode = Field(description="Claim or NoClaim.")
+    released: bool = Field(
+        False, description="NoClaim: no retained checkpoint references the source any more."
+    )
+
+
+class SweepInfo(StatusPart):
+    """The last orphan sweep of the job's storage."""
+
+    time: str = Field(description="RFC 3339 time of the sweep.")
+    files: int = Field(description="Orphaned objects deleted.")
+    bytes: int = Field(description="Bytes deleted.")
+    epoch: int | None = Field(None, description="Fencing epoch claimed before the sweep.")
+
+
+class PendingAction(StatusPart):
+    """A durable intent of the operator (survives operator restarts)."""
+
+    kind: str = Field(description="upgrade, suspend, recover or savepoint.")
+    request_id: str | None = Field(None, description="Control request id sent to the driver.")
+    started: str = Field(description="RFC 3339 time the action began.")
+    target_generation: int | None = Field(None, description="Spec generation it rolls out.")
+    savepoint_path: str | None = Field(None, description="Savepoint the relaunch starts from.")
+    due: str | None = Field(None, description="RFC 3339 time the next step may run (backoff).")
+    mode: str | None = Field(None, description="Upgrade mode the upgrade runs with.")
+    reason: str | None = Field(None, description="Why the action began.")
+
+
+class GICJobStatus(KubeModel):
+    """Observed state, written by the operator."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+    phase: JobPhase = Field(JobPhase.PENDING, description="Lifecycle phase.")
+    observed_generation: int | None = Field(
+        None, description="metadata.generation the operator last acted on."
+    )
+    job_id: str | None = Field(None, description="Job id in storage (<namespace>.<name>).")
+    epoch: int | None = Field(None, description="Fencing epoch of the current driver.")
+    driver_pod: str | None = Field(None, description="Name of the current driver pod.")
+    deployed_generation: int | None = Field(
+        None, description="Spec generation the current driver runs."
+    )
+    lineage: int = Field(
+        0, description="State lineage; a stateless upgrade starts a new one (new job id)."
+    )
+    restarts: int = Field(0, description="Restarts since the count was last reset.")
+    last_restart_time: str | None = Field(None, description="RFC 3339 time of the last restart.")
+    next_restart_time: str | None = Field(
+        None, description="RFC 3339 time the pending restart is due (backoff)."
+    )
+    running_since: str | None = Field(None, description="RFC 3339 time the driver was Running.")
+    last_checkpoint: CheckpointInfo | None = Field(None, description="Latest checkpoint.")
+    last_savepoint: SavepointRef | None = Field(None, description="Latest completed savepoint.")
+    restored_from: RestoredFrom | None = Field(None, description="Restore source of the lineage.")
+    last_sweep: SweepInfo | None = Field(None, description="Last orphan sweep.")
+    pending: PendingAction | None = Field(None, description="Operator action in progress.")
+    processed_savepoint_nonce: str | None = Field(
+        None, description="Last gic.io/savepoint annotation value turned into a Savepoint."
+    )
+    last_periodic_savepoint: str | None = Field(
+        None, description="RFC 3339 time of the last periodic savepoint trigger."
+    )
+    upgrade_failed_generation: int | None = Field(
+        None, description="Generation whose upgrade failed; not retried until the spec changes."
+    )
+    suspend_failed_generation: int | None = Field(
+        None, description="Generation whose suspend savepoint failed; not retried until then."
+    )
+    message: str | None = Field(None, description="Human-readable summary of the phase.")
+    conditions: list[Condition] = Field(default_factory=list, description="Conditions.")

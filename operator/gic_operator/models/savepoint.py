@@ -1,0 +1,94 @@
+"""The ``Savepoint`` custom resource (``gic.io/v1alpha1``, short name ``gsp``).
+
+A Savepoint is one self-contained copy of a job's state, taken by the job's driver between
+micro-batches. It is created by a user (``kubectl apply``), by the annotation
+``gic.io/savepoint=<nonce>`` on a GICJob, by the periodic policy, or by the operator itself
+for upgrades and suspends (label ``gic.io/created-by`` says which).
+
+Invariants:
+
+* the files of a Savepoint are deleted only when the resource is deleted with
+  ``disposeOnDelete: true`` and no job has claimed it (``status.claimedBy`` empty);
+* a savepoint never enters a job's checkpoint timeline: restoring from it reads it, and
+  only a Claim restore transfers ownership (recorded in ``claimedBy``);
+* ``status.state`` only moves forward: TriggerPending -> InProgress -> Completed or
+  Failed; Abandoned when its job went away before it completed.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from gic_operator.models.base import Condition, KubeModel
+from gic_operator.models.gicjob import SavepointFormat
+
+
+class SavepointMode(StrEnum):
+    """Whether the job keeps running after the savepoint."""
+
+    INTERMEDIATE = "intermediate"
+    STOP = "stop"
+
+
+class SavepointState(StrEnum):
+    """Progress of a savepoint."""
+
+    TRIGGER_PENDING = "TriggerPending"
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    ABANDONED = "Abandoned"
+
+
+#: States a savepoint never leaves.
+FINAL_STATES = frozenset(
+    {SavepointState.COMPLETED, SavepointState.FAILED, SavepointState.ABANDONED}
+)
+
+
+class SavepointSpec(KubeModel):
+    """Desired savepoint."""
+
+    job: str = Field(min_length=1, description="Name of the GICJob in the same namespace.")
+    format: SavepointFormat = Field(
+        SavepointFormat.NATIVE,
+        description="native (the checkpoint's own files, fastest) or canonical (a portable "
+        "per-bucket export that restores under another bucket count or version).",
+    )
+    mode: SavepointMode = Field(
+        SavepointMode.INTERMEDIATE,
+        description="intermediate (the job keeps running) or stop (the job stops after it).",
+    )
+    dispose_on_delete: bool = Field(
+        False,
+        description="Delete the savepoint's files when this resource is deleted (never while "
+        "a job has claimed it). Default false: files outlive the resource.",
+    )
+
+
+class SavepointStatus(KubeModel):
+    """Observed state of a savepoint, written by the operator."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+    state: SavepointState = Field(SavepointState.TRIGGER_PENDING, description="Progress.")
+    request_id: str | None = Field(None, description="Control request id sent to the driver.")
+    path: str | None = Field(None, description="URI of the savepoint directory.")
+    checkpoint_id: int | None = Field(None, description="Checkpoint the savepoint copies.")
+    trigger_time: str | None = Field(None, description="RFC 3339 time the request was made.")
+    completion_time: str | None = Field(None, description="RFC 3339 time it completed/failed.")
+    size_bytes: int | None = Field(None, description="Bytes in the savepoint directory.")
+    error: str | None = Field(None, description="Why it failed.")
+    failures: int = Field(0, description="Failed attempts so far.")
+    claimed_by: str | None = Field(
+        None, description="GICJob (namespace/name) that restored from it in Claim mode."
+    )
+    disposal_error: str | None = Field(
+        None, description="Last error while deleting the files on resource deletion."
+    )
+    conditions: list[Condition] = Field(default_factory=list, description="Conditions.")

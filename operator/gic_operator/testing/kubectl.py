@@ -1,0 +1,77 @@
+"""The real ``kubectl`` binary, pointed at one API server, for end-to-end tests.
+
+:class:`Kubectl` runs kubectl with a given kubeconfig and its own discovery cache
+directory (so tests never share or pollute ``~/.kube/cache``), raising with kubectl's
+stderr when a command that must succeed fails. :func:`wait_until` polls a condition
+against a deadline, for tests that wait on asynchronous outcomes.
+
+Thread-safety: instances hold no mutable state; each call is its own process.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def find_kubectl() -> str:
+    """The kubectl on PATH (``/usr/bin/kubectl`` if there is none)."""
+    return shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+    """Poll ``condition`` until it returns something truthy; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Kubectl:
+    """kubectl with a fixed kubeconfig and cache directory."""
+
+    def __init__(self, kubeconfig: Path, cache_dir: Path, binary: str | None = None) -> None:
+        self.base = [
+            binary or find_kubectl(),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cache-dir",
+            str(cache_dir),
+        ]
+
+    def __call__(
+        self, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``kubectl ARGS``; with ``check``, fail unless it exits 0."""
+        result = subprocess.run(
+            [*self.base, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            command = " ".join(args)
+            raise AssertionError(f"kubectl {command} exited {result.returncode}: {result.stderr}")
+        return result
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        """Start ``kubectl ARGS`` in the background, stdout and stderr captured."""
+        return subprocess.Popen(
+            [*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def apply(self, manifest: str) -> str:
+        """``kubectl apply --validate=false -f -`` with ``manifest`` on stdin; its stdout."""
+        return self("apply", "--validate=false", "-f", "-", stdin=manifest).stdout

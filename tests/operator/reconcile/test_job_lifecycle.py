@@ -1,0 +1,443 @@
+"""GICJob and Savepoint reconcilers against the in-memory Kubernetes API (the seam fake
+TestingKubeApi) and real checkpoint storage on the local disk.
+
+Each test drives the reconcilers step by step, playing the kubelet (pod phases) and the
+driver (runtime status record, control outcomes) by hand, and checks the status, the
+pods, the storage and the events a user would see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gic_operator.job_reconciler import JobReconciler
+from gic_operator.models import API_VERSION
+from gic_operator.naming import ANNOTATION_SAVEPOINT
+from gic_operator.savepoint_reconciler import MAX_DISPOSAL_ATTEMPTS, SavepointReconciler
+from gic_operator.storage_view import JobStorage, open_job_storage
+from gic_operator.testing.fake_kube import TestingKubeApi
+from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
+from gic_runtime.control import ControlChannel, Outcome
+from gic_runtime.control.model import OutcomeState
+from gic_runtime.fencing import highest_epoch
+from gic_runtime.status import CheckpointStatus, JobState, JobStatus, RestoreStatus, write_status
+
+NS = "team"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class World:
+    """The fake API, the reconcilers and the job's storage, with driver-side helpers."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.storage_uri = f"file://{root}"
+        self.kube = TestingKubeApi()
+        self.clock = Clock()
+        self.jobs = JobReconciler(self.kube, open_job_storage, clock=self.clock)
+        self.savepoints = SavepointReconciler(self.kube, open_job_storage, clock=self.clock)
+
+    def spec(self, **overrides: Any) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "application": {"image": "gic-spark:0.1.0", "mainFile": "local:///opt/app/job.py"},
+            "checkpointing": {"storage": self.storage_uri, "buckets": 8},
+        }
+        spec.update(overrides)
+        return spec
+
+    def apply_job(self, name: str = "wc", **overrides: Any) -> dict[str, Any]:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "GICJob",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": self.spec(**overrides),
+        }
+        return self.kube.put_object("gicjobs", NS, body)
+
+    def job(self, name: str = "wc") -> dict[str, Any]:
+        body = self.kube.get_object("gicjobs", NS, name)
+        assert body is not None
+        return body
+
+    def status(self, name: str = "wc") -> dict[str, Any]:
+        return dict(self.job(name).get("status") or {})
+
+    def reconcile(self, name: str = "wc") -> dict[str, Any]:
+        self.jobs.reconcile(self.job(name))
+        return self.status(name)
+
+    def storage(self, name: str = "wc") -> JobStorage:
+        return JobStorage.open(self.storage_uri, f"{NS}.{name}")
+
+    def condition(self, type_: str, name: str = "wc") -> dict[str, Any]:
+        for c in self.status(name).get("conditions", []):
+            if c["type"] == type_:
+                return dict(c)
+        raise AssertionError(f"no condition {type_}")
+
+    def driver_reports(self, name: str = "wc", *, checkpoint: int = 3, **extra: Any) -> None:
+        storage = self.storage(name)
+        status = JobStatus(
+            job_id=f"{NS}.{name}",
+            epoch=int(self.status(name).get("epoch") or 1),
+            state=JobState.RUNNING,
+            updated_at=self.clock.t,
+            started_at=self.clock.t - 10,
+            last_checkpoint=CheckpointStatus(
+                id=checkpoint, created_at=self.clock.t - 1, duration_ms=12.5, bytes_uploaded=900
+            ),
+            **extra,
+        )
+        write_status(storage.resolver, storage.root, storage.job_id, status)
+
+    def complete(self, request_id: str, name: str = "wc", error: str | None = None) -> str:
+        storage = self.storage(name)
+        channel = ControlChannel(storage.resolver, storage.root, storage.job_id)
+        request = channel.request(request_id)
+        assert request is not None, f"no request {request_id}"
+        target = getattr(request, "target", None)
+        if error is None:
+            outcome = Outcome(
+                request_id,
+                OutcomeState.COMPLETED,
+                path=target,
+                checkpoint_id=3,
+                size_bytes=1234,
+                files=2,
+                finished_at=self.clock.t,
+            )
+            Path(str(target).removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+            (Path(str(target).removeprefix("file://")) / "_manifest").write_text("x")
+        else:
+            outcome = Outcome(
+                request_id, OutcomeState.FAILED, error=error, finished_at=self.clock.t
+            )
+        channel.complete(outcome)
+        return str(target)
+
+    def run_driver(self, name: str = "wc") -> str:
+        """Launch (if needed) and report the driver Running; return its pod name."""
+        status = self.reconcile(name)
+        pod = status["driverPod"]
+        self.kube.set_pod_phase(NS, pod, "Running")
+        status = self.reconcile(name)
+        assert status["phase"] == "Running", status
+        return str(pod)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    yield World(tmp_path / "store")
+
+
+def test_invalid_spec_gets_a_condition_and_launches_nothing(world: World) -> None:
+    world.apply_job(checkpointing={"storage": "/not/a/uri", "buckets": 0})
+    status = world.reconcile()
+    assert status["phase"] == "Invalid"
+    ready = world.condition("Ready")
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
+    assert "spec.checkpointing.storage" in ready["message"]
+    assert "spec.checkpointing.buckets" in ready["message"]
+    assert world.kube.pods == {}
+    assert "InvalidSpec" in world.kube.reasons("wc")
+
+
+def test_unknown_field_is_named(world: World) -> None:
+    world.apply_job(upgradeMod="savepoint")
+    status = world.reconcile()
+    assert status["phase"] == "Invalid"
+    assert "spec.upgradeMod: is not a known field" in status["message"]
+
+
+def test_launch_then_running_reports_checkpoints(world: World) -> None:
+    world.apply_job()
+    status = world.reconcile()
+    assert status["phase"] == "Deploying"
+    pod = world.kube.pod_manifest(NS, status["driverPod"])
+    assert pod is not None and status["epoch"] == 1
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["GIC_JOB_ID"] == f"{NS}.wc" and env["GIC_EPOCH"] == "1"
+    assert world.kube.service(NS, "wc-driver") is not None
+    world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    world.driver_reports(checkpoint=7)
+    status = world.reconcile()
+    assert status["phase"] == "Running"
+    assert status["lastCheckpoint"]["id"] == 7
+    assert world.condition("Ready")["status"] == "True"
+    assert world.condition("CheckpointsHealthy")["status"] == "True"
+    assert status["observedGeneration"] == 1
+    assert {"DriverLaunched", "Running"} <= set(world.kube.reasons("wc"))
+
+
+def test_a_reconcile_without_news_writes_nothing(world: World) -> None:
+    world.apply_job()
+    world.run_driver()
+    before = len(world.kube.calls)
+    world.reconcile()
+    patches = [c for c in world.kube.calls[before:] if c[0] == "patch_status"]
+    assert patches == []
+
+
+def test_crash_recovery_fences_sweeps_and_relaunches(world: World) -> None:
+    world.apply_job()
+    pod = world.run_driver()
+    storage = world.storage()
+    orphan = Path(str(storage.root).removeprefix("file://")) / "jobs" / f"{NS}.wc" / "changelog"
+    orphan.mkdir(parents=True, exist_ok=True)
+    (orphan / "seg-orphan").write_bytes(b"x" * 100)
+    world.kube.set_pod_phase(NS, pod, "Failed", exit_code=137, reason="Error")
+    status = world.reconcile()
+    assert status["phase"] == "Recovering" and status["pending"]["kind"] == "recover"
+    status = world.reconcile()  # first restart is immediate
+    assert world.kube.get_pod(NS, pod) is None, "the old driver must be gone"
+    assert status["lastSweep"]["files"] == 1 and status["lastSweep"]["bytes"] == 100
+    assert not (orphan / "seg-orphan").exists()
+    claimed = status["lastSweep"]["epoch"]
+    assert status["epoch"] == claimed + 1 and status["restarts"] == 1
+    assert status["driverPod"] != pod and "pending" not in status
+    assert highest_epoch(storage.resolver, storage.root, storage.job_id) == claimed
+    assert {"DriverFailed", "OrphansSwept", "DriverLaunched"} <= set(world.kube.reasons("wc"))
+
+
+def test_restart_budget_then_failed_and_backoff(world: World) -> None:
+    world.apply_job(restartPolicy={"maxRestarts": 2, "backoffSeconds": 10})
+    for attempt in range(2):
+        pod = world.run_driver() if attempt == 0 else world.status()["driverPod"]
+        if attempt:
+            world.kube.set_pod_phase(NS, pod, "Running")
+            world.reconcile()
+        world.kube.set_pod_phase(NS, pod, "Failed", exit_code=1)
+        status = world.reconcile()
+        if attempt == 1:  # second restart waits 10 s
+            assert status["phase"] == "Recovering"
+            assert world.reconcile()["driverPod"] == pod
+            world.clock.t += 11
+        world.reconcile()
+    pod = world.status()["driverPod"]
+    world.kube.set_pod_phase(NS, pod, "Failed", exit_code=1)
+    status = world.reconcile()
+    assert status["phase"] == "Failed"
+    assert "restart budget (2) is used up" in status["message"]
+    assert world.reconcile()["driverPod"] == pod, "a failed job is not relaunched"
+
+
+def test_annotation_creates_one_savepoint_per_nonce(world: World) -> None:
+    world.apply_job()
+    world.run_driver()
+    world.kube.update_object("gicjobs", NS, "wc", annotations={ANNOTATION_SAVEPOINT: "n1"})
+    world.reconcile()
+    world.reconcile()
+    names = [o["metadata"]["name"] for o in world.kube.list_objects("savepoints", NS)]
+    assert names == ["wc-sp-n1"]
+    assert world.status()["processedSavepointNonce"] == "n1"
+
+
+def test_savepoint_waits_for_running_job_then_completes(world: World) -> None:
+    world.apply_job()
+    world.kube.create_object(
+        "savepoints",
+        NS,
+        {"metadata": {"name": "sp1", "namespace": NS}, "spec": {"job": "wc"}},
+    )
+    sp = world.kube.get_object("savepoints", NS, "sp1")
+    assert sp is not None
+    world.savepoints.reconcile(sp)
+    sp = world.kube.get_object("savepoints", NS, "sp1")
+    assert sp is not None and sp["status"]["state"] == "TriggerPending"
+    world.run_driver()
+    world.savepoints.reconcile(sp)
+    sp = world.kube.get_object("savepoints", NS, "sp1")
+    assert sp is not None and sp["status"]["state"] == "InProgress"
+    rid = sp["status"]["requestId"]
+    world.savepoints.reconcile(sp)  # nothing yet
+    path = world.complete(rid)
+    world.savepoints.reconcile(sp)
+    sp = world.kube.get_object("savepoints", NS, "sp1")
+    assert sp is not None
+    assert sp["status"]["state"] == "Completed" and sp["status"]["path"] == path
+    assert sp["status"]["checkpointId"] == 3 and sp["status"]["sizeBytes"] == 1234
+    assert "SavepointCompleted" in world.kube.reasons("sp1")
+
+
+def test_savepoint_of_a_missing_job_is_abandoned(world: World) -> None:
+    world.kube.create_object(
+        "savepoints", NS, {"metadata": {"name": "sp1", "namespace": NS}, "spec": {"job": "nope"}}
+    )
+    sp = world.kube.get_object("savepoints", NS, "sp1")
+    assert sp is not None
+    world.savepoints.reconcile(sp)
+    sp = world.kube.get_object("savepoints", NS, "sp1")
+    assert sp is not None and sp["status"]["state"] == "Abandoned"
+    assert "does not exist" in sp["status"]["error"]
+
+
+def test_upgrade_through_savepoint(world: World) -> None:
+    world.apply_job()
+    old_pod = world.run_driver()
+    body = world.job()
+    body["spec"]["application"]["arguments"] = ["--v2"]
+    world.kube.put_object("gicjobs", NS, body)
+    status = world.reconcile()
+    assert status["phase"] == "Upgrading"
+    rid = status["pending"]["requestId"]
+    # An operator restarted here finds the same intent and re-requests idempotently.
+    world.jobs = JobReconciler(world.kube, open_job_storage, clock=world.clock)
+    world.reconcile()
+    path = world.complete(rid)
+    status = world.reconcile()
+    assert status["phase"] == "Upgrading" and status["lastSavepoint"]["path"] == path
+    world.kube.set_pod_phase(NS, old_pod, "Succeeded", exit_code=0)
+    status = world.reconcile()
+    assert status["driverPod"] != old_pod and status["deployedGeneration"] == 2
+    pod = world.kube.pod_manifest(NS, status["driverPod"])
+    assert pod is not None and pod["spec"]["containers"][0]["command"][-1] == "--v2"
+    assert "Upgraded" in world.kube.reasons("wc")
+
+
+def test_failed_upgrade_savepoint_keeps_the_old_driver(world: World) -> None:
+    world.apply_job()
+    old_pod = world.run_driver()
+    body = world.job()
+    body["spec"]["application"]["arguments"] = ["--v2"]
+    world.kube.put_object("gicjobs", NS, body)
+    rid = world.reconcile()["pending"]["requestId"]
+    world.complete(rid, error="disk full")
+    status = world.reconcile()
+    assert "pending" not in status and status["upgradeFailedGeneration"] == 2
+    assert status["driverPod"] == old_pod
+    assert world.reconcile()["driverPod"] == old_pod, "not retried for the same generation"
+
+
+def test_last_state_upgrade_replaces_the_driver(world: World) -> None:
+    world.apply_job(upgradeMode="last-state")
+    old_pod = world.run_driver()
+    body = world.job()
+    body["spec"]["application"]["arguments"] = ["--v2"]
+    world.kube.put_object("gicjobs", NS, body)
+    world.reconcile()
+    status = world.reconcile()
+    assert world.kube.get_pod(NS, old_pod) is None
+    assert status["driverPod"] != old_pod and status["deployedGeneration"] == 2
+
+
+def test_suspend_and_resume(world: World) -> None:
+    world.apply_job()
+    pod = world.run_driver()
+    body = world.job()
+    body["spec"]["state"] = "suspended"
+    world.kube.put_object("gicjobs", NS, body)
+    status = world.reconcile()
+    assert status["phase"] == "Suspending"
+    path = world.complete(status["pending"]["requestId"])
+    world.reconcile()
+    world.kube.set_pod_phase(NS, pod, "Succeeded", exit_code=0)
+    status = world.reconcile()
+    assert status["phase"] == "Suspended" and "driverPod" not in status
+    assert status["lastSavepoint"]["path"] == path
+    assert world.kube.pods == {}
+    body = world.job()
+    body["spec"]["state"] = "running"
+    world.kube.put_object("gicjobs", NS, body)
+    status = world.reconcile()
+    assert status["phase"] == "Deploying" and status["epoch"] == 2
+
+
+def _completed_savepoint(world: World, name: str, path: str) -> None:
+    world.kube.create_object(
+        "savepoints",
+        NS,
+        {
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"job": "wc", "disposeOnDelete": True},
+        },
+    )
+    world.kube.patch_status(
+        "savepoints",
+        NS,
+        name,
+        {"state": "Completed", "path": path, "requestId": path.rsplit("/", 1)[-1]},
+    )
+
+
+def test_restore_claim_marks_the_savepoint_and_noclaim_reports_release(world: World) -> None:
+    path = f"{world.storage_uri}/savepoints/gsp-a"
+    _completed_savepoint(world, "sp-a", path)
+    world.apply_job("claimer", restore={"savepoint": "sp-a", "mode": "Claim"})
+    status = world.reconcile("claimer")
+    assert status["restoredFrom"] == {
+        "path": path,
+        "mode": "Claim",
+        "released": False,
+        "savepoint": "sp-a",
+    }
+    sp = world.kube.get_object("savepoints", NS, "sp-a")
+    assert sp is not None and sp["status"]["claimedBy"] == f"{NS}/claimer"
+    world.apply_job("copier", restore={"savepoint": "sp-a"})
+    status = world.reconcile("copier")
+    env = {
+        e["name"]: e.get("value")
+        for e in world.kube.pods[(NS, status["driverPod"])]["spec"]["containers"][0]["env"]
+    }
+    assert env["GIC_RESTORE_SOURCE"] == path and env["GIC_RESTORE_MODE"] == "no-claim"
+    world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    world.reconcile("copier")
+    assert world.condition("RestoreSourceReleased", "copier")["status"] == "False"
+    world.driver_reports(
+        "copier",
+        restored_from=RestoreStatus(source=path, mode=RuntimeRestoreMode.NO_CLAIM, released=True),
+    )
+    world.reconcile("copier")
+    assert world.condition("RestoreSourceReleased", "copier")["status"] == "True"
+    assert "RestoreSourceReleased" in world.kube.reasons("copier")
+
+
+def test_restore_from_missing_savepoint_waits_with_a_message(world: World) -> None:
+    world.apply_job(restore={"savepoint": "ghost"})
+    status = world.reconcile()
+    assert world.kube.pods == {}
+    assert "Savepoint 'ghost'" in status["message"]
+    assert world.condition("Ready")["reason"] in ("RestoreSourceNotReady", "Pending")
+
+
+def test_disposal_deletes_files_unless_claimed(world: World) -> None:
+    world.apply_job()
+    storage = world.storage()
+    target = storage.request_savepoint(
+        "gsp-x", kind="intermediate", format="native", requested_by="t"
+    )
+    local = Path(target.removeprefix("file://"))
+    local.mkdir(parents=True)
+    (local / "a").write_bytes(b"1")
+    _completed_savepoint(world, "sp-x", target)
+    sp = world.kube.get_object("savepoints", NS, "sp-x")
+    assert sp is not None
+    sp["status"]["claimedBy"] = f"{NS}/other"
+    assert "claimed" in world.savepoints.dispose(sp, 0)
+    assert (local / "a").exists()
+    del sp["status"]["claimedBy"]
+    assert "deleted 1 objects" in world.savepoints.dispose(sp, 0)
+    assert not (local / "a").exists()
+
+
+def test_stuck_disposal_gives_up(world: World, tmp_path: Path) -> None:
+    world.apply_job()
+    outside = f"file://{tmp_path}/elsewhere/savepoints/gsp-y"
+    _completed_savepoint(world, "sp-y", outside)
+    sp = world.kube.get_object("savepoints", NS, "sp-y")
+    assert sp is not None
+    with pytest.raises(Exception, match="refusing to delete"):
+        world.savepoints.dispose(sp, 0)
+    message = world.savepoints.dispose(sp, MAX_DISPOSAL_ATTEMPTS - 1)
+    assert "gave up" in message
+    assert "DisposalAbandoned" in world.kube.reasons("sp-y")

@@ -1,0 +1,338 @@
+"""The gic-operator Helm chart: its plain files, its values and comments, the operator's
+command line, least-privilege RBAC; and, where Helm's template engine is importable
+(``helm-python-sdk``), the rendered manifests in cluster-wide and namespaced mode."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from gic_operator import crdgen
+from gic_operator.models.gicjob import DEFAULT_SPARK_SERVICE_ACCOUNT
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "gic-operator"
+TEMPLATES = CHART / "templates"
+VALUES: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+RELEASE_NS = "gic-system"
+
+#: The operator's options as the Deployment passes them, with the default values.
+COMMON_ARGS = [
+    "--peering=gic-operator",
+    "--metrics-port=8080",
+    "--health-port=8081",
+    "--reconcile-interval=5",
+    "--log-level=info",
+]
+
+#: Everything the operator may do in a namespace it watches: (apiGroup, resource, verb).
+Grant = tuple[str, str, str]
+
+
+def _grants(group: str, resources: list[str], verbs: list[str]) -> set[Grant]:
+    return {(group, r, v) for r in resources for v in verbs}
+
+
+OPERATOR_NAMESPACED = (
+    _grants(
+        "gic.io",
+        ["gicjobs", "savepoints"],
+        ["get", "list", "watch", "patch", "update", "create", "delete"],
+    )
+    | _grants("gic.io", ["gicjobs/status", "savepoints/status"], ["get", "patch", "update"])
+    | _grants("gic.io", ["gicjobs/finalizers", "savepoints/finalizers"], ["update"])
+    | _grants("", ["pods"], ["get", "list", "watch", "create", "delete", "patch"])
+    | _grants("", ["services"], ["get", "list", "watch", "create", "delete"])
+    | _grants("", ["events"], ["create", "patch"])
+    | _grants("events.k8s.io", ["events"], ["create", "patch"])
+)
+CRD_READ = _grants("apiextensions.k8s.io", ["customresourcedefinitions"], ["get", "list", "watch"])
+SPARK_DRIVER = _grants(
+    "", ["pods"], ["create", "get", "list", "watch", "delete", "deletecollection"]
+) | _grants(
+    "",
+    ["services", "configmaps", "persistentvolumeclaims"],
+    ["create", "get", "list", "watch", "delete"],
+)
+
+
+# --- plain files ---------------------------------------------------------------------------
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "gic-operator"
+    assert chart["version"] == "0.1.0"
+    assert chart["appVersion"] == "0.1.0"
+
+
+def test_chart_crds_parse_and_equal_the_top_level_crds() -> None:
+    chart_crds = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert chart_crds == sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert len(chart_crds) == 3
+    for name in chart_crds:
+        text = (CHART / "crds" / name).read_text()
+        assert text == (ROOT / "crds" / name).read_text(), name
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        assert docs and all(d["kind"] == "CustomResourceDefinition" for d in docs)
+    assert crdgen.drifted(ROOT) == []
+
+
+def _values_paths(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every path of values.yaml, inner nodes included."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else key
+            yield path
+            yield from _values_paths(value, path)
+
+
+def _leaf_paths(node: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in node.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and value:
+            yield from _leaf_paths(value, path)
+        else:
+            yield path
+
+
+def _template_texts() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(TEMPLATES.iterdir()) if p.is_file()}
+
+
+def test_every_value_used_in_templates_exists() -> None:
+    known = set(_values_paths(VALUES))
+    used: dict[str, set[str]] = {}
+    for name, text in _template_texts().items():
+        for path in re.findall(r"\.Values\.([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)", text):
+            used.setdefault(path, set()).add(name)
+    assert used, "templates use no values?"
+    missing = {path: files for path, files in used.items() if path not in known}
+    assert missing == {}
+
+
+def test_every_value_is_used_somewhere() -> None:
+    text = "\n".join(_template_texts().values())
+    for path in _leaf_paths(VALUES):
+        parts = path.split(".")
+        # A value is used when it or one of its parents is referenced (toYaml of a block).
+        prefixes = [".".join(parts[: i + 1]) for i in range(len(parts))]
+        assert any(f".Values.{p}" in text for p in prefixes), f"{path} is never used"
+
+
+def test_every_value_has_a_comment_line_above_it() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    previous = ""
+    for number, line in enumerate(lines, start=1):
+        if re.match(r"^\s*[A-Za-z_][\w-]*:", line):
+            assert previous.lstrip().startswith("#"), f"values.yaml:{number} {line.strip()!r}"
+        if line.strip():
+            previous = line
+
+
+def test_readme_lists_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    for path in _leaf_paths(VALUES):
+        assert f"| `{path}` |" in readme, f"README.md values table lacks {path}"
+    assert "helm install" in readme
+
+
+def test_spark_service_account_matches_the_model_default() -> None:
+    assert VALUES["spark"]["serviceAccount"]["name"] == DEFAULT_SPARK_SERVICE_ACCOUNT
+
+
+def test_rbac_templates_grant_no_wildcards_and_no_secrets() -> None:
+    for name in ("rbac.yaml", "_helpers.tpl"):
+        text = (TEMPLATES / name).read_text()
+        assert '"*"' not in text and "'*'" not in text, name
+        assert "secrets" not in text, name
+
+
+def test_deployment_passes_the_operator_options() -> None:
+    text = (TEMPLATES / "deployment.yaml").read_text()
+    assert 'command: ["gic-operator"]' in text
+    for expected in [
+        '"--all-namespaces"',
+        'printf "--namespace=%s" .',
+        'printf "--peering=%s" .Values.peering.name',
+        'printf "--metrics-port=%v" .Values.metrics.port',
+        'printf "--health-port=%v" .Values.health.port',
+        'printf "--reconcile-interval=%v" .Values.reconcileIntervalSeconds',
+        'printf "--log-level=%s" .Values.logLevel',
+        "path: /healthz",
+        "path: /readyz",
+        '{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"',
+    ]:
+        assert expected in text, expected
+
+
+# --- rendered by Helm's template engine ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm() -> ModuleType:
+    module: ModuleType = pytest.importorskip(
+        "helm_python", reason="helm-python-sdk renders the chart"
+    )
+    return module
+
+
+def _render(helm: ModuleType, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    with helm.Chart.load(str(CHART)) as chart:
+        manifests: dict[str, str] = chart.render(values, name="gic", namespace=RELEASE_NS)
+    docs: list[dict[str, Any]] = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith(".yaml"):
+            docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    [doc] = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+def _rule_grants(role: dict[str, Any]) -> set[Grant]:
+    granted: set[Grant] = set()
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            granted |= _grants(group, rule["resources"], rule["verbs"])
+    return granted
+
+
+def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    return container
+
+
+def test_lint_finds_no_errors(helm: ModuleType) -> None:
+    for values in ({}, {"watchNamespaces": ["team-a"]}):
+        report = helm.lint(str(CHART), values, strict=True)
+        errors = [m for m in report["messages"] if m["severity"] >= 2]
+        assert errors == [] and report["errors"] == [], report
+
+
+def test_cluster_wide_render(helm: ModuleType) -> None:
+    docs = _render(helm)
+    for doc in docs:
+        assert doc["apiVersion"] and doc["metadata"]["name"], doc
+    container = _container(docs)
+    assert container["image"] == "gic-operator:0.1.0"
+    assert container["command"] == ["gic-operator"]
+    assert container["args"] == ["--all-namespaces", *COMMON_ARGS]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "metrics": 8080,
+        "health": 8081,
+    }
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert _one(docs, "Deployment")["spec"]["replicas"] == 2
+
+    assert not [d for d in docs if d["kind"] in ("KopfPeering",)]
+    assert _one(docs, "ClusterKopfPeering")["metadata"]["name"] == "gic-operator"
+    cluster_role = _one(docs, "ClusterRole")
+    assert _rule_grants(cluster_role) == OPERATOR_NAMESPACED | CRD_READ | _grants(
+        "kopf.dev", ["clusterkopfpeerings"], ["get", "list", "watch", "patch"]
+    )
+    binding = _one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gic-gic-operator", "namespace": RELEASE_NS}
+    ]
+    [spark_role] = [d for d in docs if d["kind"] == "Role"]
+    assert spark_role["metadata"]["namespace"] == RELEASE_NS
+    assert _rule_grants(spark_role) == SPARK_DRIVER
+    accounts = {
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in docs
+        if d["kind"] == "ServiceAccount"
+    }
+    assert accounts == {(RELEASE_NS, "gic-gic-operator"), (RELEASE_NS, "gic-spark")}
+    service = _one(docs, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert (
+        service["spec"]["selector"] == _one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    )
+
+
+def test_namespaced_render(helm: ModuleType) -> None:
+    namespaces = ["team-a", "team-b"]
+    docs = _render(
+        helm,
+        {
+            "watchNamespaces": namespaces,
+            "extraEnv": [{"name": "GIC_X", "value": "1"}],
+            "image": {"tag": "dev"},
+        },
+    )
+    container = _container(docs)
+    assert container["image"] == "gic-operator:dev"
+    assert container["args"] == [f"--namespace={ns}" for ns in namespaces] + COMMON_ARGS
+    assert {"name": "GIC_X", "value": "1"} in container["env"]
+
+    [cluster_role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert _rule_grants(cluster_role) == CRD_READ | _grants(
+        "", ["namespaces"], ["get", "list", "watch"]
+    )
+    operator_roles = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "Role" and not d["metadata"]["name"].endswith("-spark")
+    }
+    assert sorted(operator_roles) == namespaces
+    for role in operator_roles.values():
+        assert _rule_grants(role) == OPERATOR_NAMESPACED | _grants(
+            "kopf.dev", ["kopfpeerings"], ["get", "list", "watch", "patch"]
+        )
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(namespaces * 2)
+    peerings = [d for d in docs if d["kind"] == "KopfPeering"]
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == namespaces
+    assert not [d for d in docs if d["kind"] == "ClusterKopfPeering"]
+    spark_accounts = sorted(
+        d["metadata"]["namespace"]
+        for d in docs
+        if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "gic-spark"
+    )
+    assert spark_accounts == namespaces
+
+
+@pytest.mark.parametrize("namespaces", [[], ["team-a"]])
+def test_rendered_rbac_has_no_wildcards_and_no_secrets(
+    helm: ModuleType, namespaces: list[str]
+) -> None:
+    docs = _render(helm, {"watchNamespaces": namespaces})
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    assert roles
+    for role in roles:
+        for group, resource, verb in _rule_grants(role):
+            assert "*" not in (group, resource, verb), role["metadata"]["name"]
+            assert resource != "secrets", role["metadata"]["name"]
+
+
+def test_switches_turn_parts_off(helm: ModuleType) -> None:
+    docs = _render(
+        helm,
+        {
+            "rbac": {"create": False},
+            "serviceAccount": {"create": False, "name": "existing"},
+            "spark": {"serviceAccount": {"create": False}},
+            "peering": {"create": False},
+            "metrics": {"service": {"enabled": False}},
+        },
+    )
+    assert sorted(d["kind"] for d in docs) == ["Deployment"]
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "existing"
