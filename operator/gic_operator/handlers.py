@@ -52,6 +52,7 @@ class _Runtime:
         self._jobs: JobReconciler | None = None
         self._savepoints: SavepointReconciler | None = None
         self._last: dict[tuple[str, str, str], float] = {}
+        self._states: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
     def build(self) -> None:
@@ -81,6 +82,21 @@ class _Runtime:
                 return False
             self._last[key] = now
             return True
+
+    def count_savepoint(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """Track each Savepoint's state for the ``gic_operator_savepoints`` gauge."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        with self._lock:
+            if deleted:
+                self._states.pop(key, None)
+            else:
+                state = (body.get("status") or {}).get("state") or "TriggerPending"
+                self._states[key] = str(state)
+            counts: dict[str, int] = {}
+            for state in self._states.values():
+                counts[state] = counts.get(state, 0) + 1
+        self.metrics.set_savepoint_counts(counts)
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
@@ -143,7 +159,9 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
         if event.get("type") == "DELETED":
             meta = body.get("metadata") or {}
             rt.forget("savepoint", str(meta.get("namespace")), str(meta.get("name")))
+            rt.count_savepoint(body, deleted=True)
             return
+        rt.count_savepoint(body)
         if (body.get("status") or {}).get("state") in _FINAL:
             return
         rt.run("savepoint", lambda: rt.savepoints.reconcile(body))

@@ -35,14 +35,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gic_operator.errors import GICOperatorError
 from gic_operator.job_policy import SavepointPolicy
 from gic_operator.job_steps import JobSteps
 from gic_operator.kube import KubeApi, PodInfo
+from gic_operator.launcher import LaunchPlan, validate_launch
 from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import GICJobSpec, JobPhase, JobState
+from gic_operator.naming import job_id
 from gic_operator.reconcile_context import Pass
 from gic_operator.storage_view import JobStorage
 from gic_operator.validation import describe_validation_error
+from gic_runtime.errors import GICError
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +112,10 @@ class JobReconciler:
         except ValidationError as exc:
             _invalid(p, describe_validation_error(exc, "spec"))
             return p.commit()
+        problem = _launch_problem(p, spec)
+        if problem is not None:
+            _invalid(p, problem)
+            return p.commit()
         steps = JobSteps(p, spec, self.storage_for, self.kube)
         steps.observe()
         if p.status.get("phase") == JobPhase.INVALID.value:
@@ -125,6 +133,25 @@ class JobReconciler:
         if self.metrics is not None:
             self.metrics.set_checkpoint_age(p.namespace, p.name, steps.checkpoint_age())
         return p.commit()
+
+
+def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
+    """What the runtime would refuse in a driver launched from ``spec`` (checked before
+    anything is launched), or ``None``."""
+    try:
+        plan = LaunchPlan(
+            namespace=p.namespace,
+            name=p.name,
+            uid=p.uid,
+            spec=spec,
+            job_id=str(p.status.get("jobId") or job_id(p.namespace, p.name)),
+            epoch=1,
+            generation=p.generation,
+        )
+        validate_launch(plan)
+    except (GICError, GICOperatorError) as exc:
+        return f"invalid spec: {exc}"
+    return None
 
 
 def _invalid(p: Pass, message: str) -> None:

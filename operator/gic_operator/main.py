@@ -17,6 +17,7 @@ import importlib
 import logging
 import math
 import re
+import secrets
 import sys
 import threading
 from collections.abc import Sequence
@@ -60,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     peers.add_argument(
         "--standalone", action="store_true", help="Run without peering (a single replica)."
+    )
+    peers.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="Peering priority; the highest active replica works, the others wait. Default: "
+        "random, so equal replicas never pause each other (kopf pauses all on a tie).",
     )
     serve = parser.add_argument_group("endpoints")
     serve.add_argument(
@@ -206,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             standalone=settings.peering is None,
             liveness_endpoint=None,
             ready_flag=ready,
+            priority=args.priority if args.priority is not None else secrets.randbelow(1_000_000),
         )
     finally:
         for server in servers:

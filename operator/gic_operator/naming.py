@@ -80,7 +80,8 @@ def label_value(text: str) -> str:
 
 def job_id(namespace: str, name: str, lineage: int = 0) -> str:
     """The job's id in checkpoint storage: ``<namespace>.<name>``, and for a lineage
-    above 0 (a job restarted with fresh state) ``<namespace>.<name>_l<lineage>`` (``_`` never occurs in Kubernetes names, so no job name can collide with a lineage suffix).
+    above 0 (a job restarted with fresh state) ``<namespace>.<name>_l<lineage>``
+    (``_`` never occurs in Kubernetes names, so no job name collides with a lineage).
 
     An id longer than the runtime's 128 characters keeps its start and the lineage
     suffix, with a hash of the full id in between.
