@@ -25,12 +25,10 @@ Reactions may still be added from another thread (kmock replaces a list under th
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp.web
@@ -40,11 +38,11 @@ from kmock._internal import enums, parsing, references, rendering
 from kmock._internal.rendering import Response
 
 from gic_operator.testing.kube_errors import ApiError, bad_request
-from gic_operator.testing.kube_objects import render
 from gic_operator.testing.kube_protobuf import decode_object
 from gic_operator.testing.kube_resources import ResourceType
 from gic_operator.testing.kube_selectors import FieldSelector, LabelSelector
-from gic_operator.testing.kube_store import PATCH_TYPES, KubeStore, WatchEvent
+from gic_operator.testing.kube_store import PATCH_TYPES, KubeStore
+from gic_operator.testing.kube_watch import WatchQueue, WatchScope, stream_events
 
 _log = logging.getLogger(__name__)
 LogSource = Callable[[str, str], "str | None"]
@@ -88,7 +86,7 @@ class ApiHandler(KubernetesScaffold):
     store: KubeStore
     log_source: LogSource | None = None
     server_errors: list[BaseException] = attrs.field(factory=list, init=False)
-    _watches: set[asyncio.Queue[WatchEvent | None]] = attrs.field(factory=set, init=False)
+    _watches: set[WatchQueue] = attrs.field(factory=set, init=False)
     _served: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -256,10 +254,14 @@ class ApiHandler(KubernetesScaffold):
                 fields = FieldSelector.parse(
                     ",".join(filter(None, [fields.text, f"metadata.name={name}"]))
                 )
-            return _respond(self._watch(rtype, ns, labels, fields, params))
+            scope = WatchScope(rtype, ns, labels, fields)
+            return _respond(stream_events(self.store, scope, params, self._watches))
         if name is None:
             if method == "GET":
-                limit = int(params.get("limit") or 0)
+                limit_text = params.get("limit") or "0"
+                if not limit_text.isdigit():
+                    raise bad_request(f"invalid limit: {limit_text!r}")
+                limit = int(limit_text)
                 listing = store.list_objects(
                     rtype,
                     ns,
@@ -325,100 +327,10 @@ class ApiHandler(KubernetesScaffold):
             options = dict(parsed) if isinstance(parsed, dict) else {}
         params = request.params
         if "gracePeriodSeconds" in params:
-            options["gracePeriodSeconds"] = int(params["gracePeriodSeconds"])
+            grace = params["gracePeriodSeconds"]
+            if not grace.isdigit():
+                raise bad_request(f"invalid gracePeriodSeconds: {grace!r}")
+            options["gracePeriodSeconds"] = int(grace)
         if "propagationPolicy" in params:
             options["propagationPolicy"] = params["propagationPolicy"]
         return options
-
-    # -- watch ------------------------------------------------------------------------------
-
-    async def _watch(
-        self,
-        rtype: ResourceType,
-        namespace: str | None,
-        labels: LabelSelector,
-        fields: FieldSelector,
-        params: Any,
-    ) -> AsyncIterator[Any]:
-        timeout = float(params.get("timeoutSeconds") or 0)
-        deadline = time.monotonic() + timeout if timeout > 0 else float("inf")
-        since = params.get("resourceVersion") or ""
-        initial_events = params.get("sendInitialEvents") == "true"
-        queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
-        # No await until subscribed: the snapshot (or the replay) and the live events meet.
-        backlog: list[dict[str, Any]] = []
-        if since in ("", "0") or initial_events:
-            listing = self.store.list_objects(rtype, namespace, labels, fields)
-            backlog = [{"type": "ADDED", "object": item} for item in listing["items"]]
-        else:
-            try:
-                replay = self.store.events_since(int(since))
-            except ValueError:
-                replay = None
-            if replay is None:
-                yield b""
-                yield {"type": "ERROR", "object": self._expired(since)}
-                return
-            backlog = [
-                e
-                for e in (self._translate(ev, rtype, namespace, labels, fields) for ev in replay)
-                if e
-            ]
-        if initial_events:
-            version = str(self.store.resource_version)
-            annotations = {"k8s.io/initial-events-end": "true"}
-            bookmark = {
-                "kind": rtype.kind,
-                "apiVersion": rtype.group_version,
-                "metadata": {"resourceVersion": version, "annotations": annotations},
-            }
-            backlog.append({"type": "BOOKMARK", "object": bookmark})
-        unsubscribe = self.store.subscribe(queue.put_nowait)
-        self._watches.add(queue)
-        try:
-            yield b""  # send the headers now, even when nothing happens for a while
-            for event in backlog:
-                yield event
-            while (remaining := deadline - time.monotonic()) > 0:
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout=min(remaining, 5.0))
-                except TimeoutError:
-                    continue
-                if item is None:
-                    return
-                translated = self._translate(item, rtype, namespace, labels, fields)
-                if translated is not None:
-                    yield translated
-        finally:
-            unsubscribe()
-            self._watches.discard(queue)
-
-    @staticmethod
-    def _expired(since: str) -> dict[str, Any]:
-        return ApiError(410, "Expired", f"too old resource version: {since}").status()
-
-    @staticmethod
-    def _translate(
-        event: WatchEvent,
-        rtype: ResourceType,
-        namespace: str | None,
-        labels: LabelSelector,
-        fields: FieldSelector,
-    ) -> dict[str, Any] | None:
-        if event.storage_key != rtype.storage_key:
-            return None
-        if namespace is not None and event.obj["metadata"].get("namespace") != namespace:
-            return None
-
-        def matches(obj: dict[str, Any] | None) -> bool:
-            return obj is not None and labels.matches(obj) and fields.matches(obj)
-
-        now, before = matches(event.obj), matches(event.old)
-        kind: str | None = None
-        if event.type == "ADDED":
-            kind = "ADDED" if now else None
-        elif event.type == "MODIFIED":
-            kind = ("MODIFIED" if before else "ADDED") if now else ("DELETED" if before else None)
-        elif now or before:
-            kind = "DELETED"
-        return None if kind is None else {"type": kind, "object": render(rtype, event.obj)}

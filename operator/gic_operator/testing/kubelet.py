@@ -11,7 +11,11 @@ configmap keys read through the API, ``fieldRef`` to the pod's name, namespace, 
 node, service account and IP). The status goes through the ``status`` subresource:
 ``Running`` (pod IP 127.0.0.1) when started, ``Succeeded``/``Failed`` with the exit code
 when the process ends (128+N for signal N; reason ``Completed`` or ``Error``).
-``restartPolicy`` is not honoured: a pod's process runs once.
+``restartPolicy`` is not honoured: a pod's process runs once. When the process ends,
+whatever is left in its process group is killed (the container is gone). A pod whose
+environment cannot be built (a missing secret, say) stays ``Pending`` with a waiting
+``CreateContainerConfigError`` status, and is retried at the next resync: every
+``resync_s`` seconds the kubelet lists its pods again.
 
 Deleting a pod (the emulator keeps a running pod, marked, until its kubelet is done)
 sends SIGTERM to its process group and SIGKILL after the grace period (the pod's, capped
@@ -34,7 +38,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -69,9 +73,8 @@ class _Run:
     started_at: str
     waiter: threading.Thread | None = None
     deleting: bool = False
-    crashed: bool = False
     killer: threading.Timer | None = None
-    exit_code: int | None = field(default=None)
+    exit_code: int | None = None
 
 
 class LocalKubelet:
@@ -86,6 +89,7 @@ class LocalKubelet:
         rewrite: Callable[[list[str]], list[str]] | None = None,
         extra_env: Mapping[str, str] | None = None,
         grace_cap_s: float = 5.0,
+        resync_s: float = 5.0,
     ) -> None:
         self._client = KubeClient(kubeconfig)
         self._namespace = namespace
@@ -93,6 +97,7 @@ class LocalKubelet:
         self._rewrite = rewrite if rewrite is not None else default_rewrite
         self._extra_env = dict(extra_env or {})
         self._grace_cap_s = grace_cap_s
+        self._resync = str(max(1, round(resync_s)))
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}  # by pod uid
         self._stopping = threading.Event()
@@ -143,7 +148,6 @@ class LocalKubelet:
         if not runs:
             raise KeyError(f"no running process for pod {pod_name!r}")
         for run in runs:
-            run.crashed = True
             _signal_group(run.process, signal.SIGKILL)
             run.process.wait()
 
@@ -171,20 +175,21 @@ class LocalKubelet:
                     for pod in listing["items"]:
                         self._reconcile(pod)
                     version = listing["metadata"]["resourceVersion"]
-                stream = self._client.watch(self._pods_path(), resourceVersion=version)
+                stream = self._client.watch(
+                    self._pods_path(), resourceVersion=version, timeoutSeconds=self._resync
+                )
                 with self._lock:
                     self._stream = stream
                 if self._stopping.is_set():
                     stream.close()
                 for event in stream:
                     if event["type"] == "ERROR":
-                        version = ""  # expired: list again
-                        break
-                    version = event["object"]["metadata"].get("resourceVersion", version)
+                        break  # expired
                     if event["type"] == "DELETED":
                         self._on_deleted(event["object"])
                     elif event["type"] in ("ADDED", "MODIFIED"):
                         self._reconcile(event["object"])
+                version = ""  # the watch ended (resync period, expiry): list everything again
             except (OSError, KubeClientError) as exc:
                 if self._stopping.wait(0.2):
                     return
