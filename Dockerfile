@@ -24,8 +24,11 @@ FROM ${SPARK_IMAGE} AS spark-runtime
 USER root
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# The example jobs (rate_count.py needs no input), for trying the operator out.
+COPY examples /opt/gic/examples
 ENV PYSPARK_PYTHON=python3
-USER spark
+# Numeric uid (the official images' spark user) so runAsNonRoot can be verified.
+USER 185
 
 FROM ${PYTHON_IMAGE} AS operator
 COPY --from=wheel /wheels /wheels

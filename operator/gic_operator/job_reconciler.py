@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from gic_operator.errors import GICOperatorError
 from gic_operator.job_policy import SavepointPolicy
 from gic_operator.job_steps import JobSteps
-from gic_operator.kube import KubeApi, PodInfo
+from gic_operator.kube import KubeApi
 from gic_operator.launcher import LaunchPlan, validate_launch
 from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import GICJobSpec, JobPhase, JobState
@@ -128,7 +128,7 @@ class JobReconciler:
             _steady(p, spec, steps)
         if not steps.waiting_for_launch:
             SavepointPolicy(p, spec, self.kube).apply()
-        _conditions(p, spec, steps.pod, self.health_window_s)
+        _conditions(p, steps.not_ready_reason, self.health_window_s)
         p.set(observedGeneration=p.generation)
         if self.metrics is not None:
             self.metrics.set_checkpoint_age(p.namespace, p.name, steps.checkpoint_age())
@@ -138,6 +138,14 @@ class JobReconciler:
 def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
     """What the runtime would refuse in a driver launched from ``spec`` (checked before
     anything is launched), or ``None``."""
+    restore = spec.restore
+    if restore is not None and restore.path is not None:
+        path = restore.path.strip()
+        if "://" not in path and not path.startswith("/"):
+            return (
+                f"invalid spec: spec.restore.path {restore.path!r} is relative; use a URI "
+                "(s3://bucket/prefix/..., file:///absolute/path) or an absolute path"
+            )
     try:
         plan = LaunchPlan(
             namespace=p.namespace,
@@ -176,9 +184,15 @@ def _steady(p: Pass, spec: GICJobSpec, steps: JobSteps) -> None:
             p.set(message="suspended; set spec.state to running to resume")
             p.event("Normal", "Suspended", "the job is suspended (no driver)")
         return
+    if phase == JobPhase.FAILED.value:
+        if p.status.get("deployedGeneration") == p.generation:
+            return  # stays Failed until the spec changes
+        p.set(restarts=0)
+        steps.launch(reason="the spec changed after the job failed")
+        return
     if pod_state == "none":
-        terminal = phase in (JobPhase.FAILED.value, JobPhase.FINISHED.value)
-        if terminal and p.status.get("deployedGeneration") == p.generation:
+        finished = phase == JobPhase.FINISHED.value
+        if finished and p.status.get("deployedGeneration") == p.generation:
             return
         steps.launch(reason="resumed" if phase == JobPhase.SUSPENDED.value else "started")
     elif pod_state in ("failed", "gone"):
@@ -198,7 +212,7 @@ def _steady(p: Pass, spec: GICJobSpec, steps: JobSteps) -> None:
             steps.begin_upgrade()
 
 
-def _conditions(p: Pass, spec: GICJobSpec, pod: PodInfo | None, window_s: float) -> None:
+def _conditions(p: Pass, not_ready_reason: str | None, window_s: float) -> None:
     phase = p.status.get("phase", JobPhase.PENDING.value)
     if phase == JobPhase.INVALID.value:
         return
@@ -206,7 +220,7 @@ def _conditions(p: Pass, spec: GICJobSpec, pod: PodInfo | None, window_s: float)
     p.condition(
         "Ready",
         running,
-        "Running" if running else str(phase),
+        "Running" if running else (not_ready_reason or str(phase)),
         "the driver is running" if running else str(p.status.get("message") or f"phase {phase}"),
     )
     _checkpoint_health(p, running, window_s)
@@ -234,7 +248,6 @@ def _conditions(p: Pass, spec: GICJobSpec, pod: PodInfo | None, window_s: float)
                 f"retained checkpoints still reference {restored.get('path')}; it is released "
                 "after the first checkpoint completes",
             )
-    del spec, pod
 
 
 def _checkpoint_health(p: Pass, running: bool, window_s: float) -> None:

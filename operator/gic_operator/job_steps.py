@@ -55,6 +55,8 @@ class JobSteps:
         self.storage = storage_for(spec, self.job_id)
         self.pod: PodInfo | None = None
         self.waiting_for_launch = False
+        #: Reason for Ready=False when the job waits for something outside it.
+        self.not_ready_reason: str | None = None
 
     # --- observing --------------------------------------------------------------------
 
@@ -182,7 +184,7 @@ class JobSteps:
             source = self._restore_source()
         except _NotReadyError as exc:
             p.set(phase=JobPhase.PENDING.value, message=str(exc))
-            p.condition("Ready", False, "RestoreSourceNotReady", str(exc))
+            self.not_ready_reason = "RestoreSourceNotReady"
             self.waiting_for_launch = True
             return False
         # Above every claimed epoch and above the last launch's (its driver may have died
@@ -371,12 +373,17 @@ class JobSteps:
         alive = self.pod_state() in ("running", "pending")
         if outcome is None:
             if not alive:
-                return "-"  # the driver ended without serving it
-            if p.now - started > STOP_SAVEPOINT_TIMEOUT_S:
-                return self._savepoint_failed(
-                    what, f"no savepoint after {STOP_SAVEPOINT_TIMEOUT_S:.0f} s"
-                )
-            return None
+                # The driver ended without serving it: make sure no later driver does.
+                outcome = self.storage.abandon_request(rid, f"the driver ended before the {what}")
+                if outcome.error is not None:
+                    return "-"
+            elif p.now - started > STOP_SAVEPOINT_TIMEOUT_S:
+                error = f"no savepoint after {STOP_SAVEPOINT_TIMEOUT_S:.0f} s"
+                outcome = self.storage.abandon_request(rid, error)
+                if outcome.error is not None:
+                    return self._savepoint_failed(what, error)
+            else:
+                return None
         if outcome.error is not None or not outcome.path:
             return self._savepoint_failed(what, outcome.error or "no path")
         p.set(lastSavepoint={"path": outcome.path, "time": rfc3339(outcome.finished_at)})

@@ -29,7 +29,7 @@ from gic_runtime.layout import validate_id
 LABEL_JOB = "gic.io/job"
 LABEL_ROLE = "gic.io/role"
 LABEL_EPOCH = "gic.io/epoch"
-#: On Savepoints: who made it (``user``, ``annotation``, ``periodic``, or the operator).
+#: On Savepoints the operator creates: ``annotation`` or ``periodic`` (absent: a user made it).
 LABEL_CREATED_BY = "gic.io/created-by"
 ANNOTATION_SAVEPOINT = "gic.io/savepoint"
 ANNOTATION_GENERATION = "gic.io/generation"

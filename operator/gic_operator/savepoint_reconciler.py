@@ -162,8 +162,13 @@ class SavepointReconciler:
             started = parse_time(p.status.get("triggerTime")) or p.now
             timeout = job_spec.savepoints.timeout_seconds
             if p.now - started > timeout:
-                self._fail(p, f"no savepoint after {timeout} s (spec.savepoints.timeoutSeconds)")
-            return
+                error = f"no savepoint after {timeout} s (spec.savepoints.timeoutSeconds)"
+                outcome = storage.abandon_request(rid, error) if rid else None
+                if outcome is None or outcome.error is not None:
+                    self._fail(p, error)
+                    return
+            else:
+                return
         if outcome.error is not None:
             self._fail(p, outcome.error)
             return

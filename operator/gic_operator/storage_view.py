@@ -34,6 +34,7 @@ from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.control import ControlChannel, Outcome
+from gic_runtime.control.model import OutcomeState
 from gic_runtime.coordination.savepoints import directory_size
 from gic_runtime.errors import (
     ConfigurationError,
@@ -166,6 +167,20 @@ class JobStorage:
     def request_stop(self, request_id: str, requested_by: str) -> None:
         """Ask the driver to stop without a savepoint (idempotent by id)."""
         self._control.request_stop(request_id=request_id, requested_by=requested_by)
+
+    def abandon_request(self, request_id: str, reason: str) -> Outcome:
+        """Record a failed outcome for a request no driver served, so no later driver
+        serves it (a stale stop request would stop the next launch). If a driver wrote
+        an outcome first, that one stands and is returned."""
+        try:
+            return self._control.complete(
+                Outcome(request_id, OutcomeState.FAILED, error=f"abandoned: {reason}")
+            )
+        except ConfigurationError:
+            existing = self._control.outcome(request_id)
+            if existing is None:
+                raise
+            return existing
 
     def outcome(self, request_id: str) -> Outcome | None:
         """How request ``request_id`` ended, ``None`` while it is pending (or unknown)."""

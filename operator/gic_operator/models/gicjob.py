@@ -247,7 +247,10 @@ class SavepointPolicySpec(KubeModel):
         description="Retention of periodic savepoints.",
     )
     timeout_seconds: int = Field(
-        600, ge=10, description="A savepoint not completed after this is marked Failed."
+        600,
+        ge=10,
+        description="A triggered Savepoint resource not completed after this is marked "
+        "Failed (upgrade and suspend savepoints allow 600 s).",
     )
 
 
@@ -261,7 +264,10 @@ class RestartPolicySpec(KubeModel):
         "resetAfterSeconds of healthy running.",
     )
     backoff_seconds: float = Field(
-        2.0, ge=0, description="Delay before the first restart; doubles each time."
+        2.0,
+        ge=0,
+        description="The first restart is immediate; the second waits this long and each "
+        "further one twice as long as the one before.",
     )
     max_backoff_seconds: float = Field(300.0, ge=0, description="Cap on the restart delay.")
     reset_after_seconds: float = Field(
@@ -276,7 +282,7 @@ class GICJobSpec(KubeModel):
     state: JobState = Field(
         JobState.RUNNING,
         description="running or suspended (stop with a savepoint; back to running resumes "
-        "from it).",
+        "from the checkpoint that savepoint copied).",
     )
     checkpointing: CheckpointingSpec = Field(description="Checkpoint storage and tuning.")
     restore: RestoreSpec | None = Field(
@@ -287,8 +293,9 @@ class GICJobSpec(KubeModel):
     upgrade_mode: UpgradeMode = Field(
         UpgradeMode.SAVEPOINT,
         description="How a spec change reaches a running job: savepoint (stop with a "
-        "savepoint, relaunch from it), last-state (relaunch from the latest checkpoint) or "
-        "stateless (relaunch with empty state).",
+        "savepoint, then relaunch from the checkpoint it copied; the savepoint stays as a "
+        "fallback), last-state (relaunch from the latest checkpoint) or stateless (relaunch "
+        "with empty state under a new job id).",
     )
     savepoints: SavepointPolicySpec = Field(
         default_factory=lambda: SavepointPolicySpec.model_validate({}),
@@ -306,7 +313,6 @@ class JobPhase(StrEnum):
     PENDING = "Pending"
     DEPLOYING = "Deploying"
     RUNNING = "Running"
-    SAVEPOINTING = "Savepointing"
     UPGRADING = "Upgrading"
     RECOVERING = "Recovering"
     SUSPENDING = "Suspending"
@@ -323,13 +329,11 @@ class CheckpointInfo(StatusPart):
     time: str | None = Field(None, description="RFC 3339 completion time.")
     duration_ms: float | None = Field(None, description="Critical-path duration.")
     bytes: int | None = Field(None, description="Bytes uploaded for it.")
-    uri: str | None = Field(None, description="Manifest URI.")
 
 
 class SavepointRef(StatusPart):
     """The job's latest completed savepoint."""
 
-    name: str | None = Field(None, description="Savepoint resource name.")
     path: str = Field(description="Savepoint directory URI.")
     time: str | None = Field(None, description="RFC 3339 completion time.")
 
@@ -357,11 +361,13 @@ class SweepInfo(StatusPart):
 class PendingAction(StatusPart):
     """A durable intent of the operator (survives operator restarts)."""
 
-    kind: str = Field(description="upgrade, suspend, recover or savepoint.")
+    kind: str = Field(description="upgrade, suspend or recover.")
     request_id: str | None = Field(None, description="Control request id sent to the driver.")
     started: str = Field(description="RFC 3339 time the action began.")
     target_generation: int | None = Field(None, description="Spec generation it rolls out.")
-    savepoint_path: str | None = Field(None, description="Savepoint the relaunch starts from.")
+    requested: bool | None = Field(
+        None, description="The stop-with-savepoint request was written to storage."
+    )
     due: str | None = Field(None, description="RFC 3339 time the next step may run (backoff).")
     mode: str | None = Field(None, description="Upgrade mode the upgrade runs with.")
     reason: str | None = Field(None, description="Why the action began.")

@@ -2,8 +2,9 @@
 
 A Savepoint is one self-contained copy of a job's state, taken by the job's driver between
 micro-batches. It is created by a user (``kubectl apply``), by the annotation
-``gic.io/savepoint=<nonce>`` on a GICJob, by the periodic policy, or by the operator itself
-for upgrades and suspends (label ``gic.io/created-by`` says which).
+``gic.io/savepoint=<nonce>`` on a GICJob or by the periodic policy (label
+``gic.io/created-by``: ``annotation`` or ``periodic``). Upgrade and suspend savepoints are
+not resources: their paths show in the GICJob's ``status.lastSavepoint``.
 
 Invariants:
 

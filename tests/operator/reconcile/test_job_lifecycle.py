@@ -441,3 +441,50 @@ def test_stuck_disposal_gives_up(world: World, tmp_path: Path) -> None:
     message = world.savepoints.dispose(sp, MAX_DISPOSAL_ATTEMPTS - 1)
     assert "gave up" in message
     assert "DisposalAbandoned" in world.kube.reasons("sp-y")
+
+
+def test_a_failed_job_relaunches_when_its_spec_changes(world: World) -> None:
+    world.apply_job(restartPolicy={"maxRestarts": 0})
+    pod = world.run_driver()
+    world.kube.set_pod_phase(NS, pod, "Failed", exit_code=1)
+    assert world.reconcile()["phase"] == "Failed"
+    assert world.reconcile()["phase"] == "Failed", "no relaunch without a spec change"
+    body = world.job()
+    body["spec"]["application"]["arguments"] = ["--fixed"]
+    world.kube.put_object("gicjobs", NS, body)
+    status = world.reconcile()
+    assert status["phase"] == "Deploying" and status["driverPod"] != pod
+    assert status["restarts"] == 0 and world.kube.get_pod(NS, pod) is None
+
+
+def test_an_unserved_stop_request_is_closed_before_the_relaunch(world: World) -> None:
+    world.apply_job()
+    pod = world.run_driver()
+    body = world.job()
+    body["spec"]["application"]["arguments"] = ["--v2"]
+    world.kube.put_object("gicjobs", NS, body)
+    rid = world.reconcile()["pending"]["requestId"]
+    world.kube.set_pod_phase(NS, pod, "Succeeded", exit_code=0)  # ended before serving it
+    status = world.reconcile()
+    assert status["deployedGeneration"] == 2 and status["driverPod"] != pod
+    outcome = world.storage().outcome(rid)
+    assert outcome is not None and outcome.error is not None and "abandoned" in outcome.error
+    storage = world.storage()
+    assert ControlChannel(storage.resolver, storage.root, storage.job_id).pending() == []
+
+
+def test_relative_restore_path_is_invalid(world: World) -> None:
+    world.apply_job(restore={"path": "savepoints/x"})
+    status = world.reconcile()
+    assert status["phase"] == "Invalid" and "spec.restore.path" in status["message"]
+    assert world.kube.pods == {}
+
+
+def test_waiting_for_a_savepoint_says_why_in_ready(world: World) -> None:
+    world.kube.create_object(
+        "savepoints", NS, {"metadata": {"name": "later", "namespace": NS}, "spec": {"job": "x"}}
+    )
+    world.apply_job(restore={"savepoint": "later"})
+    world.reconcile()
+    ready = world.condition("Ready")
+    assert ready["reason"] == "RestoreSourceNotReady" and "not Completed" in ready["message"]
