@@ -260,9 +260,13 @@ def _checkpoint_health(p: Pass, running: bool, window_s: float) -> None:
     last_time = parse_time(last.get("time"))
     since = parse_time(p.status.get("runningSince")) or p.now
     if last_time is not None and p.now - last_time <= window_s:
-        age = max(0.0, p.now - last_time)
+        # The message names the checkpoint, not its age: a status that changes every
+        # second would be patched on every reconcile.
         p.condition(
-            "CheckpointsHealthy", True, "Recent", f"checkpoint {last.get('id')} {age:.0f} s ago"
+            "CheckpointsHealthy",
+            True,
+            "Recent",
+            f"checkpoint {last.get('id')} completed at {last.get('time')}",
         )
     elif last_time is None and p.now - since <= window_s:
         p.condition("CheckpointsHealthy", None, "Starting", "no checkpoint completed yet")
