@@ -17,6 +17,7 @@ BENCHMARKS = (
     "state_throughput",
     "w1_keyed_count",
     "w2_event_log",
+    "operator",
 )
 MODULES = {
     "w1_keyed_count": "bench.streaming.w1_keyed_count",
