@@ -143,6 +143,9 @@ returns output rows (dicts or a table) or ``None``."""
 BatchFunction = Callable[[pa.Table, StateAccess], pa.Table | None]
 """``fn(table, states)``: every row of the task in this batch; returns a table or ``None``."""
 
+Buckets: TypeAlias = pa.ChunkedArray | pa.Array | None
+"""Each input row's bucket (integers, aligned with the table's rows), or ``None``."""
+
 
 class Processor(Protocol):
     """What a state task runs on its rows (see the module docstring)."""
@@ -154,8 +157,11 @@ class Processor(Protocol):
     def output_schema(self) -> pa.Schema: ...
 
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int
-    ) -> Iterator[pa.Table]: ...
+        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+    ) -> Iterator[pa.Table]:
+        """Process ``table``; ``buckets`` (optional) holds each row's bucket as the
+        routing side computed it (processors may use it instead of hashing keys)."""
+        ...
 
 
 def _check_keys(table: pa.Table, key_column: str) -> pa.ChunkedArray:
@@ -202,7 +208,7 @@ class PerKeyProcessor:
     output_schema: pa.Schema
 
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int
+        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
     ) -> Iterator[pa.Table]:
         keys = _check_keys(table, self.key_column)
         if table.num_rows == 0:
@@ -236,7 +242,7 @@ class BatchProcessor:
     output_schema: pa.Schema
 
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int
+        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
     ) -> Iterator[pa.Table]:
         _check_keys(table, self.key_column)
         if table.num_rows == 0:
@@ -313,20 +319,39 @@ class AggregateProcessor:
                 raise ConfigurationError(f"aggregation name {name!r} clashes with the key column")
 
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int
+        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
     ) -> Iterator[pa.Table]:
+        """Group the batch by key, then read, combine and write each aggregate's state
+        in bulk, one run of keys per bucket (keys sorted by bucket, then key). With
+        ``buckets`` no key is hashed except the sample the backend verifies."""
         _check_keys(table, self.key_column)
         if table.num_rows == 0:
             return
         specs = [agg.arrow_spec(table) for agg in self.aggregations.values()]
-        grouped = table.group_by(self.key_column, use_threads=False).aggregate(specs)
+        bucket_name = _free_name(table, "__gic_bucket")
+        group_specs = list(specs)
+        if buckets is not None:
+            if len(buckets) != table.num_rows:
+                raise StateError(f"{len(buckets)} buckets given for {table.num_rows} rows")
+            table = table.append_column(bucket_name, buckets)
+            group_specs.append((bucket_name, "min"))  # one bucket per key: any row's will do
+        grouped = table.group_by(self.key_column, use_threads=False).aggregate(group_specs)
+        if buckets is None:
+            route = backend.route
+            routed = pa.array([route(k) for k in grouped.column(self.key_column).to_pylist()])
+        else:
+            routed = grouped.column(f"{bucket_name}_min")
+        grouped = grouped.append_column(bucket_name, routed).sort_by(
+            [(bucket_name, "ascending"), (self.key_column, "ascending")]
+        )
         keys = grouped.column(self.key_column).to_pylist()
+        key_buckets: list[int] = grouped.column(bucket_name).to_pylist()
         columns: dict[str, Any] = {self.key_column: grouped.column(self.key_column)}
         for (name, agg), (column, fn) in zip(self.aggregations.items(), specs, strict=True):
             result_name = f"{column}_{fn}" if column else fn
             batch_values = grouped.column(result_name).to_pylist()
             state = backend.value_state(f"agg:{name}")
-            located = state.locate_many(keys)  # bucket and store key once per key
+            located = state.locate_many(keys, key_buckets)
             old = state.get_located(located)
             combine = _COMBINE[agg.kind]
             new = [
@@ -340,6 +365,13 @@ class AggregateProcessor:
             yield out.select(self.output_schema.names).cast(self.output_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
             raise StateError(f"aggregate output does not fit {self.output_schema}: {exc}") from exc
+
+
+def _free_name(table: pa.Table, name: str) -> str:
+    """``name``, with underscores appended until no column of ``table`` has it."""
+    while name in table.column_names:
+        name += "_"
+    return name
 
 
 def aggregate_schema(

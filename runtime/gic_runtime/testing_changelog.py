@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 
 from gic_runtime.changelog.records import ChangeRecord, Op
@@ -75,6 +75,14 @@ class TestingChangelogWriter:
         self._pending.setdefault(bucket, []).append(ChangeRecord(seq, op, key, value))
         self.appended += 1
         return seq
+
+    def append_many(
+        self, bucket: int, op: Op, keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> int:
+        first = self._next.get(bucket, 0)
+        for key, value in zip(keys, values, strict=True):
+            self.append(bucket, op, key, value)
+        return first
 
     def next_seq(self, bucket: int) -> int:
         return self._next.get(bucket, 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Protocol
 
@@ -20,6 +20,13 @@ class ChangelogWriter(Protocol):
 
     def append(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
         """Buffer one change for ``bucket``; return its sequence number."""
+        ...
+
+    def append_many(
+        self, bucket: int, op: Op, keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> int:
+        """Buffer the changes ``(op, keys[i], values[i])`` for ``bucket``, in order, as
+        :meth:`append` of each would; return the first one's sequence number."""
         ...
 
     def next_seq(self, bucket: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -118,6 +118,35 @@ class BatchingChangelogWriter:
             log.open.count += 1
             log.next_seq = seq + 1
             self._open_bytes += len(record)
+            full = self._open_bytes >= self._settings.preemptive_upload_bytes
+        if full:
+            self.preemptive_uploads += 1
+            self._flush()
+        return seq
+
+    def append_many(
+        self, bucket: int, op: Op, keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> int:
+        log = self._log(bucket)
+        n = len(keys)
+        if len(values) != n:
+            raise StateError(f"{len(values)} values for {n} keys")
+        pack = RECORD_HEADER.pack
+        data = b"".join(
+            [pack(op, len(k), len(v)) + k + v for k, v in zip(keys, values, strict=True)]
+        )
+        with self._lock:
+            if self._closed:
+                raise StateError("changelog writer is closed")
+            seq = log.next_seq
+            if n == 0:
+                return seq
+            if log.open is None:
+                log.open = _Chunk(seq, 0, bytearray())
+            log.open.data += data
+            log.open.count += n
+            log.next_seq = seq + n
+            self._open_bytes += len(data)
             full = self._open_bytes >= self._settings.preemptive_upload_bytes
         if full:
             self.preemptive_uploads += 1

@@ -15,14 +15,16 @@ Invariants:
 * An ack names only objects that were durable when it was sent (DESIGN §3.2), and holds
   one :class:`~gic_runtime.handles.BucketState` for every bucket of its range.
 
-Both are immutable values; they travel as JSON (acks) or pickled closures (barriers).
+Both are immutable values; they travel as JSON (acks) or pickled closures (barriers,
+whose ``expected`` states are packed per task on the way:
+:mod:`~gic_runtime.coordination.packed_states`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gic_runtime.coordination.task import TaskSettings
@@ -90,8 +92,27 @@ class Barrier:
 
     def expected_for(self, index: int) -> dict[int, BucketState]:
         """The ``expected`` states of task ``index``'s buckets."""
-        owned = self.bucket_range(index)
-        return {b: s for b, s in self.expected.items() if b in owned}
+        expected = self.expected
+        return {b: expected[b] for b in self.bucket_range(index) if b in expected}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with ``expected`` packed per task (see
+        :mod:`~gic_runtime.coordination.packed_states`): the barrier goes to every task."""
+        from gic_runtime.coordination.packed_states import PackedStates
+
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        expected = self.expected
+        if (
+            expected
+            and not isinstance(expected, PackedStates)
+            and all(0 <= b < self.num_buckets for b in expected)
+        ):
+            values["expected"] = PackedStates.pack(expected, self.num_buckets, self.num_tasks)
+        return (_rebuild_barrier, (values,))
+
+
+def _rebuild_barrier(values: dict[str, Any]) -> Barrier:
+    return Barrier(**values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 ``mapInArrow`` calls :func:`make_stage` 's function once per partition with the
 partition's record batches. Partition ``i`` is state task ``i`` of the barrier (see
-:mod:`gic_runtime.spark.placement`); the function checks that, runs the processor
+:mod:`gic_runtime.spark.placement`); the function checks that, hands the processor the
+input without the routing columns plus each row's bucket (Spark computed it; processors
+that use it verify a sample against the runtime's own hash), runs the processor
 through :func:`gic_runtime.coordination.executor.run_task` (state restore or local
 reuse, dual-written changes, staged output, durable changelog) and yields exactly one
 row: the task's ack. Output rows never travel back through Spark; they are staged
@@ -48,9 +50,12 @@ def make_stage(
             )
         owned = barrier.bucket_range(index)
         tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        buckets: pa.ChunkedArray | None = None
         if tables:
             table = pa.concat_tables(tables)
             bucket_column_ok(table, BUCKET_COLUMN, owned)
+            if BUCKET_COLUMN in table.column_names:
+                buckets = table.column(BUCKET_COLUMN)
             table = drop_columns(table, INTERNAL_COLUMNS)
         else:
             table = None
@@ -58,7 +63,7 @@ def make_stage(
         def process(ctx: TaskContext) -> Iterator[pa.Table]:
             if table is not None:
                 ctx.count_rows_in(table.num_rows)
-                yield from processor(table, ctx.backend, barrier.checkpoint_id)
+                yield from processor(table, ctx.backend, barrier.checkpoint_id, buckets=buckets)
             crashpoints.hit("in_task", barrier.checkpoint_id)
 
         ack = run_task(barrier, index, process, output_schema=processor.output_schema)

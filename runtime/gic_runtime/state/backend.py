@@ -27,7 +27,7 @@ read on another thread.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +41,9 @@ from gic_runtime.state.restore import ChangeReader, check_coverage, restore_buck
 from gic_runtime.state.states import ListState, MapState, ValueState
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
 from gic_runtime.storage.uri import StoreResolver
+
+BUCKET_SPOT_CHECKS = 8
+"""Keys per :meth:`KeyedStateBackend.check_buckets` call whose given bucket is verified."""
 
 
 @dataclass
@@ -155,6 +158,37 @@ class KeyedStateBackend:
             )
         return bucket
 
+    def check_buckets(self, keys: Sequence[Any], buckets: Sequence[int]) -> None:
+        """Raise StateError unless ``buckets`` (each key's bucket, computed outside the
+        runtime, e.g. by Spark's ``pmod(xxhash64(key), B)``) are all in this backend's
+        range and agree with :func:`bucket_for` on a sample of the keys (the first, the
+        last and evenly spaced ones: :data:`BUCKET_SPOT_CHECKS` in all). A routing side
+        that hashes differently (another type, seed or bucket count) disagrees on
+        almost every key, so a sample catches it."""
+        n = len(keys)
+        if len(buckets) != n:
+            raise StateError(f"{len(buckets)} buckets given for {n} keys")
+        if n == 0:
+            return
+        lo, hi = min(buckets), max(buckets)
+        if lo < self._lo or hi >= self._hi:
+            raise StateError(
+                f"keys were routed to buckets [{lo}, {hi}], outside this backend's buckets "
+                f"[{self._lo}, {self._hi}); the routing side's placement is broken"
+            )
+        samples = min(n, BUCKET_SPOT_CHECKS)
+        for j in range(samples):
+            i = 0 if samples == 1 else j * (n - 1) // (samples - 1)
+            key, given = keys[i], buckets[i]
+            expected = bucket_for(key, self.num_buckets)
+            if given != expected:
+                raise StateError(
+                    f"key {key!r:.80} ({type(key).__name__}) came with bucket {given}, but "
+                    f"the runtime routes it to bucket {expected} of {self.num_buckets}: the "
+                    "routing side hashes keys differently (route with Spark's "
+                    "pmod(xxhash64(key), num_buckets) on a string or 64-bit integer key)"
+                )
+
     def write(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
         """Apply one key-value change to the store and append it to the changelog;
         return its sequence number. ``bucket`` must be in range (as :meth:`route` gives)."""
@@ -168,6 +202,25 @@ class KeyedStateBackend:
         else:
             store.delete_prefix(bucket, key)
         return self.changelog.append(bucket, op, key, value)
+
+    def write_many(
+        self, bucket: int, op: Op, keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> int:
+        """:meth:`write` of ``(keys[i], values[i])`` for each ``i``, in order, in bulk
+        (store first, then changelog, as for one change); returns how many."""
+        n = len(keys)
+        if len(values) != n:
+            raise StateError(f"{len(values)} values for {n} keys")
+        if n == 0:
+            return 0
+        store = self.store
+        if op is Op.PUT:
+            store.put_many(bucket, list(zip(keys, values, strict=True)))
+        else:
+            apply = store.apply
+            apply(bucket, ((op, k, v) for k, v in zip(keys, values, strict=True)))
+        self.changelog.append_many(bucket, op, keys, values)
+        return n
 
     def write_raw(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
         """:meth:`write` after checking ``bucket`` is in range (for bulk imports)."""

@@ -10,7 +10,7 @@ reader's thread). ``append`` builds a new ``bytes`` each time: ``O(len)`` per ap
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
@@ -143,6 +143,19 @@ class InMemoryStore:
         if key not in b.data:
             b.index.add(key)
         b.data[key] = value
+
+    def get_many(self, bucket: int, keys: Sequence[bytes]) -> list[bytes | None]:
+        get = self._bucket(bucket).data.get
+        return [get(key) for key in keys]
+
+    def put_many(self, bucket: int, items: Sequence[tuple[bytes, bytes]]) -> None:
+        b = self._bucket(bucket)
+        b.meta = None
+        data, index = b.data, b.index
+        for key, value in items:
+            if key not in data:
+                index.add(key)
+            data[key] = value
 
     def delete(self, bucket: int, key: bytes) -> None:
         b = self._bucket(bucket)

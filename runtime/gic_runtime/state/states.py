@@ -16,15 +16,22 @@ appended to the changelog (dual write, see :class:`~gic_runtime.state.backend.Ke
 ``ListState.clear``       DELETE ``prefix+key``
 ========================  =======================================================
 
+Bulk path (:meth:`ValueState.locate_many`, ``get_located``, ``set_located``): keys are
+located once (bucket and store key; buckets may come precomputed from the routing side
+and are then spot-checked), and reads and writes go to the store and the changelog one
+run of same-bucket keys at a time. The changes are exactly those of the single-key
+calls, in the same order.
+
 Not thread-safe: used by the task thread that owns the backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gic_runtime.changelog.records import Op
+from gic_runtime.errors import StateError
 from gic_runtime.state.keys import (
     KIND_LIST,
     KIND_MAP,
@@ -33,11 +40,44 @@ from gic_runtime.state.keys import (
     decode_value,
     decode_values,
     encode,
+    encode_many,
     state_prefix,
 )
 
 if TYPE_CHECKING:
     from gic_runtime.state.backend import KeyedStateBackend
+
+
+class Located:
+    """Store keys of a sequence of keys with their buckets, as runs of consecutive keys
+    of one bucket (from :meth:`ValueState.locate_many`). Immutable once built."""
+
+    __slots__ = ("runs", "store_keys")
+
+    def __init__(self, store_keys: list[bytes], buckets: Sequence[int]) -> None:
+        self.store_keys = store_keys
+        runs: list[tuple[int, int, int]] = []
+        start = 0
+        n = len(buckets)
+        while start < n:
+            bucket = buckets[start]
+            stop = start + 1
+            while stop < n and buckets[stop] == bucket:
+                stop += 1
+            runs.append((bucket, start, stop))
+            start = stop
+        self.runs: tuple[tuple[int, int, int], ...] = tuple(runs)
+        """``(bucket, start, stop)``: ``store_keys[start:stop]`` are in ``bucket``."""
+
+    def __len__(self) -> int:
+        return len(self.store_keys)
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        """``(bucket, store key)`` of each key, in order."""
+        skeys = self.store_keys
+        for bucket, start, stop in self.runs:
+            for i in range(start, stop):
+                yield bucket, skeys[i]
 
 
 class _State:
@@ -81,28 +121,44 @@ class ValueState(_State):
             out.append(default if raw is None else decode_value(raw))
         return out
 
-    def locate_many(self, keys: Iterable[Any]) -> list[tuple[int, bytes]]:
-        """``(bucket, store key)`` of each of ``keys``: compute once, then read and write
-        through :meth:`get_located` / :meth:`set_located` (read-modify-write batches)."""
-        return [self._locate(key) for key in keys]
+    def locate_many(self, keys: Sequence[Any], buckets: Sequence[int] | None = None) -> Located:
+        """Buckets and store keys of ``keys``: compute once, then read and write through
+        :meth:`get_located` / :meth:`set_located` (read-modify-write batches).
 
-    def get_located(self, located: Iterable[tuple[int, bytes]], default: Any = None) -> list[Any]:
+        ``buckets`` (optional) is each key's bucket as computed elsewhere (Spark's own
+        ``pmod(xxhash64(key), B)`` on the routing side): then no key is hashed here
+        except a sample that must agree (see :meth:`KeyedStateBackend.check_buckets`).
+        Keys grouped by bucket (and ascending within it) read and write fastest."""
+        if buckets is None:
+            route = self._backend.route
+            bucket_list = [route(key) for key in keys]
+        else:
+            self._backend.check_buckets(keys, buckets)
+            bucket_list = list(buckets)
+        return Located(encode_many(keys, self._prefix), bucket_list)
+
+    def get_located(self, located: Located, default: Any = None) -> list[Any]:
         """Values at ``located`` (from :meth:`locate_many`), ``default`` where absent."""
-        get = self._store.get
+        get_many = self._store.get_many
+        skeys = located.store_keys
         out: list[Any] = []
-        for bucket, skey in located:
-            raw = get(bucket, skey)
-            out.append(default if raw is None else decode_value(raw))
+        for bucket, start, stop in located.runs:
+            out += [
+                default if raw is None else decode_value(raw)
+                for raw in get_many(bucket, skeys[start:stop])
+            ]
         return out
 
-    def set_located(self, located: Iterable[tuple[int, bytes]], values: Iterable[Any]) -> int:
+    def set_located(self, located: Located, values: Sequence[Any]) -> int:
         """Set the values at ``located`` (from :meth:`locate_many`), pairwise in order."""
-        write = self._backend.write
-        n = 0
-        for (bucket, skey), value in zip(located, values, strict=True):
-            write(bucket, Op.PUT, skey, encode(value))
-            n += 1
-        return n
+        if len(values) != len(located):
+            raise StateError(f"{len(values)} values for {len(located)} located keys")
+        encoded = encode_many(values)
+        skeys = located.store_keys
+        write_many = self._backend.write_many
+        for bucket, start, stop in located.runs:
+            write_many(bucket, Op.PUT, skeys[start:stop], encoded[start:stop])
+        return len(encoded)
 
     def set_many(self, items: Iterable[tuple[Any, Any]]) -> int:
         """Set every ``(key, value)`` in order; returns how many."""

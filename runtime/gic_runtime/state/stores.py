@@ -24,7 +24,7 @@ Thread-safety
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,6 +67,15 @@ class KVStore(Protocol):
 
     def put(self, bucket: int, key: bytes, value: bytes) -> None:
         """Set ``key`` to ``value``."""
+        ...
+
+    def get_many(self, bucket: int, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values of ``keys`` in order (``None`` where absent): :meth:`get` in bulk."""
+        ...
+
+    def put_many(self, bucket: int, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Set each ``(key, value)`` in order: :meth:`put` in bulk (ascending keys are
+        fastest)."""
         ...
 
     def delete(self, bucket: int, key: bytes) -> None:

@@ -100,6 +100,32 @@ class TestBatching:
         assert _append(writer, 1, 2) == [0, 1]
         assert writer.next_seq(0) == 3
 
+    def test_append_many_equals_appends_in_order(self, env: Env) -> None:
+        one, bulk = env.writer(), env.writer()
+        keys = [b"k%d" % i for i in range(5)]
+        values = [b"v" * i for i in range(5)]
+        _append(one, 0, 1)
+        _append(bulk, 0, 1)
+        for key, value in zip(keys, values, strict=True):
+            one.append(0, Op.PUT, key, value)
+        assert bulk.append_many(0, Op.PUT, keys, values) == 1
+        assert bulk.append_many(0, Op.PUT, [], []) == 6
+        assert bulk.next_seq(0) == one.next_seq(0) == 6
+
+        got = env.replay(bulk.persist({0: 0}).result(WAIT)[0])
+        assert got == env.replay(one.persist({0: 0}).result(WAIT)[0])
+        assert [(r.seq, r.key, r.value) for r in got[1:]] == [
+            (i + 1, k, v) for i, (k, v) in enumerate(zip(keys, values, strict=True))
+        ]
+
+    def test_append_many_checks_its_arguments(self, env: Env) -> None:
+        writer = env.writer(range(4, 8))
+        with pytest.raises(StateError, match="not owned"):
+            writer.append_many(3, Op.PUT, [b"k"], [b"v"])
+        with pytest.raises(StateError, match="2 values for 1 keys"):
+            writer.append_many(4, Op.PUT, [b"k"], [b"v", b"w"])
+        assert writer.next_seq(4) == 0
+
 
 class TestPreemptiveUpload:
     def test_buffer_over_threshold_is_uploaded_before_persist(self, env: Env) -> None:
@@ -118,6 +144,17 @@ class TestPreemptiveUpload:
         assert [(h.from_seq, h.to_seq) for h in result[0]] == [(0, 4), (4, 6)]
         assert [(h.from_seq, h.to_seq) for h in result[1]] == [(0, 4)]
         assert [r.seq for r in env.replay(result[0])] == list(range(6))
+
+    def test_append_many_reaching_the_threshold_uploads(self, env: Env) -> None:
+        writer = env.writer(threshold=248)  # 8 records of 31 bytes
+        keys = [b"k%d" % i for i in range(8)]
+        assert writer.append_many(0, Op.PUT, keys, [b"v" * 20] * 8) == 0
+
+        assert env.store.wait_for_calls("put", 1)
+        assert writer.buffered_bytes() == 0
+        assert writer.preemptive_uploads == 1
+        result = writer.persist({0: 0}).result(WAIT)
+        assert [(h.from_seq, h.to_seq) for h in result[0]] == [(0, 8)]
 
     def test_persist_waits_for_a_preemptive_upload_in_flight(self, env: Env) -> None:
         gate = threading.Event()

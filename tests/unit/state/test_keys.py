@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import struct
+import threading
 
+import msgpack  # type: ignore[import-untyped, unused-ignore]
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +20,7 @@ from gic_runtime.state.keys import (
     decode_value,
     decode_values,
     encode,
+    encode_many,
     parse_store_key,
     spark_xxhash64,
     split_values,
@@ -174,6 +177,62 @@ class TestEncoding:
     def test_unencodable_value(self) -> None:
         with pytest.raises(StateError, match="msgpack"):
             encode(object())
+        with pytest.raises(StateError, match="int value 18446744073709551616"):
+            encode(2**64)
+        assert encode(1) == b"\x01"  # the packer was reset after the failures
+
+    @pytest.mark.parametrize(
+        ("value", "stored"),
+        [
+            (None, b"\xc0"),
+            (True, b"\xc3"),
+            (0, b"\x00"),
+            (127, b"\x7f"),
+            (200, b"\xcc\xc8"),
+            (65_535, b"\xcd\xff\xff"),
+            (2**32, b"\xcf\x00\x00\x00\x01\x00\x00\x00\x00"),
+            (-1, b"\xff"),
+            (-33, b"\xd0\xdf"),
+            (-(2**40), b"\xd3\xff\xff\xff\x00\x00\x00\x00\x00"),
+            (1.5, b"\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00"),
+            ("a", b"\xa1a"),
+            ("x" * 40, b"\xd9\x28" + b"x" * 40),
+            (b"x", b"\xc4\x01x"),
+            ((1, "a"), b"\x92\x01\xa1a"),
+            ({"k": [2]}, b"\x81\xa1k\x91\x02"),
+        ],
+    )
+    def test_stored_bytes_are_pinned(self, value: object, stored: bytes) -> None:
+        assert encode(value) == stored
+        assert encode_many([value, value], b"p") == [b"p" + stored] * 2
+
+    @given(st.lists(st.one_of(_keys, st.floats(allow_nan=False), st.none(), st.booleans())))
+    def test_same_bytes_as_msgpack_packb(self, values: list[object]) -> None:
+        want = [msgpack.packb(v, use_bin_type=True) for v in values]
+        assert [encode(v) for v in values] == want
+        assert encode_many(values) == want
+        assert encode_many(values, b"v\xa1s") == [b"v\xa1s" + w for w in want]
+
+    def test_encode_many_names_the_bad_value(self) -> None:
+        with pytest.raises(StateError, match="cannot encode object value"):
+            encode_many([1, "a", object(), 2])
+        assert encode_many([1]) == [b"\x01"]
+
+    def test_threads_encode_independently(self) -> None:
+        values = [(i, "k" * (i % 50), b"b" * (i % 7)) for i in range(2_000)]
+        want = [msgpack.packb(v, use_bin_type=True) for v in values]
+        results: list[list[bytes]] = [[] for _ in range(4)]
+
+        def work(slot: int) -> None:
+            for _ in range(5):
+                results[slot] = [encode(v) for v in values]
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [want] * 4
 
 
 class TestStoreKeys:

@@ -65,6 +65,24 @@ class TestKeyValueOps:
         assert n == 7
         assert s.scan(3, b"") == [(b"k2", b"xy")]
 
+    def test_get_many_and_put_many(self, make_store: MakeStore) -> None:
+        s = make_store()
+        s.put(0, b"b", b"old")
+        s.put_many(0, [(b"c", b"3"), (b"a", b"1"), (b"b", b"2"), (b"c", b"33")])
+        s.put_many(0, [])
+        s.put_many(1, [(b"a", b"other bucket")])
+        assert s.get_many(0, [b"a", b"missing", b"c", b"b", b"a"]) == [
+            b"1",
+            None,
+            b"33",
+            b"2",
+            b"1",
+        ]
+        assert s.get_many(0, []) == []
+        s.flush()  # LMDB: now read through a read transaction
+        assert s.get_many(1, [b"a", b"b"]) == [b"other bucket", None]
+        assert s.scan(0, b"") == [(b"a", b"1"), (b"b", b"2"), (b"c", b"33")]
+
     def test_clear_bucket(self, make_store: MakeStore) -> None:
         s = make_store()
         s.put(0, b"a", b"1")
@@ -95,6 +113,7 @@ class TestLineageMeta:
             lambda: s.delete(0, b"a"),
             lambda: s.append(0, b"a", b"1"),
             lambda: s.delete_prefix(0, b"z"),
+            lambda: s.put_many(0, [(b"b", b"2")]),
         ):
             s.set_meta(0, BucketMeta(5, "tok"))
             s.flush()

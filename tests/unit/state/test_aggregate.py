@@ -1,0 +1,142 @@
+"""AggregateProcessor over a backend: running aggregates against a reference, with each
+row's bucket given by the routing side (spot-checked) or computed by the runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from gic_runtime.errors import StateError
+from gic_runtime.processing import (
+    AggregateProcessor,
+    BatchProcessor,
+    PerKeyProcessor,
+    aggregate_schema,
+    count,
+    max_,
+    min_,
+    sum_,
+)
+from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.keys import bucket_for
+from gic_runtime.state.stores import KVStore
+from gic_runtime.testing_changelog import TestingChangelogWriter
+
+B = 16
+MakeStore = Callable[[], KVStore]
+AGGS = {"n": count(), "total": sum_("x"), "lo": min_("x"), "hi": max_("x")}
+
+
+def _processor(key_type: pa.DataType) -> AggregateProcessor:
+    schema = aggregate_schema(
+        pa.field("key", key_type), AGGS, pa.schema([("key", key_type), ("x", pa.int64())])
+    )
+    return AggregateProcessor("key", AGGS, schema)
+
+
+def _batch(keys: list[Any], xs: list[int | None], key_type: pa.DataType) -> pa.Table:
+    return pa.table({"key": pa.array(keys, key_type), "x": pa.array(xs, pa.int64())})
+
+
+def _run(
+    processor: AggregateProcessor, backend: KeyedStateBackend, table: pa.Table, with_buckets: bool
+) -> dict[Any, dict[str, Any]]:
+    buckets = None
+    if with_buckets:
+        buckets = pa.array([bucket_for(k, B) for k in table.column("key").to_pylist()], pa.int32())
+    [out] = list(processor(table, backend, 1, buckets=buckets))
+    assert out.schema == processor.output_schema
+    return {row.pop("key"): row for row in out.to_pylist()}
+
+
+def _reference(batches: list[tuple[list[Any], list[int | None]]]) -> list[dict[Any, Any]]:
+    state: dict[Any, dict[str, Any]] = {}
+    outputs = []
+    for keys, xs in batches:
+        for key, x in zip(keys, xs, strict=True):
+            s = state.setdefault(key, {"n": 0, "total": None, "lo": None, "hi": None})
+            s["n"] += 1
+            if x is not None:
+                s["total"] = x if s["total"] is None else s["total"] + x
+                s["lo"] = x if s["lo"] is None else min(s["lo"], x)
+                s["hi"] = x if s["hi"] is None else max(s["hi"], x)
+        outputs.append({k: dict(state[k]) for k in keys})
+    return outputs
+
+
+BATCHES = [
+    ([i % 37 for i in range(200)], [(i * 7919) % 101 - 50 for i in range(200)]),
+    ([i % 53 for i in range(0, 300, 2)], [None if i % 5 == 0 else i for i in range(150)]),
+    ([-1, -1, 2**40], [3, 4, 5]),
+]
+
+
+class TestAggregates:
+    @pytest.mark.parametrize("with_buckets", [True, False])
+    def test_integer_keys_match_the_reference(
+        self, make_store: MakeStore, with_buckets: bool
+    ) -> None:
+        backend = KeyedStateBackend(range(B), B, make_store(), TestingChangelogWriter())
+        processor = _processor(pa.int64())
+        got = [
+            _run(processor, backend, _batch(keys, xs, pa.int64()), with_buckets)
+            for keys, xs in BATCHES
+        ]
+        assert got == _reference(BATCHES)
+
+    def test_string_keys_and_a_user_column_named_like_the_internal_one(
+        self, make_store: MakeStore
+    ) -> None:
+        backend = KeyedStateBackend(range(B), B, make_store(), TestingChangelogWriter())
+        processor = _processor(pa.string())
+        batches = [([f"w{k}" for k in keys], xs) for keys, xs in BATCHES]
+        for (keys, xs), want in zip(batches, _reference(batches), strict=True):
+            table = _batch(keys, xs, pa.string()).append_column("__gic_bucket", pa.array(xs))
+            assert _run(processor, backend, table, with_buckets=True) == want
+
+    def test_only_owned_buckets_are_touched(self, make_store: MakeStore) -> None:
+        owned = range(4, 8)
+        backend = KeyedStateBackend(owned, B, make_store(), TestingChangelogWriter())
+        keys = [k for k in range(500) if bucket_for(k, B) in owned]
+        _run(_processor(pa.int64()), backend, _batch(keys, [1] * len(keys), pa.int64()), True)
+        assert backend.value_state("agg:n").get_many(keys) == [1] * len(keys)
+        assert all(backend.seq(b) > 0 for b in owned)
+
+
+class TestGivenBuckets:
+    def test_buckets_that_disagree_with_the_runtime_fail(self, make_store: MakeStore) -> None:
+        backend = KeyedStateBackend(range(B), B, make_store(), TestingChangelogWriter())
+        table = _batch(list(range(50)), [1] * 50, pa.int64())
+        wrong = pa.array([(bucket_for(k, B) + 1) % B for k in range(50)], pa.int32())
+        with pytest.raises(StateError, match="hashes keys differently"):
+            list(_processor(pa.int64())(table, backend, 1, buckets=wrong))
+
+    def test_bucket_count_must_match_rows(self, make_store: MakeStore) -> None:
+        backend = KeyedStateBackend(range(B), B, make_store(), TestingChangelogWriter())
+        table = _batch([1, 2], [1, 1], pa.int64())
+        with pytest.raises(StateError, match="1 buckets given for 2 rows"):
+            list(_processor(pa.int64())(table, backend, 1, buckets=pa.array([0], pa.int32())))
+
+    def test_other_processors_accept_and_ignore_them(self, make_store: MakeStore) -> None:
+        backend = KeyedStateBackend(range(B), B, make_store(), TestingChangelogWriter())
+        schema = pa.schema([("key", pa.int64())])
+        table = _batch([1, 2], [1, 1], pa.int64())
+        buckets = pa.array([0, 0], pa.int32())  # ignored: these processors route by key
+
+        def per_key(key: Any, rows: pa.Table, state: Any) -> list[dict[str, Any]]:
+            state.value("seen").set(True)
+            return [{"key": key}]
+
+        def batch(t: pa.Table, states: Any) -> pa.Table:
+            return t.select(["key"])
+
+        for processor in (
+            PerKeyProcessor("key", per_key, schema),
+            BatchProcessor("key", batch, schema),
+        ):
+            [out] = list(processor(table, backend, 1, buckets=buckets))
+            assert out.column("key").to_pylist() == [1, 2]
+        assert backend.value_state("seen").get_many([1, 2]) == [True, True]

@@ -1,0 +1,130 @@
+"""Bulk value-state access: locate keys once (buckets computed here or given by the
+routing side and spot-checked), read and write them per bucket run, dual-written and
+restorable like single changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from gic_runtime.changelog.records import Op
+from gic_runtime.errors import StateError
+from gic_runtime.state.backend import BUCKET_SPOT_CHECKS, KeyedStateBackend
+from gic_runtime.state.keys import KIND_VALUE, bucket_for, encode, state_prefix
+from gic_runtime.state.states import Located
+from gic_runtime.state.stores import KVStore
+from gic_runtime.storage.uri import StoreResolver
+from gic_runtime.testing_changelog import TestingChangelogStorage, TestingChangelogWriter
+
+B = 8
+MakeStore = Callable[[], KVStore]
+KEYS = [f"k{i}" for i in range(40)] + list(range(-5, 35))
+
+
+def _backend(store: KVStore, writer: TestingChangelogWriter | None = None) -> KeyedStateBackend:
+    return KeyedStateBackend(range(B), B, store, writer or TestingChangelogWriter())
+
+
+class TestLocated:
+    def test_runs_of_one_bucket(self) -> None:
+        located = Located([b"a", b"b", b"c", b"d", b"e"], [3, 3, 1, 3, 3])
+        assert located.runs == ((3, 0, 2), (1, 2, 3), (3, 3, 5))
+        assert list(located) == [(3, b"a"), (3, b"b"), (1, b"c"), (3, b"d"), (3, b"e")]
+        assert len(located) == 5
+        assert Located([], []).runs == ()
+
+
+class TestReadModifyWrite:
+    @pytest.mark.parametrize("given_buckets", [False, True])
+    def test_matches_single_key_calls(self, make_store: MakeStore, given_buckets: bool) -> None:
+        bulk, single = _backend(make_store()), _backend(make_store())
+        keys = sorted(KEYS, key=lambda k: (bucket_for(k, B), repr(k)))
+        buckets = [bucket_for(k, B) for k in keys] if given_buckets else None
+        for round_ in range(3):
+            state = bulk.value_state("v")
+            located = state.locate_many(keys, buckets)
+            old = state.get_located(located, default=0)
+            assert old == [single.value_state("v").get(k, 0) for k in keys]
+            new = [o + round_ + i for i, o in enumerate(old)]
+            assert state.set_located(located, new) == len(keys)
+            for key, value in zip(keys, new, strict=True):
+                single.value_state("v").set(key, value)
+        assert bulk.value_state("v").get_many(keys) == single.value_state("v").get_many(keys)
+        for b in range(B):
+            prefix = state_prefix(KIND_VALUE, "v")
+            assert bulk.store.scan(b, prefix) == single.store.scan(b, prefix)
+
+    def test_unsorted_keys_work(self, make_store: MakeStore) -> None:
+        backend = _backend(make_store())
+        state = backend.value_state("v")
+        keys = KEYS[::-1]
+        located = state.locate_many(keys)
+        assert len(located.runs) > B  # buckets interleave
+        state.set_located(located, [str(k) for k in keys])
+        assert state.get_many(keys) == [str(k) for k in keys]
+        assert [skey for _, skey in located] == [
+            state_prefix(KIND_VALUE, "v") + encode(k) for k in keys
+        ]
+
+    def test_value_count_must_match(self, make_store: MakeStore) -> None:
+        state = _backend(make_store()).value_state("v")
+        located = state.locate_many(["a", "b"])
+        with pytest.raises(StateError, match="1 values for 2 located keys"):
+            state.set_located(located, [1])
+
+
+class TestGivenBuckets:
+    def test_wrong_bucket_in_the_sample_is_an_error(self, make_store: MakeStore) -> None:
+        state = _backend(make_store()).value_state("v")
+        keys = KEYS[:20]
+        buckets = [bucket_for(k, B) for k in keys]
+        buckets[-1] = (buckets[-1] + 1) % B  # the last key is always checked
+        with pytest.raises(StateError, match=r"key 'k19' \(str\) came with bucket .* hashes"):
+            state.locate_many(keys, buckets)
+
+    def test_every_sampled_position_is_checked(self, make_store: MakeStore) -> None:
+        backend = _backend(make_store())
+        keys = KEYS[:50]
+        n = len(keys)
+        sampled = {j * (n - 1) // (BUCKET_SPOT_CHECKS - 1) for j in range(BUCKET_SPOT_CHECKS)}
+        for i in sorted(sampled):
+            buckets = [bucket_for(k, B) for k in keys]
+            buckets[i] = (buckets[i] + 1) % B
+            with pytest.raises(StateError, match="routing side hashes keys differently"):
+                backend.check_buckets(keys, buckets)
+
+    def test_buckets_outside_the_range_are_an_error(self, make_store: MakeStore) -> None:
+        backend = KeyedStateBackend(range(0, 4), B, make_store(), TestingChangelogWriter())
+        with pytest.raises(StateError, match=r"buckets \[2, 6\], outside .*\[0, 4\)"):
+            backend.check_buckets(["a", "b"], [2, 6])
+        with pytest.raises(StateError, match="3 buckets given for 2 keys"):
+            backend.check_buckets(["a", "b"], [0, 1, 2])
+        backend.check_buckets([], [])
+
+
+class TestWriteMany:
+    def test_dual_write_and_restore(self, make_store: MakeStore) -> None:
+        storage = TestingChangelogStorage()
+        writer = TestingChangelogWriter(storage)
+        backend = _backend(make_store(), writer)
+        backend.value_state("v").set("a", 1)
+        b = bucket_for("a", B)
+        prefix = state_prefix(KIND_VALUE, "v")
+        keys = [prefix + encode(k) for k in ("a", "x", "y")]
+        assert backend.write_many(b, Op.PUT, keys, [encode(2), encode(3), encode(4)]) == 3
+        assert backend.write_many(b, Op.DELETE, keys[1:2], [b""]) == 1
+        assert backend.write_many(b, Op.PUT, [], []) == 0
+        assert writer.appended == 5
+        assert backend.seq(b) == 5
+        states = backend.checkpoint().result()
+
+        restored = _backend(make_store(), TestingChangelogWriter(storage))
+        restored.restore(states, StoreResolver(), reader=writer.read_changes)
+        assert restored.store.scan(b, prefix) == backend.store.scan(b, prefix)
+        assert restored.store.get_many(b, keys) == [encode(2), None, encode(4)]
+
+    def test_lengths_must_match(self, make_store: MakeStore) -> None:
+        backend = _backend(make_store())
+        with pytest.raises(StateError, match="1 values for 2 keys"):
+            backend.write_many(0, Op.PUT, [b"a", b"b"], [b"1"])
