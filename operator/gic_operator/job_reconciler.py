@@ -28,13 +28,13 @@ reconcile in parallel.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from gic_operator.conditions import parse_time
 from gic_operator.errors import GICOperatorError
 from gic_operator.job_policy import SavepointPolicy
 from gic_operator.job_steps import JobSteps
@@ -43,7 +43,7 @@ from gic_operator.launcher import LaunchPlan, validate_launch
 from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import GICJobSpec, JobPhase, JobState
 from gic_operator.naming import job_id
-from gic_operator.reconcile_context import Pass
+from gic_operator.reconcile_context import KeyedLocks, Pass
 from gic_operator.storage_view import JobStorage
 from gic_operator.validation import describe_validation_error
 from gic_runtime.errors import GICError
@@ -74,17 +74,11 @@ class JobReconciler:
         self.clock = clock
         self.metrics = metrics
         self.health_window_s = health_window_s
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-
-    def _lock(self, namespace: str, name: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault((namespace, name), threading.Lock())
+        self._lock = KeyedLocks()
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop per-job bookkeeping of a deleted job."""
-        with self._locks_guard:
-            self._locks.pop((namespace, name), None)
+        self._lock.forget(namespace, name)
         if self.metrics is not None:
             self.metrics.set_checkpoint_age(namespace, name, None)
 
@@ -251,8 +245,6 @@ def _conditions(p: Pass, not_ready_reason: str | None, window_s: float) -> None:
 
 
 def _checkpoint_health(p: Pass, running: bool, window_s: float) -> None:
-    from gic_operator.conditions import parse_time
-
     if not running:
         p.condition("CheckpointsHealthy", None, "NotRunning", "the driver is not running")
         return

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gic_operator.conditions import rfc3339 as format_time
 from gic_operator.errors import KubeError, TransientKubeError
 from gic_operator.kube_events import EventCache, event_body, event_key
 from gic_operator.models.base import API_VERSION, GROUP, VERSION
@@ -103,7 +104,7 @@ def label_selector(labels: Mapping[str, str]) -> str:
 
 def rfc3339(moment: datetime | None = None) -> str:
     """``moment`` (default: now) as an RFC 3339 UTC time with whole seconds."""
-    return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time((moment or datetime.now(UTC)).timestamp())
 
 
 def with_kind(plural: str, body: Mapping[str, Any]) -> dict[str, Any]:

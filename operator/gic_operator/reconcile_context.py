@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,24 @@ from gic_operator.conditions import set_condition
 from gic_operator.kube import KubeApi
 
 log = logging.getLogger(__name__)
+
+
+class KeyedLocks:
+    """One lock per resource (namespace, name), created on first use: reconciles of the
+    same resource run one at a time, different resources in parallel. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def __call__(self, namespace: str, name: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault((namespace, name), threading.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the lock of a deleted resource."""
+        with self._guard:
+            self._locks.pop((namespace, name), None)
 
 
 @dataclass

@@ -21,7 +21,6 @@ Thread-safety: one lock per savepoint.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,7 +38,7 @@ from gic_operator.models import (
     SavepointState,
 )
 from gic_operator.naming import job_id, request_id
-from gic_operator.reconcile_context import Pass
+from gic_operator.reconcile_context import KeyedLocks, Pass
 from gic_operator.storage_view import JobStorage
 from gic_operator.validation import describe_validation_error
 
@@ -65,12 +64,7 @@ class SavepointReconciler:
         self.kube = kube
         self.storage_for = storage_for
         self.clock = clock
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._guard = threading.Lock()
-
-    def _lock(self, namespace: str, name: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault((namespace, name), threading.Lock())
+        self._lock = KeyedLocks()
 
     def reconcile(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         meta = body.get("metadata") or {}

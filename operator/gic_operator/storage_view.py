@@ -29,17 +29,16 @@ import logging
 import threading
 
 from gic_operator.models.gicjob import GICJobSpec
-from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
+from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
-from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
+from gic_runtime.checkpoint.sweep import SweepResult, policy_for, sweep_orphans
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState
 from gic_runtime.coordination.savepoints import directory_size
 from gic_runtime.errors import (
     ConfigurationError,
     FormatError,
-    ObjectNotFoundError,
     RestoreError,
 )
 from gic_runtime.fencing import claim_epoch, highest_epoch
@@ -134,22 +133,22 @@ class JobStorage:
         )
 
     def _policy(self, retained: tuple[StoredManifest, ...]) -> OwnershipPolicy:
-        """The job's ownership policy as its driver builds it: the restore source's
-        files are protected (or claimed) while the newest checkpoint's lineage is not
-        released."""
-        lineage = retained[-1].manifest.restored_from if retained else None
-        source: frozenset[str] = frozenset()
-        if lineage is not None and not lineage.released and lineage.source_checkpoint_id >= 0:
-            try:
-                source = read_manifest(self.resolver, lineage.source_uri).uris()
-            except (FormatError, ObjectNotFoundError) as exc:
-                raise RestoreError(
-                    f"cannot sweep job {self.job_id}: its restore source "
-                    f"{lineage.source_uri} is unreadable ({exc}), so which files belong to "
-                    "it is unknown; nothing was deleted. Make the source readable again, "
-                    "or wait until a checkpoint releases it"
-                ) from exc
-        return OwnershipPolicy.for_job(self.root, self.job_id, restore=lineage, source=source)
+        """The job's ownership policy as its driver builds it (the restore source's files
+        are protected or claimed while the lineage is not released); refuses when the
+        source is unreadable, since which files belong to it is then unknown."""
+        if not retained:
+            return OwnershipPolicy.for_job(self.root, self.job_id)
+        policy, warning = policy_for(self.resolver, self.root, retained[-1].manifest)
+        if warning is not None:
+            lineage = retained[-1].manifest.restored_from
+            source = lineage.source_uri if lineage is not None else "?"
+            raise RestoreError(
+                f"cannot sweep job {self.job_id}: its restore source {source} is "
+                f"unreadable ({warning}), so which files belong to it is unknown; nothing "
+                "was deleted. Make the source readable again, or wait until a checkpoint "
+                "releases it"
+            )
+        return policy
 
     # --- control requests ------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from gic_operator.testing.kubectl import Kubectl
+from gic_operator.testing.kubectl import Kubectl, wait_until
 from gic_runtime.storage.uri import StoreResolver, join
 
 T = TypeVar("T")
@@ -173,14 +173,7 @@ class Cluster:
         self, condition: Callable[[], T | None], timeout: float = 60.0, what: str = "condition"
     ) -> T:
         """Poll ``condition`` (about twice a second) until it returns something truthy."""
-        deadline = time.monotonic() + timeout * self.scale
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout * self.scale:.0f} s: {what}")
-            time.sleep(0.5)
+        return wait_until(condition, timeout * self.scale, what, interval=0.5)
 
     def events(self, involved: str | None = None) -> list[dict[str, Any]]:
         """Events of the namespace (about object ``involved`` only, when given), oldest

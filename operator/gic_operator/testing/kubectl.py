@@ -25,8 +25,15 @@ def find_kubectl() -> str:
     return shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
-def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll ``condition`` until it returns something truthy; AssertionError after ``timeout``."""
+def wait_until(
+    condition: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: str = "condition",
+    *,
+    interval: float = 0.02,
+) -> T:
+    """Poll ``condition`` every ``interval`` seconds until it returns something truthy;
+    AssertionError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -34,7 +41,7 @@ def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "c
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 class Kubectl:

@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gic_runtime.checkpoint.catalog import load_retained, resolve_prefix
-from gic_runtime.checkpoint.manifest import StoredManifest
+from gic_runtime.checkpoint.catalog import load_retained, read_manifest, resolve_prefix
+from gic_runtime.checkpoint.manifest import Manifest, StoredManifest
 from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy, delete_keys
+from gic_runtime.errors import GICError
 from gic_runtime.layout import job_dir, parse_checkpoint_id
 from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
@@ -60,6 +61,35 @@ class SweepResult:
     deleted_bytes: int
     protected: int
     orphans: tuple[str, ...] = ()
+
+
+def policy_for(
+    resolver: StoreResolver,
+    root: str,
+    manifest: Manifest,
+    *,
+    savepoint_dirs: Iterable[str] = (),
+) -> tuple[OwnershipPolicy, str | None]:
+    """The ownership policy of ``manifest``'s job under ``root``, as its driver builds it
+    (the restore source's files count while the lineage is not released), and a warning
+    when the source manifest could not be read (its files then show as "other" unless
+    they lie under the source's directory)."""
+    lineage = manifest.restored_from
+    source: frozenset[str] = frozenset()
+    warning = None
+    if lineage is not None and not lineage.released and lineage.source_checkpoint_id >= 0:
+        try:
+            source = read_manifest(resolver, lineage.source_uri).uris()
+        except GICError as exc:
+            warning = f"restore source manifest unreadable: {exc}"
+    policy = OwnershipPolicy.for_job(
+        root,
+        manifest.job_id,
+        restore=lineage,
+        source=source,
+        savepoint_dirs=savepoint_dirs,
+    )
+    return policy, warning
 
 
 def sweep_orphans(

@@ -27,6 +27,7 @@ from gic_runtime.checkpoint.catalog import read_manifest
 from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.ownership import Owner
+from gic_runtime.checkpoint.sweep import policy_for
 from gic_runtime.cli.common import (
     CLIError,
     ConfigOpt,
@@ -44,7 +45,6 @@ from gic_runtime.cli.summary import (
     bucket_totals,
     group_by_owner,
     lineage_json,
-    policy_for,
     referenced_bytes,
 )
 from gic_runtime.layout import MANIFEST_SUFFIX, SAVEPOINT_MANIFEST

@@ -32,7 +32,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from gic_runtime.checkpoint.catalog import load_retained
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
-from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
+from gic_runtime.checkpoint.sweep import SweepResult, policy_for, sweep_orphans
 from gic_runtime.cli.common import (
     CLIError,
     ConfigOpt,
@@ -46,7 +46,6 @@ from gic_runtime.cli.common import (
     stderr_console,
     stdout_console,
 )
-from gic_runtime.cli.summary import policy_for
 from gic_runtime.fencing import claim_epoch
 from gic_runtime.status import JobState, read_status
 

@@ -11,15 +11,12 @@ Thread-safety: pure functions over immutable values.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gic_runtime.checkpoint.catalog import read_manifest
 from gic_runtime.checkpoint.manifest import Manifest, RestoreLineage
 from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy
-from gic_runtime.errors import GICError
-from gic_runtime.storage.uri import StoreResolver
 
 #: How each owner class is shown.
 OWNER_LABELS: Mapping[Owner, str] = {
@@ -96,35 +93,6 @@ def lineage_json(lineage: RestoreLineage | None) -> dict[str, Any] | None:
         ),
         "released": lineage.released,
     }
-
-
-def policy_for(
-    resolver: StoreResolver,
-    root: str,
-    manifest: Manifest,
-    *,
-    savepoint_dirs: Iterable[str] = (),
-) -> tuple[OwnershipPolicy, str | None]:
-    """The ownership policy of ``manifest``'s job under ``root``, as its driver builds it
-    (the restore source's files count while the lineage is not released), and a warning
-    when the source manifest could not be read (its files then show as "other" unless
-    they lie under the source's directory)."""
-    lineage = manifest.restored_from
-    source: frozenset[str] = frozenset()
-    warning = None
-    if lineage is not None and not lineage.released and lineage.source_checkpoint_id >= 0:
-        try:
-            source = read_manifest(resolver, lineage.source_uri).uris()
-        except GICError as exc:
-            warning = f"restore source manifest unreadable: {exc}"
-    policy = OwnershipPolicy.for_job(
-        root,
-        manifest.job_id,
-        restore=lineage,
-        source=source,
-        savepoint_dirs=savepoint_dirs,
-    )
-    return policy, warning
 
 
 @dataclass(frozen=True, slots=True)
