@@ -17,10 +17,10 @@ runtime, and falling back would roll state back behind the newer runtime's commi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gic_runtime.checkpoint.codec import decode_manifest, encode_manifest
-from gic_runtime.checkpoint.manifest import Manifest, StoredManifest
+from gic_runtime.checkpoint.manifest import FORMAT_VERSION, Manifest, StoredManifest
 from gic_runtime.errors import (
     CorruptFileError,
     ManifestExistsError,
@@ -76,6 +76,8 @@ def write_manifest(resolver: StoreResolver, uri: str, manifest: Manifest) -> Sto
             f"manifest at {uri}; a checkpoint completes exactly once (another attempt "
             "completed it, or this attempt is fenced and must stop)"
         ) from exc
+    if manifest.version != FORMAT_VERSION:  # read from an older format, written as today's
+        manifest = replace(manifest, version=FORMAT_VERSION)
     return StoredManifest(uri, manifest)
 
 

@@ -1,13 +1,27 @@
-"""Manifest serialization: a text header line, then a JSON body.
+"""Manifest serialization: a text header line, then a JSON body (docs/architecture.md §4.4).
 
 ::
 
-    GICM 1 crc32c=0a1b2c3d\\n
-    { ...JSON body, compact, ASCII... }
+    GICM 2 crc32c=0a1b2c3d\\n
+    { ...JSON body, compact, sorted keys, ASCII... }
 
 The header names the format (``GICM``), its version and the CRC32C of the body (every
 byte after the newline), so ``cat`` shows a manifest and a reader rejects a foreign
-file, an unknown version or a damaged body with an error naming the file (DESIGN §3.8).
+file, an unknown version or a damaged body with an error naming the file.
+
+Versions: writers write :data:`~gic_runtime.checkpoint.manifest.FORMAT_VERSION` (2);
+readers accept 1 and 2, so a job whose latest checkpoint is v1 resumes and writes its
+next manifest as v2 (the decoded :class:`Manifest` records in ``version`` the format of
+the file it was read from). Both versions carry the same fields: ``job_id``,
+``checkpoint_id``, ``epoch``, ``created_at``, ``num_buckets``, ``kind``, ``savepoint``,
+``restored_from``, ``base``, ``engine``, ``sink`` and the buckets. They differ in how
+buckets are written:
+
+* v1: ``buckets`` is a list of :meth:`BucketState.to_json` objects, every handle a JSON
+  object with its full (or relative) object name -- about 170 bytes per handle;
+* v2: ``objects`` names every distinct object once, ``tokens`` every distinct lineage
+  token, and each bucket entry holds its handles as integer rows referencing
+  ``objects`` (:mod:`gic_runtime.checkpoint.bucket_table`) -- about 20 bytes per handle.
 
 Relative naming: objects under the manifest's *base directory* are written relative to
 it and resolved against the manifest's URI when read, so a directory can be moved or
@@ -15,17 +29,22 @@ copied as a whole (a savepoint directory is relocatable). The base directory is 
 manifest's own directory, except for a checkpoint manifest in a job's ``checkpoints/``
 directory, whose base is the job directory (so ``changelog/...`` and ``snapshots/...``
 are relative). The body records which (``"base": "."`` or ``".."``). Objects elsewhere
-(a claimed restore source) keep their full URI. Relative names never contain ``..``,
-so a manifest can only name objects inside its base directory or by full URI.
+(a claimed restore source) keep their full URI, and so does an object under the base
+whose relative name would be empty or contain ``..`` or ``://``. Relative names never
+contain ``..``: a reader rejects one that does (or is empty or absolute), so a manifest
+can only name objects inside its base directory or by full URI. Tokens are identifiers,
+not references, and are written verbatim.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from gic_runtime.checkpoint.bucket_table import decode_buckets, encode_buckets
 from gic_runtime.checkpoint.manifest import (
+    FORMAT_VERSION,
     SUPPORTED_VERSIONS,
     Manifest,
     ManifestKind,
@@ -68,21 +87,52 @@ def manifest_base_dir(manifest_uri: str) -> str:
     return _base_from_rel(manifest_uri, _base_rel(manifest_uri))
 
 
-def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
-    """Serialize ``manifest`` for storage at ``manifest_uri`` (header line + JSON body)."""
-    rel = _base_rel(manifest_uri)
-    prefix = _base_from_rel(manifest_uri, rel) + "/"
+def _is_valid_relative(name: str) -> bool:
+    return (
+        bool(name) and not name.startswith("/") and ".." not in name.split("/")
+    ) and "://" not in name
 
+
+def _relativizer(prefix: str, checkpoint_id: int) -> Callable[[str], str]:
     def relativize(uri: str) -> str:
-        return uri[len(prefix) :] if uri.startswith(prefix) else uri
-
-    for uri in manifest.uris():
         if "://" not in uri:
             raise ConfigurationError(
-                f"checkpoint {manifest.checkpoint_id} references {uri!r}, which is not a "
+                f"checkpoint {checkpoint_id} references {uri!r}, which is not a "
                 "full URI; handles must name objects as file:///... or s3://..."
             )
-    m = map_uris(manifest, relativize)
+        if uri.startswith(prefix) and _is_valid_relative(uri[len(prefix) :]):
+            return uri[len(prefix) :]
+        return uri
+
+    return relativize
+
+
+def _resolver(base: str) -> Callable[[str], str]:
+    def resolve(name: str) -> str:
+        if not isinstance(name, str):
+            raise ValueError(f"object name {name!r:.40} is not a string")
+        if "://" in name:
+            return name
+        if not _is_valid_relative(name):
+            raise ValueError(f"relative object name {name!r} escapes the manifest's directory")
+        return join(base, name)
+
+    return resolve
+
+
+def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
+    """Serialize ``manifest`` for storage at ``manifest_uri`` in format v2 (header line +
+    JSON body), whatever ``manifest.version`` says (that is the format it was read from).
+
+    Raises :class:`ConfigurationError` if an object is not named by a full URI, a bucket
+    holds a handle of another bucket, or ``engine``/``sink`` are not plain JSON.
+    """
+    rel = _base_rel(manifest_uri)
+    prefix = _base_from_rel(manifest_uri, rel) + "/"
+    objects, tokens, entries = encode_buckets(
+        manifest.buckets.values(), _relativizer(prefix, manifest.checkpoint_id)
+    )
+    m = manifest
     body: dict[str, Any] = {
         "job_id": m.job_id,
         "checkpoint_id": m.checkpoint_id,
@@ -95,7 +145,9 @@ def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
         "base": rel,
         "engine": dict(m.engine),
         "sink": dict(m.sink),
-        "buckets": [state.to_json() for state in m.buckets.values()],
+        "objects": objects,
+        "tokens": tokens,
+        "buckets": entries,
     }
     try:
         text = json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
@@ -104,15 +156,16 @@ def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
             f"manifest of checkpoint {m.checkpoint_id} is not serializable as JSON: {exc}; "
             "engine and sink entries must be plain JSON values (no NaN, no objects)"
         ) from exc
-    return encode_text_record(MAGIC, m.version, text.encode("ascii"))
+    return encode_text_record(MAGIC, FORMAT_VERSION, text.encode("ascii"))
 
 
 def decode_manifest(data: bytes, manifest_uri: str) -> Manifest:
-    """Parse a stored manifest; handles come back as full URIs resolved against
-    ``manifest_uri``.
+    """Parse a stored manifest of version 1 or 2; handles come back as full URIs resolved
+    against ``manifest_uri``.
 
     Raises :class:`CorruptFileError` (foreign file, damaged header, checksum mismatch,
-    invalid or missing fields) or :class:`UnsupportedVersionError`, naming the file.
+    invalid or missing fields, a malformed bucket table, a relative name with ``..``) or
+    :class:`UnsupportedVersionError`, naming the file.
     """
     version, body = decode_text_record(
         data, MAGIC, SUPPORTED_VERSIONS, what="GIC manifest", uri=manifest_uri
@@ -145,22 +198,14 @@ def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manif
     rel = obj["base"]
     if rel not in (".", ".."):
         raise ValueError(f"base must be '.' or '..', got {rel!r}")
-    base = _base_from_rel(manifest_uri, rel)
-
-    def resolve(uri: str) -> str:
-        if "://" in uri:
-            return uri
-        if not uri or uri.startswith("/") or ".." in uri.split("/"):
-            raise ValueError(f"relative object name {uri!r} escapes the manifest's directory")
-        return join(base, uri)
-
-    buckets_json = obj["buckets"]
-    if not isinstance(buckets_json, list):
-        raise ValueError("buckets must be a JSON list")
-    states = [BucketState.from_json(_json_object(b, "bucket entry")) for b in buckets_json]
-    buckets = {state.bucket: state for state in states}
-    if len(buckets) != len(states):
-        raise ValueError("a bucket appears more than once")
+    resolve = _resolver(_base_from_rel(manifest_uri, rel))
+    if version == 1:
+        buckets = _v1_buckets(obj["buckets"])
+    else:
+        names = obj["objects"]
+        if not isinstance(names, list):
+            raise ValueError("objects must be a JSON list")
+        buckets = decode_buckets(obj["buckets"], [resolve(n) for n in names], obj["tokens"])
     savepoint = obj["savepoint"]
     restored = obj["restored_from"]
     manifest = Manifest(
@@ -181,7 +226,18 @@ def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manif
         else None,
         version=version,
     )
-    return map_uris(manifest, resolve)
+    return map_uris(manifest, resolve) if version == 1 else manifest
+
+
+def _v1_buckets(buckets_json: Any) -> dict[int, BucketState]:
+    """Bucket states of a v1 body, object names as written (resolved by the caller)."""
+    if not isinstance(buckets_json, list):
+        raise ValueError("buckets must be a JSON list")
+    states = [BucketState.from_json(_json_object(b, "bucket entry")) for b in buckets_json]
+    buckets = {state.bucket: state for state in states}
+    if len(buckets) != len(states):
+        raise ValueError("a bucket appears more than once")
+    return buckets
 
 
 def _int(value: Any, name: str) -> int:

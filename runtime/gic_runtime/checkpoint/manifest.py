@@ -30,10 +30,10 @@ from typing import Any
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.handles import BucketState
 
-#: Manifest format version written by this runtime.
-FORMAT_VERSION = 1
-#: Versions this runtime can read.
-SUPPORTED_VERSIONS = frozenset({1})
+#: Manifest format version written by this runtime (docs/architecture.md §4.4).
+FORMAT_VERSION = 2
+#: Versions this runtime can read: v1 (a handle per JSON object) and v2 (compact tables).
+SUPPORTED_VERSIONS = frozenset({1, 2})
 
 
 class ManifestKind(StrEnum):

@@ -112,7 +112,7 @@ def manifests(draw: st.DrawFn) -> Manifest:
     )
 
 
-def _reencode(body: dict[str, Any], version: int = 1) -> bytes:
+def _reencode(body: dict[str, Any], version: int = 2) -> bytes:
     payload = json.dumps(body).encode()
     return f"GICM {version} crc32c={crc32c(payload):08x}\n".encode() + payload
 
@@ -134,7 +134,7 @@ class TestRoundTrip:
     def test_file_is_readable_text_with_a_header_line(self) -> None:
         data = encode_manifest(_simple(), CHK_URI)
         header, _, body = data.partition(b"\n")
-        assert header == f"GICM 1 crc32c={crc32c(body):08x}".encode()
+        assert header == f"GICM 2 crc32c={crc32c(body):08x}".encode()
         assert json.loads(body)["checkpoint_id"] == 7
 
     def test_uris_lists_every_referenced_object(self) -> None:
@@ -188,8 +188,7 @@ class TestRelativeNaming:
         state = BucketState(1, 1, None, (ChangelogHandle(elsewhere, 0, 1, 1, 0, 1, 0),))
         m = Manifest("job-a", 7, 1, 1.5, 2, {0: m.buckets[0], 1: state})
         body = json.loads(encode_manifest(m, CHK_URI).partition(b"\n")[2])
-        uris = [h["uri"] for b in body["buckets"] for h in b["changelog"]]
-        assert uris == ["changelog/1/abc.seg", elsewhere]
+        assert body["objects"] == ["changelog/1/abc.seg", elsewhere]
         assert body["base"] == ".."
 
     def test_moving_a_job_directory_moves_its_references(self, files: Any) -> None:
@@ -208,7 +207,7 @@ class TestRelativeNaming:
 
     def test_relative_names_cannot_escape(self) -> None:
         body = json.loads(encode_manifest(_simple(), CHK_URI).partition(b"\n")[2])
-        body["buckets"][0]["changelog"][0]["uri"] = "../job-b/changelog/x"
+        body["objects"][0] = "../job-b/changelog/x"
         with pytest.raises(CorruptFileError, match="escapes"):
             decode_manifest(_reencode(body), CHK_URI)
 
@@ -241,8 +240,8 @@ class TestCorruption:
 
     def test_unknown_version_says_to_upgrade(self) -> None:
         body = json.loads(encode_manifest(_simple(), CHK_URI).partition(b"\n")[2])
-        with pytest.raises(UnsupportedVersionError, match=r"version 2 is not supported.*upgrade"):
-            decode_manifest(_reencode(body, version=2), CHK_URI)
+        with pytest.raises(UnsupportedVersionError, match=r"version 3 is not supported.*upgrade"):
+            decode_manifest(_reencode(body, version=3), CHK_URI)
 
     @pytest.mark.parametrize(
         "raw",
@@ -262,7 +261,9 @@ class TestCorruption:
         with pytest.raises(CorruptFileError, match="malformed checksum"):
             decode_manifest(b"GICM 1 crc=zz\n{}", CHK_URI)
 
-    @pytest.mark.parametrize("field", ["epoch", "buckets", "base", "kind", "engine"])
+    @pytest.mark.parametrize(
+        "field", ["epoch", "buckets", "base", "kind", "engine", "objects", "tokens"]
+    )
     def test_missing_field_is_named(self, field: str) -> None:
         body = json.loads(encode_manifest(_simple(), CHK_URI).partition(b"\n")[2])
         del body[field]

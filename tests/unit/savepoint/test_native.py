@@ -153,9 +153,7 @@ class TestSelfContained:
     def test_manifest_names_copies_relatively(self, tc: TestingCheckpoint) -> None:
         result = write_native_savepoint(tc.resolver, tc.stored, savepoint_dir(tc.root, "sp-1"))
         body = json.loads(tc.read(result.stored.uri).partition(b"\n")[2])
-        uris = {h["uri"] for b in body["buckets"] for h in b["changelog"]}
-        uris |= {b["snapshot"]["uri"] for b in body["buckets"] if b["snapshot"]}
-        assert uris == {
+        assert set(body["objects"]) == {
             "files/changelog/1/seg-a.seg",
             "files/changelog/2/seg-b.seg",
             "files/snapshots/1/s.snap",
