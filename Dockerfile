@@ -12,6 +12,7 @@
 
 ARG SPARK_IMAGE=apache/spark:4.3.0-python3
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG JDK_IMAGE=eclipse-temurin:17-jdk
 
 FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
@@ -20,8 +21,20 @@ COPY runtime ./runtime
 COPY operator ./operator
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
+# The placement helper jar (docs/architecture.md §13.2), compiled against the Spark
+# image's own jars; the runtime finds it through GIC_PLACEMENT_JAR.
+FROM ${SPARK_IMAGE} AS spark-jars
+FROM ${JDK_IMAGE} AS placement-jar
+COPY --from=spark-jars /opt/spark/jars /spark-jars
+COPY runtime/gic_runtime/spark/jvm /src
+RUN mkdir /classes \
+    && javac --release 17 -nowarn -d /classes -cp '/spark-jars/*' $(find /src -name '*.java') \
+    && jar cf /gic-placement.jar -C /classes .
+
 FROM ${SPARK_IMAGE} AS spark-runtime
 USER root
+COPY --from=placement-jar /gic-placement.jar /opt/gic/gic-placement.jar
+ENV GIC_PLACEMENT_JAR=/opt/gic/gic-placement.jar
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 # The example jobs (rate_count.py needs no input), for trying the operator out.

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: setup run test lint typecheck contracts unit bench clean
+.PHONY: setup jvm run test lint typecheck contracts unit bench clean
 
 setup: $(STAMP)
 
@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip==25.3
 	$(PY) -m pip install --quiet -e '.[dev,spark,operator]'
 	touch $(STAMP)
+
+# The placement helper (a small jar built with javac against PySpark's jars, cached by
+# source digest; the runtime builds it on demand too, see docs/architecture.md §13.2).
+jvm: setup
+	$(PY) -c 'from gic_runtime.spark.locality import main; raise SystemExit(main())'
 
 run: setup
 	$(VENV)/bin/gic demo
@@ -29,12 +34,12 @@ typecheck: setup
 contracts: setup
 	$(VENV)/bin/lint-imports
 
-unit: setup
+unit: setup jvm
 	$(PY) -m pytest tests
 
 test: lint typecheck contracts unit
 
-bench: setup
+bench: setup jvm
 	$(PY) -m bench
 
 clean:

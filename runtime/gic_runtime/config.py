@@ -57,7 +57,9 @@ def _default_storage() -> str:
     return Path("gic-data").absolute().as_uri()
 
 
-def _default_local_dir() -> str:
+def default_local_dir() -> str:
+    """The local directory of a local-mode job (and of the driver's own files) when
+    ``local_dir`` is not set: ``<tmp>/gic-local``."""
     return os.path.join(tempfile.gettempdir(), "gic-local")
 
 
@@ -187,11 +189,14 @@ class GICSettings(BaseModel):
         description="Fencing epoch of this launch (the operator assigns one); None: the "
         "driver claims the next.",
     )
-    local_dir: str = Field(
-        default_factory=_default_local_dir,
+    local_dir: str | None = Field(
+        None,
         min_length=1,
-        description="Directory for executor-local state copies (fast restarts of buckets "
-        "on the same executor); default <tmp>/gic-local.",
+        description="Directory for executor-local state copies (fast restarts of buckets on "
+        "the same executor). None: in local mode <tmp>/gic-local, kept across restarts; on a "
+        "cluster each executor's own scratch directory (the first of SPARK_LOCAL_DIRS, e.g. "
+        "an executor pod's spark-local-dir volume). A relative path resolves against each "
+        "executor's working directory.",
     )
     max_batches: int | None = Field(
         None,
@@ -347,7 +352,7 @@ ACCEPTED: Mapping[str, str] = {
     "restore_source": "a checkpoint or savepoint URI or path (or unset)",
     "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
     "epoch": "a positive integer (or unset: the driver claims the next)",
-    "local_dir": "a non-empty directory path",
+    "local_dir": "a non-empty directory path (or unset: executor scratch / <tmp>/gic-local)",
     "max_batches": "a positive integer (or unset: no limit)",
     "metrics_port": "a port number from 0 to 65535 (or unset: off)",
     "control_poll_s": "a positive number of seconds",

@@ -115,6 +115,18 @@ class DriverMetrics:
             job,
             registry=reg,
         ).labels(job_id)
+        self._executors = Gauge(
+            "gic_executors",
+            "Live executors before the last batch (0 in local mode: one executor).",
+            job,
+            registry=reg,
+        ).labels(job_id)
+        self._moves = Counter(
+            "gic_state_task_moves",
+            "State tasks that ran on another executor than in the batch before.",
+            job,
+            registry=reg,
+        ).labels(job_id)
         materializations = Counter(
             "gic_materializations",
             "Bucket materializations by event (started, adopted by a completed checkpoint).",
@@ -176,6 +188,11 @@ class DriverMetrics:
             self._hit_ratio.set(_non_negative("gic_local_hit_ratio", local_hit_ratio))
         self._last_id.set(_non_negative("gic_last_checkpoint_id", checkpoint_id))
         self._last_ts.set(time.time() if completed_at is None else completed_at)
+
+    def observe_placement(self, *, executors: int, moved: int) -> None:
+        """Record where the last batch's state tasks ran (see ``BatchReport``)."""
+        self._executors.set(_non_negative("gic_executors", executors))
+        self._moves.inc(_non_negative("gic_state_task_moves_total", moved))
 
     def observe_batch(self, count: int = 1) -> None:
         """Count completed micro-batches."""

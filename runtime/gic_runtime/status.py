@@ -73,7 +73,9 @@ class JobState(StrEnum):
 class CheckpointStatus:
     """The last completed checkpoint: ``id`` (the batch id), when it was created, how
     long the batch's checkpoint took (ms), bytes uploaded in total and by kind, the
-    executor-local state hit ratio (``None`` when no bucket was needed) and rows."""
+    executor-local state hit ratio (``None`` when no bucket was needed), rows, and
+    placement: live executors (0 in local mode) and the bucket ranges ``[start, stop)``
+    whose task ran on another executor than in the batch before."""
 
     id: int
     created_at: float
@@ -83,9 +85,13 @@ class CheckpointStatus:
     snapshot_bytes: int = 0
     local_hit_ratio: float | None = None
     rows: int = 0
+    executors: int = 0
+    moved_ranges: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["moved_ranges"] = [list(r) for r in self.moved_ranges]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckpointStatus:
@@ -98,7 +104,32 @@ class CheckpointStatus:
             snapshot_bytes=field_int(data, "snapshot_bytes"),
             local_hit_ratio=field_opt_float(data, "local_hit_ratio"),
             rows=field_int(data, "rows"),
+            executors=field_opt_int(data, "executors") or 0,
+            moved_ranges=_ranges(data.get("moved_ranges")),
         )
+
+
+MAX_RANGES = 32768
+"""Most bucket ranges a status record may list (the most buckets a job can have)."""
+
+
+def _ranges(value: object) -> tuple[tuple[int, int], ...]:
+    """``[[start, stop], ...]`` (absent: none); anything else is a ValueError."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_RANGES:
+        raise ValueError(f"moved_ranges must be a list of at most {MAX_RANGES} pairs")
+    out: list[tuple[int, int]] = []
+    for item in value:
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in item)
+            and 0 <= item[0] < item[1]
+        ):
+            raise ValueError(f"moved_ranges entries must be [start, stop) pairs, got {item!r}")
+        out.append((item[0], item[1]))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

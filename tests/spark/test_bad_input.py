@@ -30,7 +30,6 @@ from gic_runtime.savepoint.canonical import INDEX_NAME
 from gic_runtime.status import JobState, read_status
 from gic_runtime.storage.uri import StoreResolver
 
-from .conftest import reference_counts, write_text_batches
 from .test_savepoints import (
     WAIT_S,
     Background,
@@ -42,6 +41,7 @@ from .test_savepoints import (
     word_count,
 )
 from .test_word_count import sink_batches
+from .words import reference_counts, write_text_batches
 
 _JOB_IDS = itertools.count(1)
 

@@ -25,7 +25,7 @@ from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing_changelog import TestingChangelogWriter
 
-from .conftest import reference_counts, write_text_batches
+from .words import reference_counts, write_text_batches
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "examples" / "word_count.py"

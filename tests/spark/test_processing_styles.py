@@ -19,7 +19,7 @@ from gic_runtime.sinks import read_file_sink
 from gic_runtime.spark import GICJob
 from gic_runtime.storage.uri import StoreResolver
 
-from .conftest import WORDS
+from .words import WORDS
 
 
 def write_events(directory: Path, batches: int, per_batch: int = 40) -> list[list[dict[str, Any]]]:

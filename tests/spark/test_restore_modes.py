@@ -25,9 +25,9 @@ from gic_runtime.savepoint.native import load_savepoint, write_native_savepoint
 from gic_runtime.status import read_status
 from gic_runtime.storage.uri import StoreResolver
 
-from .conftest import reference_counts, write_text_batches
 from .test_savepoints import job_settings, listing, local_path, state_counts, totals, word_count
 from .test_word_count import sink_batches
+from .words import reference_counts, write_text_batches
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ from gic_runtime.status import JobState, read_status
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing_changelog import TestingChangelogWriter
 
-from .conftest import WORDS, reference_counts, write_text_batches
 from .test_word_count import sink_batches, words_of
+from .words import WORDS, reference_counts, write_text_batches
 
 BUCKETS = 16
 WAIT_S = 120.0

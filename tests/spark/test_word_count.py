@@ -16,7 +16,7 @@ from gic_runtime.sinks import read_file_sink
 from gic_runtime.spark import GICJob, RunSummary, count
 from gic_runtime.storage.uri import StoreResolver
 
-from .conftest import reference_counts, write_text_batches
+from .words import reference_counts, write_text_batches
 
 
 def settings(tmp_path: Path, **overrides: Any) -> GICSettings:

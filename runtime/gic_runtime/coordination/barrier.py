@@ -65,7 +65,9 @@ class Barrier:
     num_buckets: int
     num_tasks: int
     local_dir: str
-    """Executor-local directory for the shared state copy (LMDB) and its bookkeeping."""
+    """Executor-local directory for the shared state copy (LMDB) and its bookkeeping;
+    "" is each executor's own scratch directory
+    (:func:`~gic_runtime.coordination.executor_env.resolve_local_dir`)."""
     expected: Mapping[int, BucketState] = field(default_factory=dict)
     self_contained: bool = False
     """Materialize every non-empty bucket into the job's own directory before acking, so
@@ -160,6 +162,9 @@ class TaskStats:
     total_s: float = 0.0
     pid: int = 0
     """Process that ran the task (placement diagnostics)."""
+    executor: str = ""
+    """Executor that ran the task (:func:`~gic_runtime.coordination.executor_env.executor_id`;
+    placement diagnostics)."""
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

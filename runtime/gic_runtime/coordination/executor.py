@@ -50,6 +50,7 @@ from gic_runtime.coordination.executor_cache import (
     discard,
     entry_for,
 )
+from gic_runtime.coordination.executor_env import executor_id
 from gic_runtime.coordination.local_materialization import (
     LocalMaterializationStats,
     MaterializationScope,
@@ -245,6 +246,7 @@ def _run_locked(
         checkpoint_s=durable - processed,
         total_s=time.perf_counter() - began,
         pid=os.getpid(),
+        executor=executor_id(),
     )
     return TaskAck(
         job_id=barrier.job_id,

@@ -39,6 +39,7 @@ from pathlib import Path
 from gic_runtime.changelog.uploader import HedgingUploader, UploaderSettings, UploadResult
 from gic_runtime.changelog.writer import BatchingChangelogWriter
 from gic_runtime.coordination.barrier import Barrier
+from gic_runtime.coordination.executor_env import resolve_local_dir
 from gic_runtime.coordination.local_materialization import (
     shutdown_local_materializations,
     wait_local_materializations,
@@ -123,7 +124,7 @@ def _cache() -> _Cache:
 
 def local_paths(barrier: Barrier) -> LocalPaths:
     """The executor-local directory of the barrier's job."""
-    return LocalPaths(Path(barrier.local_dir).absolute() / validate_id("job id", barrier.job_id))
+    return LocalPaths(resolve_local_dir(barrier.local_dir) / validate_id("job id", barrier.job_id))
 
 
 def entry_for(barrier: Barrier, task_index: int) -> ExecutorEntry:

@@ -11,8 +11,10 @@ orphans, and lay Spark's checkpoint directory down from the start manifest.
    and never writes a manifest); a batch at or below the last checkpoint is a replay:
    publish its output if needed and return without touching state;
 2. build the barrier (expected lineage = the previous checkpoint's bucket states);
-3. route rows to tasks and collect one ack per task (``mapInArrow`` then ``collect``:
-   the stateful stage runs once, nothing is recomputed);
+3. route rows to tasks, pin each task to the executor that holds its local copy
+   (:mod:`gic_runtime.spark.locality`; on a cluster), and collect one ack per task
+   (``mapInArrow`` then ``collect``: the stateful stage runs once, nothing is
+   recomputed);
 4. check fencing again, then write manifest N once (create-if-absent) carrying Spark's
    progress for N and the staged output files;
 5. publish N's output (idempotent), delete its staging, let the registry subsume old
@@ -43,10 +45,10 @@ from pyspark.sql import DataFrame, SparkSession
 from gic_runtime import crashpoints
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.sweep import SweepResult
-from gic_runtime.config import GICSettings
+from gic_runtime.config import GICSettings, default_local_dir
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.model import ControlRequest
-from gic_runtime.coordination.barrier import Barrier, TaskAck
+from gic_runtime.coordination.barrier import Barrier, TaskAck, split_buckets
 from gic_runtime.coordination.savepoints import read_engine_record, serve_request, stops_job
 from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import StateError
@@ -56,6 +58,7 @@ from gic_runtime.layout import job_dir
 from gic_runtime.processing import Processor
 from gic_runtime.sinks import Sink, staged_from_manifest
 from gic_runtime.spark import checkpoint_dir
+from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
 from gic_runtime.spark.placement import partition_keys, route
 from gic_runtime.spark.stage import ACK_SCHEMA, executor_error, make_stage
 from gic_runtime.spark.telemetry import Telemetry
@@ -88,6 +91,14 @@ class BatchReport:
     self_contained: bool
     manifest_uri: str
     published_rows: int
+    executors: int = 0
+    """Live executors before the batch (0: local mode, one executor)."""
+    pinned: bool = False
+    """Whether the stateful stage carried preferred locations (sticky placement)."""
+    moved_ranges: tuple[tuple[int, int], ...] = ()
+    """Bucket ranges ``[start, stop)`` whose task ran on another executor than in the
+    batch before (executor lost, rescale, executors joined, or the scheduler gave up
+    waiting for the preferred one)."""
 
     @property
     def local_hit_ratio(self) -> float:
@@ -147,6 +158,8 @@ class Driver:
         self._canonical: str | None = None
         self._last_id: int | None = None
         self._part_keys: list[int] = []
+        self.placement: StickyPlacement | None = None
+        self._placement_report = PlacementReport(pinned=False, executors=0)
         self.start_info: StartInfo | None = None
         self.failure: BaseException | None = None
 
@@ -154,7 +167,17 @@ class Driver:
 
     @property
     def spark_dir(self) -> str:
-        return str(Path(self.settings.local_dir) / self.job_id / "spark-checkpoint")
+        return str(
+            Path(self.settings.local_dir or default_local_dir()) / self.job_id / "spark-checkpoint"
+        )
+
+    @property
+    def executor_local_dir(self) -> str:
+        """What the barrier tells executors: the configured directory, else
+        ``<tmp>/gic-local`` in local mode, else "" (each executor's scratch directory)."""
+        if self.settings.local_dir:
+            return self.settings.local_dir
+        return default_local_dir() if is_local_master(self.spark.sparkContext.master or "") else ""
 
     def prepare(self) -> StartInfo:
         """Everything before the first batch (see the module docstring)."""
@@ -192,6 +215,7 @@ class Driver:
             self._last_id = resumed
         self._canonical = start.canonical_uri
         self._part_keys = partition_keys(self.spark, self.num_tasks)
+        self.placement = StickyPlacement(self.spark, self.num_tasks)
         lineage = timeline.lineage
         self.start_info = StartInfo(
             epoch=epoch,
@@ -260,7 +284,7 @@ class Driver:
                 checkpoint_id=batch_id,
                 num_buckets=self.settings.num_buckets,
                 num_tasks=self.num_tasks,
-                local_dir=self.settings.local_dir,
+                local_dir=self.executor_local_dir,
                 expected=self._expected if self._canonical is None else {},
                 self_contained=self_contained,
                 canonical_source=self._canonical,
@@ -311,11 +335,18 @@ class Driver:
 
     def _run_stage(self, df: DataFrame, barrier: Barrier) -> list[TaskAck]:
         routed = route(df, self.key, barrier.num_buckets, self._part_keys)
+        report = PlacementReport(pinned=False, executors=0)
+        if self.placement is not None:
+            routed, report = self.placement.pin(routed)
         try:
             rows = routed.mapInArrow(make_stage(barrier, self.processor), ACK_SCHEMA).collect()
         except Exception as exc:
             raise executor_error(exc) from exc
-        return [TaskAck.from_bytes(bytes(r["ack"])) for r in rows]
+        acks = [TaskAck.from_bytes(bytes(r["ack"])) for r in rows]
+        if self.placement is not None:
+            report = self.placement.observe(report, acks)
+        self._placement_report = report
+        return acks
 
     def _merge(self, acks: list[TaskAck], barrier: Barrier) -> dict[int, BucketState]:
         by_task: dict[int, TaskAck] = {}
@@ -378,7 +409,15 @@ class Driver:
             self_contained=any(s.snapshot_bytes for s in stats),
             manifest_uri=stored.uri,
             published_rows=published,
+            executors=self._placement_report.executors,
+            pinned=self._placement_report.pinned,
+            moved_ranges=tuple(
+                (r.start, r.stop) for r in (self._range_of(t) for t in self._placement_report.moved)
+            ),
         )
+
+    def _range_of(self, task: int) -> range:
+        return split_buckets(self.settings.num_buckets, self.num_tasks, task)
 
     # --- control --------------------------------------------------------------------
 

@@ -119,6 +119,7 @@ class Telemetry:
             snapshot_bytes=report.snapshot_bytes,
             local_hit_ratio=report.local_hit_ratio,
         )
+        m.observe_placement(executors=report.executors, moved=len(report.moved_ranges))
         m.observe_batch()
         m.observe_materializations(
             started=report.materializations_started, adopted=report.materializations_adopted
@@ -135,6 +136,8 @@ class Telemetry:
                 snapshot_bytes=report.snapshot_bytes,
                 local_hit_ratio=report.local_hit_ratio,
                 rows=report.rows_in,
+                executors=report.executors,
+                moved_ranges=report.moved_ranges,
             ),
             materialization=MaterializationStatus(
                 started=old.started + report.materializations_started,
