@@ -128,6 +128,22 @@ class GICSettings(BaseModel):
         description="Materializations running at once per task. 1 leaves upload bandwidth "
         "for changelog segments, which are on the checkpoint's critical path.",
     )
+    materialization_max_sections: int = Field(
+        32,
+        ge=1,
+        description="Changelog sections since its last snapshot that make a bucket due "
+        "whatever the interval. Bounds restore requests (about one object read per section "
+        "of the busiest bucket) and manifest size (every section is a row of every "
+        "manifest), while snapshotting a bucket at most about once per 32 checkpoints.",
+    )
+    materialization_changelog_ratio: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Changelog bytes since its last snapshot, as a multiple of that "
+        "snapshot's size (at least 1 MiB), that make a bucket due whatever the interval: at "
+        "1.0 restore reads and replays at most about one snapshot's worth of changelog.",
+    )
     changelog_preemptive_upload_bytes: int = Field(
         4 * _MiB,
         ge=1,
@@ -197,6 +213,14 @@ class GICSettings(BaseModel):
         "cluster each executor's own scratch directory (the first of SPARK_LOCAL_DIRS, e.g. "
         "an executor pod's spark-local-dir volume). A relative path resolves against each "
         "executor's working directory.",
+    )
+    orphan_sweep_interval_s: float = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds between live orphan sweeps: while the job runs, the driver "
+        "deletes (between batches) what failed task attempts left in storage. Five minutes "
+        "keeps the LIST requests rare while a lost executor's files live minutes, not weeks.",
     )
     max_batches: int | None = Field(
         None,
@@ -276,6 +300,8 @@ class GICSettings(BaseModel):
                 interval_s=self.materialization_interval_s,
                 jitter=self.materialization_jitter,
                 max_in_flight=self.materialization_max_in_flight,
+                max_sections=self.materialization_max_sections,
+                changelog_ratio=self.materialization_changelog_ratio,
             ),
             checkpoint_timeout_s=self.checkpoint_timeout_s,
         )
@@ -342,6 +368,8 @@ ACCEPTED: Mapping[str, str] = {
     "materialization_interval_s": "a positive number of seconds",
     "materialization_jitter": "a number from 0 up to (not including) 1",
     "materialization_max_in_flight": "a positive integer",
+    "materialization_max_sections": "a positive integer",
+    "materialization_changelog_ratio": "a positive number (multiple of the snapshot's size)",
     "changelog_preemptive_upload_bytes": "a positive number of bytes",
     "changelog_codec": "'zstd' or 'none'",
     "max_hedges": "an integer >= 0 (0 disables hedging)",
@@ -353,6 +381,7 @@ ACCEPTED: Mapping[str, str] = {
     "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
     "epoch": "a positive integer (or unset: the driver claims the next)",
     "local_dir": "a non-empty directory path (or unset: executor scratch / <tmp>/gic-local)",
+    "orphan_sweep_interval_s": "a positive number of seconds",
     "max_batches": "a positive integer (or unset: no limit)",
     "metrics_port": "a port number from 0 to 65535 (or unset: off)",
     "control_poll_s": "a positive number of seconds",

@@ -36,9 +36,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from words import write_text_batches
 
+from gic_runtime.checkpoint.catalog import load_retained
 from gic_runtime.config import GICSettings
 from gic_runtime.processing import StateAccess
 from gic_runtime.spark import BatchReport, GICJob
+from gic_runtime.storage.uri import StoreResolver
 
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 OUTPUT = pa.schema([("word", pa.string()), ("count", pa.int64())])
@@ -141,6 +143,7 @@ def main() -> int:
         storage=(base / "store").as_uri(),
         num_buckets=16,
         control_poll_s=0.1,
+        orphan_sweep_interval_s=0.5,
     )
     killed: list[int] = []
 
@@ -160,6 +163,11 @@ def main() -> int:
     )
     summary = query.to_parquet(str(out)).run(trigger="available-now", on_batch=on_batch)
     local_dirs = sorted(str(p) for p in scratch.rglob("gic-local/wc-cluster/state"))
+    resolver = StoreResolver()
+    referenced: set[str] = set()
+    for stored in load_retained(resolver, settings.storage, settings.job_id):
+        referenced |= stored.manifest.uris()
+    segments = {p.as_uri() for p in (base / "store/jobs/wc-cluster/changelog").rglob("*.seg")}
     result = {
         "batches": [
             {
@@ -170,11 +178,13 @@ def main() -> int:
                 "executors": b.executors,
                 "pinned": b.pinned,
                 "moved_ranges": [list(r) for r in b.moved_ranges],
+                "orphans_deleted": b.orphans_deleted,
             }
             for b in summary.batches
         ],
         "local_dirs": local_dirs,
         "killed": killed,
+        "unreferenced_segments": sorted(segments - referenced),
         "mid_batch_killed": Path(marker).exists() if marker else False,
     }
     spark.stop()

@@ -1,4 +1,11 @@
-"""Reading changelog sections back through their handles (restore's replay path)."""
+"""Reading changelog sections back through their handles (restore's replay path).
+
+:func:`read_changes` reads one section with one ranged read; :func:`section_records`
+validates a section's bytes however they were read (restore reads several sections of
+one segment object with one coalesced read, :mod:`gic_runtime.state.fetch`).
+
+Thread-safety: stateless; safe from any thread (the resolver is thread-safe).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,24 @@ from gic_runtime.handles import ChangelogHandle
 from gic_runtime.storage.uri import StoreResolver
 
 
+def section_records(handle: ChangelogHandle, data: bytes | memoryview) -> list[ChangeRecord]:
+    """Every record of the section ``handle`` names, from ``data`` = the bytes read at
+    ``[offset, offset + length)`` of the handle's object, validated against the handle.
+
+    Raises :class:`~gic_runtime.errors.CorruptFileError` (naming the URI) when ``data``
+    is short (the object ends early), damaged (checksum, framing) or does not match the
+    handle (bucket, sequence range, length, payload CRC); never returns partial data.
+    """
+    if len(data) != handle.length:
+        raise CorruptFileError(
+            f"changelog section at offset {handle.offset} should be {handle.length} bytes, "
+            f"the object holds only {len(data)} there (truncated object?)",
+            uri=handle.uri,
+        )
+    _bucket, _from, records = decode_section(data, uri=handle.uri, expect=handle)
+    return records
+
+
 def read_section(resolver: StoreResolver, handle: ChangelogHandle) -> list[ChangeRecord]:
     """Every record of the section ``handle`` names, validated against the handle.
 
@@ -20,14 +45,7 @@ def read_section(resolver: StoreResolver, handle: ChangelogHandle) -> list[Chang
     """
     store, key = resolver.resolve(handle.uri)
     data = store.get(key, start=handle.offset, length=handle.length)
-    if len(data) != handle.length:
-        raise CorruptFileError(
-            f"changelog section at offset {handle.offset} should be {handle.length} bytes, "
-            f"the object holds only {len(data)} there (truncated object?)",
-            uri=handle.uri,
-        )
-    _bucket, _from, records = decode_section(data, uri=handle.uri, expect=handle)
-    return records
+    return section_records(handle, data)
 
 
 def read_changes(

@@ -22,7 +22,7 @@ anything outside ``jobs/<job_id>/``; deletion goes through the guarded
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gic_runtime.checkpoint.catalog import load_retained, read_manifest, resolve_prefix
@@ -38,6 +38,9 @@ SWEPT_DIRS: tuple[str, ...] = ("changelog", "snapshots", "checkpoints")
 
 #: ``progress(listed_so_far, deleted_so_far)``.
 SweepProgress = Callable[[int, int], None]
+
+#: ``defer(uri, subdir)``: keep this orphan for now (a later sweep decides again).
+SweepDefer = Callable[[str, str], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,8 @@ class SweepResult:
     deleted_bytes: int
     protected: int
     orphans: tuple[str, ...] = ()
+    deferred: int = 0
+    """Orphans kept for now because the caller's ``defer`` said so (live sweeps)."""
 
 
 def policy_for(
@@ -102,6 +107,8 @@ def sweep_orphans(
     dry_run: bool = False,
     batch_size: int = MAX_DELETE_BATCH,
     progress: SweepProgress | None = None,
+    subdirs: Sequence[str] = SWEPT_DIRS,
+    defer: SweepDefer | None = None,
 ) -> SweepResult:
     """Sweep ``jobs/<job_id>/`` under ``root`` (see the module docstring).
 
@@ -111,8 +118,13 @@ def sweep_orphans(
     nothing is deleted). ``policy`` defaults to
     :meth:`OwnershipPolicy.for_job(root, job_id) <OwnershipPolicy.for_job>`; pass the
     job's real policy when it was restored, so source objects inside the job directory
-    stay protected. With ``dry_run`` nothing is deleted.
+    stay protected. With ``dry_run`` nothing is deleted. ``subdirs`` (a subset of
+    :data:`SWEPT_DIRS`) limits what is listed, and ``defer`` keeps chosen orphans for now
+    (see :mod:`gic_runtime.checkpoint.live_sweep`).
     """
+    unknown = sorted(set(subdirs) - set(SWEPT_DIRS))
+    if unknown:
+        raise ValueError(f"cannot sweep {unknown}: only {SWEPT_DIRS}")
     retained = tuple(manifests) if manifests is not None else load_retained(resolver, root, job_id)
     policy = policy or OwnershipPolicy.for_job(root, job_id)
     referenced: set[str] = {s.uri for s in retained}
@@ -122,7 +134,7 @@ def sweep_orphans(
     c = _Counts()
     orphans: list[str] = []
     base = job_dir(root, job_id)
-    for sub in SWEPT_DIRS:
+    for sub in subdirs:
         store, prefix = resolve_prefix(resolver, join(base, sub))
         batch: list[str] = []
         for info in store.list(prefix):
@@ -136,6 +148,8 @@ def sweep_orphans(
                 c.referenced_bytes += info.size
             elif policy.classify(uri) is not Owner.JOB:
                 c.protected += 1
+            elif defer is not None and defer(uri, sub):
+                c.deferred += 1
             else:
                 c.orphaned += 1
                 c.orphaned_bytes += info.size
@@ -164,6 +178,7 @@ def sweep_orphans(
         deleted_bytes=c.deleted_bytes,
         protected=c.protected,
         orphans=tuple(orphans),
+        deferred=c.deferred,
     )
 
 
@@ -176,6 +191,7 @@ class _Counts:
         self.orphaned = self.orphaned_bytes = 0
         self.deleted = self.deleted_bytes = 0
         self.protected = 0
+        self.deferred = 0
         self.batch_bytes = 0
 
 

@@ -7,18 +7,33 @@ executor-local state copy.
 
 After a task's checkpoint (:func:`start_due_materializations`), on the task thread:
 
-* a bucket is *due* when it changed beyond its base and beyond its newest record, and
-  ``now - record.time >= interval_s * (1 +/- jitter)`` (the jitter is derived from the
-  bucket and the record's time, so every process computes the same due time); without
-  a record of this attempt the first due time is spread over one interval by a
-  deterministic offset of the bucket, counted from when this process first saw the
-  attempt;
-* at most ``max_in_flight`` run per process, and at most one per bucket across
-  processes: an ``O_EXCL`` marker file ``bucket-NNNNN.inflight`` (a marker older than
-  10 minutes is stale: its process died);
-* the view (an LMDB read transaction, consistent with the lineage metadata just set)
-  is taken on the task thread and the upload runs on this process's background pool;
-  success writes the record, and the marker is always removed.
+* a bucket is *due* (:func:`_due`) when it changed beyond its base and beyond its newest
+  record, and either
+  - by *growth*: its changelog since its effective base (the newest record that fits the
+    lineage, else the state's snapshot) reached ``max_sections`` handles or
+    ``changelog_ratio`` x that snapshot's size in bytes (at least
+    ``changelog_floor_bytes``), whatever the time (:mod:`~gic_runtime.materialization.growth`);
+  - by *time*: ``now - record.time >= interval_s * (1 +/- jitter)`` (the jitter is
+    derived from the bucket and the record's time, so every process computes the same
+    due time); without a record of this attempt the first due time is spread over one
+    interval by a deterministic offset of the bucket, counted from when this process
+    first saw the attempt;
+* at most one materialization per bucket runs across processes: an ``O_EXCL`` marker
+  file ``bucket-NNNNN.inflight`` (a marker older than 10 minutes is stale: its process
+  died; a job refreshes a bucket's marker when it starts that bucket);
+* keeping up with growth (docs/architecture.md §13.5): the growth-due buckets of the
+  task go into *one growth job* that snapshots them one after the other, highest growth
+  pressure first. Each task range has its own growth lane per process: a growth job
+  starts whenever none of this range runs in this process, whatever ``max_in_flight``
+  says. Time-due buckets start one per job while fewer than ``max_in_flight`` jobs
+  (growth jobs included) run in this process. A job uploads one snapshot at a time, so
+  a process uploads at most ``max_in_flight`` + (ranges it serves) snapshots at once;
+  and one start serves the range's whole growth backlog, so with every bucket gaining a
+  section per batch, a bucket's count exceeds ``max_sections`` by at most the batches
+  until the range's running growth job ends plus those its own job takes before it;
+* the views (LMDB read transactions, consistent with the lineage metadata just set)
+  are taken on the task thread and the uploads run on this process's background pool;
+  each success writes its record, and every marker is removed when its bucket is done.
 
 Before the next task processes (:func:`adopt_materializations`), a record whose
 snapshot fits the expected lineage (``materialization_record.usable_for``) and still
@@ -40,119 +55,74 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
+from gic_runtime.coordination.local_jobs import (
+    JobItem,
+    LocalMaterializationStats,
+    MaterializationScope,
+    ProcessState,
+    local_stats,
+    process_state,
+    shutdown_local_materializations,
+    submit_job,
+    wait_local_materializations,
+)
 from gic_runtime.coordination.materialization_record import (
     MaterializationRecord,
     read_record,
     usable_for,
-    write_record,
 )
 from gic_runtime.errors import FormatError, GICError
 from gic_runtime.handles import BucketState, SnapshotHandle
-from gic_runtime.layout import new_snapshot_uri
-from gic_runtime.materialization.scheduler import MaterializationSettings
-from gic_runtime.state.backend import KeyedStateBackend, MaterializationView
-from gic_runtime.state.snapshot import upload_snapshot
+from gic_runtime.materialization.growth import growth_pressure
+from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.storage.uri import StoreResolver
+
+__all__ = [
+    "MARKER_STALE_S",
+    "Due",
+    "LocalMaterializationStats",
+    "MaterializationScope",
+    "adopt_materializations",
+    "local_stats",
+    "note_attempt",
+    "shutdown_local_materializations",
+    "start_due_materializations",
+    "wait_local_materializations",
+]
 
 _log = logging.getLogger(__name__)
 
 MARKER_STALE_S: Final = 600.0
 """A marker this old (seconds) belongs to a process that died mid-upload."""
-_POOL_THREADS: Final = 8
-"""Upper bound of the pool's threads; ``max_in_flight`` limits what actually runs."""
 
 
 @dataclass(frozen=True, slots=True)
-class MaterializationScope:
-    """Where and for which attempt materializations of one task run."""
+class Due:
+    """Why a bucket is due: ``pressure`` is its changelog growth pressure
+    (:func:`~gic_runtime.materialization.growth.growth_pressure`); at least 1.0 means
+    due by growth, below that the bucket is due by time."""
 
-    directory: Path
-    """``<local_dir>/<job_id>/materialized``: records and in-flight markers."""
-    root: str
-    job_id: str
-    epoch: int
-    resolver: StoreResolver
-    settings: MaterializationSettings
+    pressure: float
 
-
-@dataclass(frozen=True, slots=True)
-class LocalMaterializationStats:
-    """Counters of this process's background materializations since it started."""
-
-    started: int = 0
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    """Jobs dropped before they ran (shutdown)."""
-    bytes_uploaded: int = 0
-    in_flight: int = 0
-
-
-class _Process:
-    """This process's pool, counters and schedule bookkeeping (guarded by ``cond``)."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.cond = threading.Condition()
-        self.pool: ThreadPoolExecutor | None = None
-        self.in_flight = 0
-        self.started = self.completed = self.failed = self.cancelled = self.bytes = 0
-        self.retry_at: dict[tuple[str, int], float] = {}
-        self.anchors: dict[tuple[str, int], float] = {}
-
-
-_PROCESS = [_Process()]
-_PROCESS_LOCK = threading.Lock()
-
-
-def _process() -> _Process:
-    with _PROCESS_LOCK:
-        if _PROCESS[0].pid != os.getpid():  # forked: the parent's threads are not here
-            _PROCESS[0] = _Process()
-        return _PROCESS[0]
+    @property
+    def by_growth(self) -> bool:
+        return self.pressure >= 1.0
 
 
 # --- public API --------------------------------------------------------------------------
 
 
-def local_stats() -> LocalMaterializationStats:
-    """This process's counters (a consistent snapshot)."""
-    p = _process()
-    with p.cond:
-        return LocalMaterializationStats(
-            p.started, p.completed, p.failed, p.cancelled, p.bytes, p.in_flight
-        )
-
-
-def wait_local_materializations(timeout: float | None = None) -> bool:
-    """Wait until no background materialization of this process runs; False on timeout."""
-    p = _process()
-    with p.cond:
-        return p.cond.wait_for(lambda: p.in_flight == 0, timeout)
-
-
-def shutdown_local_materializations(*, wait: bool = True) -> None:
-    """Stop this process's pool: ``wait`` lets running uploads finish; jobs not started
-    are cancelled (their markers removed). A later start creates a new pool."""
-    p = _process()
-    with p.cond:
-        pool, p.pool = p.pool, None
-    if pool is not None:
-        pool.shutdown(wait=wait, cancel_futures=True)
-
-
 def note_attempt(scope: MaterializationScope) -> None:
     """Remember when this process first saw the attempt (first due times count from
     there); call at the start of every task."""
-    p = _process()
+    p = process_state()
     with p.cond:
         p.anchors.setdefault((str(scope.directory), scope.epoch), time.time())
 
@@ -161,7 +131,10 @@ def adopt_materializations(
     scope: MaterializationScope, backend: KeyedStateBackend, expected: Mapping[int, BucketState]
 ) -> list[int]:
     """Make every usable record's snapshot the base of its bucket (call on the task
-    thread right after the backend was restored to ``expected``). Returns the buckets."""
+    thread right after the backend was restored to ``expected``). A record older than
+    :data:`~gic_runtime.checkpoint.live_sweep.ADOPTION_MAX_AGE_S` (by this executor's
+    clock, which wrote it) is never adopted: the driver's live sweep may have deleted its
+    snapshot. Returns the buckets."""
     adopted: list[int] = []
     for bucket in backend.bucket_range:
         state = expected.get(bucket) or BucketState(bucket, 0)
@@ -170,6 +143,8 @@ def adopt_materializations(
             record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch
         ):
             continue
+        if time.time() - record.time > ADOPTION_MAX_AGE_S:
+            continue  # the live sweep may delete it by now (checkpoint.live_sweep)
         if not _exists(scope.resolver, record.snapshot):
             continue
         if backend.on_materialized(bucket, record.snapshot):
@@ -183,24 +158,58 @@ def start_due_materializations(
     states: Mapping[int, BucketState],
 ) -> int:
     """Start background materializations of the due buckets among ``states`` (the states
-    the task just checkpointed and marked persisted). Returns how many started."""
-    p = _process()
+    the task just checkpointed and marked persisted): one growth job with every
+    growth-due bucket (highest pressure first) unless this range's growth lane is busy,
+    then one job per time-due bucket (in bucket order) while this process runs fewer
+    than ``max_in_flight`` jobs. Returns how many buckets started."""
+    p = process_state()
     s = scope.settings
     now = time.time()
+    directory = str(scope.directory)
+    lane = (directory, backend.bucket_range.start, backend.bucket_range.stop)
     with p.cond:
-        anchor = p.anchors.setdefault((str(scope.directory), scope.epoch), now)
-    started = 0
+        anchor = p.anchors.setdefault((directory, scope.epoch), now)
+        lane_free = lane not in p.growth_lanes
+        if not lane_free and p.in_flight >= s.max_in_flight:
+            return 0
+        waiting = {b for (d, b), t in p.retry_at.items() if d == directory and t > now}
+    growth: list[tuple[float, int]] = []
+    timed: list[int] = []
     for bucket in sorted(states):
         state = states[bucket]
-        if state.seq <= state.base or backend.seq(bucket) != state.seq:
+        if state.seq <= state.base or backend.seq(bucket) != state.seq or bucket in waiting:
             continue
+        due = _due(scope, bucket, state, now, anchor)
+        if due is not None and due.by_growth:
+            growth.append((-due.pressure, bucket))
+        elif due is not None:
+            timed.append(bucket)
+    started = 0
+    if growth and lane_free:
+        taken = _take(p, scope, backend, [b for _, b in sorted(growth)], states)
+        if taken and submit_job(p, scope, taken, lane):
+            started += len(taken)
+    for bucket in timed:
         with p.cond:
             if p.in_flight >= s.max_in_flight:
                 break
-            if p.retry_at.get((str(scope.directory), bucket), 0.0) > now:
-                continue
-        if not _due(scope, bucket, state, now, anchor):
-            continue
+        taken = _take(p, scope, backend, [bucket], states)
+        if taken and submit_job(p, scope, taken):
+            started += len(taken)
+    return started
+
+
+def _take(
+    p: ProcessState,
+    scope: MaterializationScope,
+    backend: KeyedStateBackend,
+    buckets: list[int],
+    states: Mapping[int, BucketState],
+) -> list[JobItem]:
+    """Marker and view of each of ``buckets`` that can start (others are skipped: another
+    process holds the marker, or taking it or the view failed)."""
+    taken: list[JobItem] = []
+    for bucket in buckets:
         marker = _marker_path(scope.directory, bucket)
         try:
             if not _take_marker(marker):
@@ -214,12 +223,13 @@ def start_due_materializations(
             marker.unlink(missing_ok=True)
             _failed_to_start(p, scope, bucket, exc)
             continue
-        if _submit(p, scope, view, state.token, marker):
-            started += 1
-    return started
+        taken.append(JobItem(view, states[bucket].token, marker))
+    return taken
 
 
-def _failed_to_start(p: _Process, scope: MaterializationScope, bucket: int, exc: Exception) -> None:
+def _failed_to_start(
+    p: ProcessState, scope: MaterializationScope, bucket: int, exc: Exception
+) -> None:
     """Count and log a materialization that could not start; the task goes on (its
     checkpoint is durable, and state stays correct without materialization)."""
     _log.warning("could not start materializing bucket %d of job %s: %s", bucket, scope.job_id, exc)
@@ -247,7 +257,9 @@ def _read(scope: MaterializationScope, bucket: int) -> MaterializationRecord | N
 
 def _due(
     scope: MaterializationScope, bucket: int, state: BucketState, now: float, anchor: float
-) -> bool:
+) -> Due | None:
+    """Whether ``bucket`` at ``state`` is due (see the module docstring), and how urgent
+    its growth is; ``None`` when not due."""
     s = scope.settings
     record = _read(scope, bucket)
     if record is not None and (record.root, record.job_id, record.epoch) != (
@@ -256,13 +268,26 @@ def _due(
         scope.epoch,
     ):
         record = None  # another attempt's record: schedule afresh
+    fits = record is not None and usable_for(
+        record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch
+    )
+    if record is not None and fits:
+        if record.seq >= state.seq:
+            return None  # nothing changed since the newest snapshot
+        base = record.seq  # the bucket's next task adopts this snapshot
+        size: int | None = record.snapshot.size
+    else:
+        base = state.base
+        size = state.snapshot.size if state.snapshot is not None else None
+    due = Due(growth_pressure(state.changelog, base, size, s))
+    if due.by_growth:
+        return due
     if record is None:
-        return now - anchor >= s.interval_s * _unit(scope.job_id, bucket, "first")
-    fits = usable_for(record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch)
-    if fits and record.seq >= state.seq:
-        return False  # nothing changed since the newest snapshot
-    factor = 1.0 + s.jitter * (2.0 * _unit(scope.job_id, bucket, record.time) - 1.0)
-    return now - record.time >= s.interval_s * factor
+        timed = now - anchor >= s.interval_s * _unit(scope.job_id, bucket, "first")
+    else:
+        factor = 1.0 + s.jitter * (2.0 * _unit(scope.job_id, bucket, record.time) - 1.0)
+        timed = now - record.time >= s.interval_s * factor
+    return due if timed else None
 
 
 def _exists(resolver: StoreResolver, handle: SnapshotHandle) -> bool:
@@ -301,85 +326,3 @@ def _take_marker(marker: Path) -> bool:
             os.close(fd)
         return True
     return False
-
-
-# --- background jobs ---------------------------------------------------------------------
-
-
-def _submit(
-    p: _Process, scope: MaterializationScope, view: MaterializationView, token: str, marker: Path
-) -> bool:
-    with p.cond:
-        if p.pool is None:
-            p.pool = ThreadPoolExecutor(_POOL_THREADS, thread_name_prefix="gic-local-materialize")
-        try:
-            future = p.pool.submit(_materialize, scope, view, token)
-        except RuntimeError:  # pool shutting down
-            view.view.close()
-            marker.unlink(missing_ok=True)
-            return False
-        p.in_flight += 1
-        p.started += 1
-    future.add_done_callback(lambda f: _finished(p, scope, view, marker, f))
-    return True
-
-
-def _materialize(
-    scope: MaterializationScope, view: MaterializationView, token: str
-) -> SnapshotHandle:
-    uri = new_snapshot_uri(scope.root, scope.job_id, view.bucket)
-    with view.view as items:
-        handle = upload_snapshot(
-            scope.resolver,
-            uri,
-            items,
-            bucket=view.bucket,
-            seq=view.seq,
-            compress=scope.settings.compress,
-        )
-    record = MaterializationRecord(
-        job_id=scope.job_id,
-        root=scope.root,
-        epoch=scope.epoch,
-        bucket=view.bucket,
-        seq=view.seq,
-        token=token,
-        snapshot=handle,
-        time=time.time(),
-    )
-    write_record(scope.directory, record)
-    return handle
-
-
-def _finished(
-    p: _Process,
-    scope: MaterializationScope,
-    view: MaterializationView,
-    marker: Path,
-    future: Future[SnapshotHandle],
-) -> None:
-    """Done-callback (pool thread, or the thread that cancelled the job)."""
-    view.view.close()  # idempotent; a job that failed early or never ran left it open
-    try:
-        marker.unlink(missing_ok=True)
-    except OSError as exc:  # pragma: no cover - the marker goes stale instead
-        _log.warning("could not remove materialization marker %s: %s", marker, exc)
-    key = (str(scope.directory), view.bucket)
-    with p.cond:
-        p.in_flight -= 1
-        if future.cancelled():
-            p.cancelled += 1
-        elif (error := future.exception()) is not None:
-            p.failed += 1
-            p.retry_at[key] = time.time() + scope.settings.retry_delay_s
-            _log.warning(
-                "background materialization of bucket %d (job %s) failed: %s",
-                view.bucket,
-                scope.job_id,
-                error,
-            )
-        else:
-            p.completed += 1
-            p.bytes += future.result().size
-            p.retry_at.pop(key, None)
-        p.cond.notify_all()

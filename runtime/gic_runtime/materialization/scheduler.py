@@ -1,10 +1,26 @@
-"""Periodic materialization of bucket snapshots, off the task's critical path.
+"""Materialization of bucket snapshots, off the task's critical path.
 
-Schedule: every bucket has a due time. Initial due times are spread over one interval
-(a seeded shuffle of the buckets, one slot each, a random point inside the slot), so
-buckets never all materialize at once; after each materialization the next is due one
-interval later, +/- ``jitter``. At most one materialization per bucket is in flight, and
-at most ``max_in_flight`` overall.
+Schedule (docs/architecture.md §7): a bucket is due by *time* or by *growth*.
+
+* Time: every bucket has a due time. Initial due times are spread over one interval (a
+  seeded shuffle of the buckets, one slot each, a random point inside the slot), so
+  buckets never all materialize at once; after each materialization the next is due one
+  interval later, +/- ``jitter``.
+* Growth: whatever its due time, a bucket whose changelog since its base reached
+  ``max_sections`` handles or ``changelog_ratio`` x its snapshot's size in bytes (at
+  least ``changelog_floor_bytes``) is due (:mod:`~gic_runtime.materialization.growth`;
+  measured on the handles of the newest persisted checkpoint, ``changelog_since_base``).
+
+Jobs: at most one materialization per bucket is in flight. Keeping up with growth (the
+rule of docs/architecture.md §7): growth-due buckets are served by a *growth job* that
+takes all of them, highest growth pressure (furthest over a limit) first, and snapshots
+them one after the other; one growth job runs at a time, and it does not wait for a
+``max_in_flight`` slot (its own lane). Time-due buckets start one bucket per job, in
+due-time order, while fewer than ``max_in_flight`` jobs (growth job included) run. So
+at most ``max_in_flight`` + 1 snapshots upload at once, and when every bucket gains a
+section per checkpoint, a bucket that reached the section limit is taken by the next
+growth job: its count exceeds the limit by at most the checkpoints until the running
+growth job ends plus those its own job takes before reaching it.
 
 A materialization: on the caller's (task) thread, only take the bucket's consistent view
 (:meth:`~gic_runtime.state.backend.KeyedStateBackend.materialization_view`); on the
@@ -27,23 +43,26 @@ and is queued like any completion; ``poll`` then releases its bucket, counts it 
 materializer is closed. A bucket is therefore never stuck in flight.
 
 Thread-safety: every public method is for the task thread; the executor only runs the
-upload jobs, which touch the view, the resolver and the completion queue.
+upload jobs, which touch their views, the resolver and the completion queue.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import random
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.errors import ConfigurationError, GICError, MaterializationError
 from gic_runtime.handles import SnapshotHandle
 from gic_runtime.layout import job_dir, new_snapshot_uri
+from gic_runtime.materialization.growth import growth_pressure
+from gic_runtime.materialization.jobs import Job, Outcome
 from gic_runtime.state.backend import KeyedStateBackend, MaterializationView
-from gic_runtime.state.snapshot import upload_snapshot
 from gic_runtime.storage.uri import StoreResolver, join
 
 _log = logging.getLogger(__name__)
@@ -62,8 +81,26 @@ class MaterializationSettings:
     """Each next due time is ``interval_s * (1 +/- jitter)`` so buckets drift apart."""
 
     max_in_flight: int = 1
-    """Materializations running at once (across buckets); one keeps the upload bandwidth
-    left for changelog segments, which are on the checkpoint's critical path."""
+    """Materialization jobs running at once for time-due buckets (across buckets; a job
+    uploads one snapshot at a time; a growth job counts, and runs even when they are
+    taken); one keeps the upload bandwidth left for changelog segments, which are on the
+    checkpoint's critical path."""
+
+    max_sections: int = 32
+    """Changelog handles since its base that make a bucket due whatever its interval.
+    Restore reads about one object per handle of the busiest bucket plus one snapshot per
+    bucket, and every handle is a row of every manifest: 32 keeps a task's restore to a
+    few dozen reads and manifests small, while a bucket whose every checkpoint adds a
+    section is snapshotted about once per 32 checkpoints (~3 % of the state each)."""
+
+    changelog_ratio: float = 1.0
+    """Changelog bytes since its base, as a multiple of its snapshot's size, that make a
+    bucket due: at 1.0 a restore reads at most about twice the bucket's snapshot and
+    replays at most about a snapshot's worth of changes."""
+
+    changelog_floor_bytes: int = 1024 * 1024
+    """The byte limit is never below this (and is this without a snapshot), so tiny
+    buckets are not snapshotted after every few changes."""
 
     max_consecutive_failures: int = 3
     """Failures in a row of one bucket tolerated before ``poll`` raises."""
@@ -83,6 +120,17 @@ class MaterializationSettings:
                 "materialization needs interval_s > 0, 0 <= jitter < 1, max_in_flight >= 1; "
                 f"got {self.interval_s}, {self.jitter}, {self.max_in_flight}"
             )
+        if (
+            self.max_sections < 1
+            or not self.changelog_ratio > 0
+            or self.changelog_ratio == float("inf")
+            or self.changelog_floor_bytes < 1
+        ):
+            raise ConfigurationError(
+                "materialization needs max_sections >= 1, a finite changelog_ratio > 0 and "
+                f"changelog_floor_bytes >= 1; got {self.max_sections}, "
+                f"{self.changelog_ratio}, {self.changelog_floor_bytes}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +139,8 @@ class MaterializationStats:
 
     materialized: int = 0
     """Snapshots applied to the backend."""
+    started_by_growth: int = 0
+    """Buckets started because of changelog growth (not their due time)."""
     bytes_uploaded: int = 0
     """Size of those snapshots."""
     failures: int = 0
@@ -105,15 +155,6 @@ class MaterializationStats:
     """Snapshots deleted because no manifest can reference them (discarded, or replaced
     by a newer one before any checkpoint captured them)."""
     in_flight: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    bucket: int
-    generation: int
-    handle: SnapshotHandle | None
-    error: BaseException | None
-    cancelled: bool = False
 
 
 class Materializer:
@@ -139,13 +180,17 @@ class Materializer:
         self._owns_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix="gic-materialize")
         self._rng = random.Random(s.seed)
-        self._done: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
-        self._in_flight: set[int] = set()
+        self._done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._in_flight: dict[int, int] = {}  # bucket -> id of the job that snapshots it
+        self._job_ids = itertools.count()
+        self._growth_job = -1  # id of the newest growth job
+        self._retry_at: dict[int, float] = {}  # growth waits here after a failure
         self._closed = False
         self._failures: dict[int, int] = {}
         self._counts = dict.fromkeys(
             (
                 "materialized",
+                "growth",
                 "bytes",
                 "failures",
                 "skipped",
@@ -168,14 +213,30 @@ class Materializer:
         return self._due[bucket]
 
     def in_flight(self) -> frozenset[int]:
-        """Buckets with a materialization running or awaiting ``poll``."""
+        """Buckets with a materialization running, queued in a job or awaiting ``poll``."""
         return frozenset(self._in_flight)
+
+    def jobs_in_flight(self) -> int:
+        """Jobs with a bucket in :meth:`in_flight` (growth job included)."""
+        return len(set(self._in_flight.values()))
+
+    def growth_pressure(self, bucket: int) -> float:
+        """``bucket``'s changelog growth since its base (>= 1: due by growth; see
+        :func:`~gic_runtime.materialization.growth.growth_pressure`)."""
+        snapshot = self._backend.snapshot_of(bucket)
+        return growth_pressure(
+            self._backend.changelog_since_base(bucket),
+            snapshot.seq if snapshot is not None else 0,
+            snapshot.size if snapshot is not None else None,
+            self._settings,
+        )
 
     @property
     def stats(self) -> MaterializationStats:
         c = self._counts
         return MaterializationStats(
             materialized=c["materialized"],
+            started_by_growth=c["growth"],
             bytes_uploaded=c["bytes"],
             failures=c["failures"],
             skipped_unchanged=c["skipped"],
@@ -216,7 +277,7 @@ class Materializer:
 
     def _apply_completions(self) -> list[SnapshotHandle]:
         applied: list[SnapshotHandle] = []
-        failed: list[_Outcome] = []
+        failed: list[Outcome] = []
         garbage: list[SnapshotHandle] = []
         while True:
             try:
@@ -224,7 +285,7 @@ class Materializer:
             except queue.Empty:
                 break
             bucket = outcome.bucket
-            self._in_flight.discard(bucket)
+            self._in_flight.pop(bucket, None)
             if outcome.cancelled:
                 self._counts["cancelled"] += 1  # still due: starts again unless closed
                 continue
@@ -232,11 +293,12 @@ class Materializer:
             if outcome.error is not None or outcome.handle is None:
                 self._counts["failures"] += 1
                 self._failures[bucket] = self._failures.get(bucket, 0) + 1
-                self._due[bucket] = now + self._settings.retry_delay_s
+                self._due[bucket] = self._retry_at[bucket] = now + self._settings.retry_delay_s
                 if self._failures[bucket] > self._settings.max_consecutive_failures:
                     failed.append(outcome)
                 continue
             self._failures[bucket] = 0
+            self._retry_at.pop(bucket, None)
             self._due[bucket] = self._next_due(now)
             handle = outcome.handle
             if self._backend.generation(bucket) != outcome.generation or not (
@@ -282,10 +344,19 @@ class Materializer:
         self._executor.submit(delete)
 
     def _start_due(self) -> None:
+        """Start a growth job unless one runs, then time-due buckets while fewer than
+        ``max_in_flight`` jobs run."""
         now = self._clock.monotonic()
         s = self._settings
+        running = self.jobs_in_flight()
+        if self._growth_job not in self._in_flight.values():
+            urgent = self._growth_due(now)
+            if urgent:
+                self._counts["growth"] += len(urgent)
+                self._growth_job = self._start(urgent)
+                running += 1
         for bucket in sorted(self._due, key=self._due.__getitem__):
-            if len(self._in_flight) >= s.max_in_flight or self._due[bucket] > now:
+            if running >= s.max_in_flight or self._due[bucket] > now:
                 break
             if bucket in self._in_flight:
                 continue
@@ -295,50 +366,38 @@ class Materializer:
                 self._counts["skipped"] += 1
                 self._due[bucket] = self._next_due(now)
                 continue
-            view = self._backend.materialization_view(bucket)
-            uri = new_snapshot_uri(self._root, self._job_id, bucket)
-            self._in_flight.add(bucket)
-            try:
-                future = self._executor.submit(self._run, view, uri)
-            except BaseException:
+            self._start([bucket])
+            running += 1
+
+    def _growth_due(self, now: float) -> list[int]:
+        """Buckets due by growth, not in flight nor waiting after a failure, with changes
+        since their base; highest pressure first (ties: lower bucket first)."""
+        ranked: list[tuple[float, int]] = []
+        for bucket in self._backend.bucket_range:
+            if bucket in self._in_flight or self._retry_at.get(bucket, now) > now:
+                continue
+            pressure = self.growth_pressure(bucket)
+            snapshot = self._backend.snapshot_of(bucket)
+            base = snapshot.seq if snapshot is not None else 0
+            if pressure >= 1.0 and self._backend.seq(bucket) > base:
+                ranked.append((-pressure, bucket))
+        return [bucket for _, bucket in sorted(ranked)]
+
+    def _start(self, buckets: Sequence[int]) -> int:
+        """One job snapshotting ``buckets`` in order (views taken here, on the task
+        thread); returns its id."""
+        views: list[MaterializationView] = []
+        try:
+            for bucket in buckets:
+                views.append(self._backend.materialization_view(bucket))
+            uris = [new_snapshot_uri(self._root, self._job_id, b) for b in buckets]
+            job = Job(self._done, views, self._resolver, uris, self._settings.compress)
+            future = self._executor.submit(job.run)
+        except BaseException:
+            for view in views:
                 view.view.close()
-                self._in_flight.discard(bucket)
-                raise
-            future.add_done_callback(self._make_reporter(view))
-
-    def _run(self, view: MaterializationView, uri: str) -> SnapshotHandle:
-        with view.view as items:
-            return upload_snapshot(
-                self._resolver,
-                uri,
-                items,
-                bucket=view.bucket,
-                seq=view.seq,
-                compress=self._settings.compress,
-            )
-
-    def _make_reporter(self, view: MaterializationView) -> _Reporter:
-        return _Reporter(self._done, view)
-
-
-class _Reporter:
-    """Done-callback that queues a job's outcome for the task thread.
-
-    Runs on whichever thread completes or cancels the future. A cancelled job never ran,
-    so its view is closed here (releasing e.g. an LMDB read transaction) and a cancelled
-    outcome is queued so the task thread releases the bucket.
-    """
-
-    def __init__(self, done: queue.SimpleQueue[_Outcome], view: MaterializationView) -> None:
-        self._done = done
-        self._view = view
-
-    def __call__(self, future: Future[SnapshotHandle]) -> None:
-        bucket, generation = self._view.bucket, self._view.generation
-        if future.cancelled():
-            self._view.view.close()
-            self._done.put(_Outcome(bucket, generation, None, None, cancelled=True))
-            return
-        error = future.exception()
-        handle = None if error is not None else future.result()
-        self._done.put(_Outcome(bucket, generation, handle, error))
+            raise
+        job_id = next(self._job_ids)
+        self._in_flight.update(dict.fromkeys(buckets, job_id))
+        future.add_done_callback(job.finished)
+        return job_id

@@ -18,7 +18,9 @@ orphans, and lay Spark's checkpoint directory down from the start manifest.
 4. check fencing again, then write manifest N once (create-if-absent) carrying Spark's
    progress for N and the staged output files;
 5. publish N's output (idempotent), delete its staging, let the registry subsume old
-   checkpoints off the critical path; report metrics and status.
+   checkpoints off the critical path; every ``orphan_sweep_interval_s`` delete what
+   failed task attempts left (:mod:`gic_runtime.checkpoint.live_sweep`: safe here,
+   between batches); report metrics and status.
 
 Savepoint and stop requests arrive through the durable control channel and are served
 between batches by :meth:`Driver.serve_control` (see
@@ -43,6 +45,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime import crashpoints
+from gic_runtime.checkpoint.live_sweep import LiveSweeper
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings, default_local_dir
@@ -51,7 +54,7 @@ from gic_runtime.control.model import ControlRequest
 from gic_runtime.coordination.barrier import Barrier, TaskAck, split_buckets
 from gic_runtime.coordination.savepoints import read_engine_record, serve_request, stops_job
 from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
-from gic_runtime.errors import StateError
+from gic_runtime.errors import GICError, StateError
 from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import job_dir
@@ -95,6 +98,9 @@ class BatchReport:
     """Live executors before the batch (0: local mode, one executor)."""
     pinned: bool = False
     """Whether the stateful stage carried preferred locations (sticky placement)."""
+    orphans_deleted: int = 0
+    """Objects failed task attempts left, deleted by the live sweep after this batch."""
+    orphan_bytes_deleted: int = 0
     moved_ranges: tuple[tuple[int, int], ...] = ()
     """Bucket ranges ``[start, stop)`` whose task ran on another executor than in the
     batch before (executor lost, rescale, executors joined, or the scheduler gave up
@@ -160,6 +166,7 @@ class Driver:
         self._part_keys: list[int] = []
         self.placement: StickyPlacement | None = None
         self._placement_report = PlacementReport(pinned=False, executors=0)
+        self._sweeper: LiveSweeper | None = None
         self.start_info: StartInfo | None = None
         self.failure: BaseException | None = None
 
@@ -216,6 +223,10 @@ class Driver:
         self._canonical = start.canonical_uri
         self._part_keys = partition_keys(self.spark, self.num_tasks)
         self.placement = StickyPlacement(self.spark, self.num_tasks)
+        self._sweeper = LiveSweeper(
+            self.resolver, self.root, self.job_id, interval_s=s.orphan_sweep_interval_s
+        )
+        self._sweeper.due()  # starts its interval
         lineage = timeline.lineage
         self.start_info = StartInfo(
             epoch=epoch,
@@ -306,6 +317,7 @@ class Driver:
             crashpoints.hit("after_manifest", batch_id)
             published = self._publish(batch_id, sink_info)
             self._clear_staging(batch_id)
+            swept = self._live_sweep(timeline)
             report = self._report(
                 acks,
                 stored=stored,
@@ -313,6 +325,7 @@ class Driver:
                 stage_done=stage_done,
                 manifest_ms=manifest_ms,
                 published=published,
+                swept=swept,
             )
             self._batches += 1
             if self.telemetry is not None:
@@ -386,6 +399,7 @@ class Driver:
         stage_done: float,
         manifest_ms: float,
         published: int,
+        swept: SweepResult | None = None,
     ) -> BatchReport:
         stats = [a.stats for a in acks]
         changelog = sum(s.changelog_bytes for s in stats)
@@ -409,12 +423,34 @@ class Driver:
             self_contained=any(s.snapshot_bytes for s in stats),
             manifest_uri=stored.uri,
             published_rows=published,
+            orphans_deleted=swept.deleted if swept is not None else 0,
+            orphan_bytes_deleted=swept.deleted_bytes if swept is not None else 0,
             executors=self._placement_report.executors,
             pinned=self._placement_report.pinned,
             moved_ranges=tuple(
                 (r.start, r.stop) for r in (self._range_of(t) for t in self._placement_report.moved)
             ),
         )
+
+    def _live_sweep(self, timeline: CheckpointTimeline) -> SweepResult | None:
+        """Step 5's live sweep when it is due; a failure is logged and retried at the
+        next interval (orphans cost storage, never correctness)."""
+        sweeper = self._sweeper
+        if sweeper is None or not sweeper.due():
+            return None
+        try:
+            result = sweeper.sweep(timeline.retained(), timeline.policy)
+        except GICError as exc:
+            _log.warning("live orphan sweep of job %s failed: %s", self.job_id, exc)
+            return None
+        if result.deleted:
+            _log.info(
+                "live orphan sweep of job %s deleted %d objects (%d bytes)",
+                self.job_id,
+                result.deleted,
+                result.deleted_bytes,
+            )
+        return result
 
     def _range_of(self, task: int) -> range:
         return split_buckets(self.settings.num_buckets, self.num_tasks, task)

@@ -120,6 +120,10 @@ class Telemetry:
             local_hit_ratio=report.local_hit_ratio,
         )
         m.observe_placement(executors=report.executors, moved=len(report.moved_ranges))
+        sweep = self.status.last_sweep
+        if report.orphans_deleted:
+            m.observe_sweep(report.orphans_deleted, report.orphan_bytes_deleted)
+            sweep = SweepStatus(report.orphans_deleted, report.orphan_bytes_deleted, time.time())
         m.observe_batch()
         m.observe_materializations(
             started=report.materializations_started, adopted=report.materializations_adopted
@@ -146,6 +150,7 @@ class Telemetry:
                 bytes_uploaded=old.bytes_uploaded,
             ),
             restored_from=self._restore(timeline),
+            last_sweep=sweep,
         )
 
     def heartbeat(self) -> None:

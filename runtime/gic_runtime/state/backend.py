@@ -22,7 +22,8 @@ Invariants:
 Thread-safety: one task thread owns the backend and calls every method. The future
 returned by :meth:`checkpoint` completes on an uploader thread and touches only values
 captured when ``checkpoint`` was called. Views from :meth:`materialization_view` may be
-read on another thread.
+read on another thread. :meth:`restore` downloads on a bounded pool of threads
+(:mod:`~gic_runtime.state.fetch`) but touches the store only on the calling thread.
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ from gic_runtime.changelog.api import ChangelogWriter
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import RestoreError, StateError
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.state.fetch import ChangeReader, FetchSettings
 from gic_runtime.state.keys import KIND_NAMES, bucket_for
-from gic_runtime.state.restore import ChangeReader, check_coverage, restore_bucket
+from gic_runtime.state.restore import RestoreSummary, check_coverage, restore_range
 from gic_runtime.state.states import ListState, MapState, ValueState
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
 from gic_runtime.storage.uri import StoreResolver
+
+__all__ = ["BUCKET_SPOT_CHECKS", "KeyedStateBackend", "MaterializationView", "RestoreSummary"]
 
 BUCKET_SPOT_CHECKS = 8
 """Keys per :meth:`KeyedStateBackend.check_buckets` call whose given bucket is verified."""
@@ -59,22 +63,14 @@ class _Track:
     captured: bool = True
     """Whether ``snapshot`` was handed to a checkpoint (or came from a manifest). A
     snapshot never captured cannot be referenced by any manifest."""
+    persisted: tuple[ChangelogHandle, ...] = ()
+    """Changelog handles of the newest durable bucket state known here (the last
+    :meth:`KeyedStateBackend.mark_persisted`, or the restored state): what growth-triggered
+    materialization measures."""
 
     @property
     def base(self) -> int:
         return self.snapshot.seq if self.snapshot is not None else 0
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreSummary:
-    """What :meth:`KeyedStateBackend.restore` did: buckets reused from the local store
-    (lineage matched), rebuilt from storage, or started empty; changes replayed."""
-
-    local_hits: tuple[int, ...] = ()
-    restored: tuple[int, ...] = ()
-    empty: tuple[int, ...] = ()
-    replayed: int = 0
-    snapshot_entries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,10 +295,21 @@ class KeyedStateBackend:
         that has not changed since. Call on the task thread after the future resolves."""
         for bucket, state in bucket_states.items():
             track = self._tracks.get(bucket)
-            if track is not None and self.changelog.next_seq(bucket) == state.seq:
+            if track is None:
+                continue
+            track.persisted = state.changelog
+            if self.changelog.next_seq(bucket) == state.seq:
                 track.token = state.token
                 self.store.set_meta(bucket, BucketMeta(state.seq, state.token))
         self.store.flush()
+
+    def changelog_since_base(self, bucket: int) -> tuple[ChangelogHandle, ...]:
+        """Durable changelog handles of ``bucket`` above its current base (ending after
+        the snapshot's seq), as of the newest persisted checkpoint or restore. Changes
+        not yet persisted are not counted."""
+        track = self._track(bucket)
+        base = track.base
+        return tuple(h for h in track.persisted if h.to_seq > base)
 
     def notify_checkpoint_complete(self, bucket_states: Mapping[int, BucketState]) -> None:
         """A checkpoint with these bucket states completed: truncate each bucket's
@@ -368,35 +375,27 @@ class KeyedStateBackend:
         resolver: StoreResolver,
         *,
         reader: ChangeReader | None = None,
+        fetch: FetchSettings | None = None,
     ) -> RestoreSummary:
         """Bring every bucket of the range to the given lineage (buckets absent from
         ``bucket_states`` start empty). A bucket whose local copy already carries the
-        expected ``(seq, token)`` is reused without reading storage."""
+        expected ``(seq, token)`` is reused without reading storage; the others are
+        restored together by :func:`~gic_runtime.state.restore.restore_range` (every
+        bucket's handles checked before any download; coalesced parallel reads, tuned by
+        ``fetch``; ``reader`` replaces them with one call per section)."""
         outside = sorted(b for b in bucket_states if b not in self._tracks)
         if outside:
             raise StateError(
                 f"bucket states for {outside} are outside this backend's buckets "
                 f"[{self._lo}, {self._hi})"
             )
-        hits: list[int] = []
-        restored: list[int] = []
-        empty: list[int] = []
-        replayed = entries = 0
-        for bucket in self.bucket_range:
-            state = bucket_states.get(bucket) or BucketState(bucket, 0)
+        given = [bucket_states.get(b) or BucketState(b, 0) for b in self.bucket_range]
+        for bucket, state in zip(self.bucket_range, given, strict=True):
             if state.bucket != bucket:
                 raise StateError(f"bucket state for {state.bucket} given as bucket {bucket}")
-            if state.seq == 0 and state.snapshot is None:
-                self.store.clear_bucket(bucket)
-                self.store.set_meta(bucket, BucketMeta(0, state.token))
-                empty.append(bucket)
-            elif state.token and self.store.get_meta(bucket) == BucketMeta(state.seq, state.token):
-                hits.append(bucket)
-            else:
-                stats = restore_bucket(self.store, state, resolver, reader=reader)
-                replayed += stats.replayed
-                entries += stats.snapshot_entries
-                restored.append(bucket)
+        summary = restore_range(self.store, given, resolver, reader=reader, settings=fetch)
+        for state in given:
+            bucket = state.bucket
             self.changelog.reset(bucket, state.seq)
             old = self._tracks[bucket]
             self._drop(old)
@@ -407,6 +406,6 @@ class KeyedStateBackend:
                 token=state.token,
                 truncated=state.base,
                 generation=old.generation + 1,
+                persisted=state.changelog,
             )
-        self.store.flush()
-        return RestoreSummary(tuple(hits), tuple(restored), tuple(empty), replayed, entries)
+        return summary

@@ -1,4 +1,4 @@
-"""Rebuild one bucket in a store from a :class:`~gic_runtime.handles.BucketState`.
+"""Rebuild buckets in a store from :class:`~gic_runtime.handles.BucketState` objects.
 
 Rule (the BucketState invariant): load the snapshot (or start empty when there is none,
 base 0), then apply the changelog's changes with sequence numbers ``[base, seq)`` in
@@ -7,42 +7,52 @@ a :class:`~gic_runtime.errors.RestoreError` naming the bucket and the range, nev
 silently different state. On success the bucket's lineage metadata is set to
 ``(state.seq, state.token)``.
 
-Thread-safety: runs on the thread that owns the bucket in the store.
+:func:`restore_buckets` restores several buckets with few requests (docs/architecture.md
+§6): every bucket's handles are checked first (snapshot consistency, coverage of
+``[base, seq)``), before anything is downloaded or cleared; then one
+:class:`~gic_runtime.state.fetch.RestoreFetcher` reads the snapshots and the needed
+sections in parallel, coalescing the sections of each segment object into few ranged
+reads and holding a bounded number of fetched bytes; the buckets are then applied one
+after the other, in the order given, each exactly as :func:`restore_bucket` alone would.
+A bucket restored before a later bucket fails keeps its restored content and metadata
+(it is a correct copy of its lineage).
+
+Thread-safety: runs on the thread that owns the buckets in the store; only that thread
+touches the store. Downloads run on the fetcher's pool threads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol
 
 from gic_runtime.changelog.reader import read_changes
-from gic_runtime.changelog.records import ChangeRecord, Op
+from gic_runtime.changelog.records import Op
 from gic_runtime.errors import RestoreError
-from gic_runtime.handles import BucketState, ChangelogHandle
-from gic_runtime.state.snapshot import read_snapshot
+from gic_runtime.handles import BucketState
+from gic_runtime.state.fetch import ChangeReader, FetchSettings, Need, RestoreFetcher, SectionNeed
 from gic_runtime.state.stores import BucketMeta, KVStore
 from gic_runtime.storage.uri import StoreResolver
+
+__all__ = [
+    "ChangeReader",
+    "RestoreStats",
+    "RestoreSummary",
+    "check_coverage",
+    "default_reader",
+    "replay_needs",
+    "restore_bucket",
+    "restore_buckets",
+    "restore_range",
+]
 
 _BATCH = 10_000
 
 
-class ChangeReader(Protocol):
-    """Reads one bucket's changes from a changelog section (``changelog.reader``)."""
-
-    def __call__(
-        self,
-        resolver: StoreResolver,
-        handle: ChangelogHandle,
-        *,
-        from_seq: int = 0,
-        to_seq: int | None = None,
-    ) -> Iterator[ChangeRecord]: ...
-
-
 def default_reader() -> ChangeReader:
-    """The changelog segment reader of :mod:`gic_runtime.changelog.reader`."""
+    """The changelog segment reader of :mod:`gic_runtime.changelog.reader` (one ranged
+    read per section; restores use coalesced reads unless a reader is injected)."""
     return read_changes
 
 
@@ -53,6 +63,19 @@ class RestoreStats:
     bucket: int
     snapshot_entries: int
     replayed: int
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreSummary:
+    """What restoring a bucket range did (:func:`restore_range`): buckets reused from the
+    local store (lineage matched), rebuilt from storage, or started empty; changes
+    replayed; snapshot entries loaded."""
+
+    local_hits: tuple[int, ...] = ()
+    restored: tuple[int, ...] = ()
+    empty: tuple[int, ...] = ()
+    replayed: int = 0
+    snapshot_entries: int = 0
 
 
 def check_coverage(state: BucketState) -> None:
@@ -80,16 +103,45 @@ def check_coverage(state: BucketState) -> None:
         )
 
 
-def _replay(
-    state: BucketState, resolver: StoreResolver, reader: ChangeReader
-) -> Iterator[tuple[Op, bytes, bytes]]:
+def _check(state: BucketState) -> None:
+    """Every check that needs no download (raises RestoreError)."""
+    if state.snapshot is not None and state.snapshot.bucket != state.bucket:
+        raise RestoreError(
+            f"bucket {state.bucket}: snapshot {state.snapshot.uri} belongs to bucket "
+            f"{state.snapshot.bucket}; the checkpoint's bucket state is inconsistent"
+        )
+    if state.base > state.seq:
+        raise RestoreError(
+            f"bucket {state.bucket}: snapshot seq {state.base} is beyond the state's seq "
+            f"{state.seq}; the checkpoint's bucket state is inconsistent"
+        )
+    check_coverage(state)
+
+
+def replay_needs(state: BucketState) -> list[SectionNeed]:
+    """The sections the replay of ``state`` reads, in order: those overlapping
+    ``[base, seq)`` that the running replay position has not passed (a section wholly
+    covered by earlier ones is skipped), assuming each section holds its whole range."""
+    expected, seq = state.base, state.seq
+    out: list[SectionNeed] = []
+    for handle in state.changelog:
+        if handle.to_seq <= expected or expected >= seq:
+            continue
+        out.append(SectionNeed(handle, max(state.base, handle.from_seq), seq))
+        expected = handle.to_seq
+    return out
+
+
+def _replay(state: BucketState, fetcher: RestoreFetcher) -> Iterator[tuple[Op, bytes, bytes]]:
+    """The changes ``[base, seq)`` of ``state`` in order, each exactly once."""
     expected = state.base
     for handle in state.changelog:
         if handle.to_seq <= expected or expected >= state.seq:
             continue
-        for record in reader(resolver, handle, from_seq=expected, to_seq=state.seq):
+        need = SectionNeed(handle, max(state.base, handle.from_seq), state.seq)
+        for record in fetcher.section(need):
             if record.seq < expected:
-                continue  # reader returned a change before the requested range
+                continue  # a change before the requested range
             if record.seq >= state.seq:
                 break
             if record.seq != expected:
@@ -106,6 +158,91 @@ def _replay(
         )
 
 
+def _apply(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
+    bucket = state.bucket
+    store.clear_bucket(bucket)
+    loaded = 0
+    if state.snapshot is not None:
+        entries = fetcher.snapshot_entries(state.snapshot)
+        while batch := [(Op.PUT, k, v) for k, v in islice(entries, _BATCH)]:
+            loaded += store.apply(bucket, batch)
+    replayed = 0
+    if state.seq > state.base:
+        changes = _replay(state, fetcher)
+        while batch := list(islice(changes, _BATCH)):
+            replayed += store.apply(bucket, batch)
+    store.set_meta(bucket, BucketMeta(state.seq, state.token))
+    store.flush()
+    return RestoreStats(bucket, loaded, replayed)
+
+
+def restore_buckets(
+    store: KVStore,
+    states: Sequence[BucketState],
+    resolver: StoreResolver,
+    *,
+    reader: ChangeReader | None = None,
+    settings: FetchSettings | None = None,
+) -> list[RestoreStats]:
+    """Replace each bucket ``state.bucket`` in ``store`` with the state ``state``
+    describes, in the order given (see the module docstring). Buckets must be distinct.
+
+    ``reader`` replaces the coalesced ranged reads with one call per section (it must be
+    thread-safe); ``settings`` tunes the parallel reads.
+    """
+    seen: set[int] = set()
+    for state in states:
+        if state.bucket in seen:
+            raise RestoreError(f"bucket {state.bucket} is given twice in one restore")
+        seen.add(state.bucket)
+        _check(state)
+    needs: list[Need] = []
+    for state in states:
+        if state.snapshot is not None:
+            needs.append(state.snapshot)
+        if state.seq > state.base:
+            needs.extend(replay_needs(state))
+    with RestoreFetcher(resolver, needs, reader=reader, settings=settings) as fetcher:
+        return [_apply(store, state, fetcher) for state in states]
+
+
+def restore_range(
+    store: KVStore,
+    states: Sequence[BucketState],
+    resolver: StoreResolver,
+    *,
+    reader: ChangeReader | None = None,
+    settings: FetchSettings | None = None,
+) -> RestoreSummary:
+    """Bring each bucket of ``states`` (distinct buckets) to its state: a bucket at seq 0
+    without snapshot is emptied (metadata ``(0, token)``); one whose local metadata
+    already equals ``(seq, token)`` (with a non-empty token) is a *local hit* and storage
+    is not read for it; the others go to one :func:`restore_buckets` call. The store is
+    flushed at the end."""
+    hits: list[int] = []
+    empty: list[int] = []
+    rebuild: list[BucketState] = []
+    for state in states:
+        bucket = state.bucket
+        if state.seq == 0 and state.snapshot is None:
+            store.clear_bucket(bucket)
+            store.set_meta(bucket, BucketMeta(0, state.token))
+            empty.append(bucket)
+        elif state.token and store.get_meta(bucket) == BucketMeta(state.seq, state.token):
+            hits.append(bucket)
+        else:
+            rebuild.append(state)
+    stats = restore_buckets(store, rebuild, resolver, reader=reader, settings=settings)
+    store.flush()
+    return RestoreSummary(
+        local_hits=tuple(hits),
+        restored=tuple(s.bucket for s in stats),
+        empty=tuple(empty),
+        replayed=sum(s.replayed for s in stats),
+        snapshot_entries=sum(s.snapshot_entries for s in stats),
+    )
+
+
 def restore_bucket(
     store: KVStore,
     state: BucketState,
@@ -114,29 +251,5 @@ def restore_bucket(
     reader: ChangeReader | None = None,
 ) -> RestoreStats:
     """Replace bucket ``state.bucket`` in ``store`` with the state ``state`` describes."""
-    if state.snapshot is not None and state.snapshot.bucket != state.bucket:
-        raise RestoreError(
-            f"bucket {state.bucket}: snapshot {state.snapshot.uri} belongs to bucket "
-            f"{state.snapshot.bucket}; the checkpoint's bucket state is inconsistent"
-        )
-    if state.base > state.seq:
-        raise RestoreError(
-            f"bucket {state.bucket}: snapshot seq {state.base} is beyond the state's seq "
-            f"{state.seq}; the checkpoint's bucket state is inconsistent"
-        )
-    check_coverage(state)
-    bucket = state.bucket
-    store.clear_bucket(bucket)
-    loaded = 0
-    if state.snapshot is not None:
-        entries = read_snapshot(resolver, state.snapshot)
-        while batch := [(Op.PUT, k, v) for k, v in islice(entries, _BATCH)]:
-            loaded += store.apply(bucket, batch)
-    replayed = 0
-    if state.seq > state.base:
-        changes = _replay(state, resolver, reader or default_reader())
-        while batch := list(islice(changes, _BATCH)):
-            replayed += store.apply(bucket, batch)
-    store.set_meta(bucket, BucketMeta(state.seq, state.token))
-    store.flush()
-    return RestoreStats(bucket, loaded, replayed)
+    (stats,) = restore_buckets(store, [state], resolver, reader=reader)
+    return stats

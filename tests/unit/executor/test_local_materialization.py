@@ -8,6 +8,7 @@ from pathlib import Path
 
 from executor_helpers import EAGER, counts_from_storage, expected_counts, run_batch, states_of
 
+from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.coordination.executor import local_stats, wait_local_materializations
 from gic_runtime.coordination.materialization_record import (
@@ -53,6 +54,25 @@ def test_a_background_snapshot_is_adopted_by_the_next_batch(make_barrier: MakeBa
         assert all(h.from_seq >= state.snapshot.seq for h in state.changelog)
         assert "/snapshots/" in state.snapshot.uri
     assert counts_from_storage(states2) == expected_counts(KEYS, KEYS[:30])
+    assert wait_local_materializations(30)
+
+
+def test_a_record_older_than_the_adoption_limit_is_not_adopted(
+    make_barrier: MakeBarrier, tmp_path: Path
+) -> None:
+    acks1 = run_batch(make_barrier(1, settings=EAGER_ALL), KEYS)
+    assert wait_local_materializations(30)
+    directory = tmp_path / "local" / "job" / "materialized"
+    aged = 0
+    for bucket in range(8):
+        record = read_record(directory, bucket)
+        if record is not None:  # as if written just past the limit
+            write_record(directory, replace(record, time=record.time - ADOPTION_MAX_AGE_S - 1))
+            aged += 1
+    assert aged
+    acks2 = run_batch(make_barrier(2, settings=EAGER_ALL, expected=states_of(acks1)), KEYS[:30])
+    assert sum(a.stats.materializations_adopted for a in acks2) == 0
+    assert counts_from_storage(states_of(acks2)) == expected_counts(KEYS, KEYS[:30])
     assert wait_local_materializations(30)
 
 

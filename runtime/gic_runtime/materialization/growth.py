@@ -1,0 +1,64 @@
+"""Changelog growth of a bucket since its base: the second trigger of materialization.
+
+Time alone does not bound a bucket's changelog: a job with short batches adds a section
+per bucket per batch, and restore reads, manifest entries and replay grow with it. So a
+bucket is also due, whatever its interval, once its changelog since its base (the handles
+ending after the snapshot's seq) reaches either limit of
+:class:`~gic_runtime.materialization.scheduler.MaterializationSettings`:
+
+* ``max_sections`` handles, or
+* ``changelog_ratio`` x the stored size of its snapshot in stored changelog bytes, but
+  never less than ``changelog_floor_bytes`` (the floor alone without a snapshot), so
+  tiny buckets do not churn.
+
+:func:`growth_pressure` is the larger of the two fractions; ``>= 1`` means due. Both
+schedulers (the in-process :class:`~gic_runtime.materialization.scheduler.Materializer`
+and the executor's :mod:`~gic_runtime.coordination.local_materialization`) use it and
+serve growth-due buckets highest pressure first (docs/architecture.md §7).
+
+Thread-safety: pure functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from gic_runtime.handles import ChangelogHandle
+
+
+class GrowthLimits(Protocol):
+    """The settings :func:`growth_pressure` reads."""
+
+    @property
+    def max_sections(self) -> int: ...
+
+    @property
+    def changelog_ratio(self) -> float: ...
+
+    @property
+    def changelog_floor_bytes(self) -> int: ...
+
+
+def byte_limit(snapshot_size: int | None, limits: GrowthLimits) -> float:
+    """Changelog bytes since the base that make a bucket due."""
+    scaled = limits.changelog_ratio * snapshot_size if snapshot_size is not None else 0.0
+    return max(scaled, float(limits.changelog_floor_bytes))
+
+
+def growth_pressure(
+    changelog: Iterable[ChangelogHandle],
+    base_seq: int,
+    snapshot_size: int | None,
+    limits: GrowthLimits,
+) -> float:
+    """How far the handles of ``changelog`` ending after ``base_seq`` are toward the
+    growth limits: ``max(sections / max_sections, bytes / byte_limit)``, where bytes are
+    the handles' stored lengths and ``snapshot_size`` is the stored size of the snapshot
+    at ``base_seq`` (``None``: no snapshot). At least 1.0 means due by growth."""
+    sections = nbytes = 0
+    for handle in changelog:
+        if handle.to_seq > base_seq:
+            sections += 1
+            nbytes += handle.length
+    return max(sections / limits.max_sections, nbytes / byte_limit(snapshot_size, limits))
