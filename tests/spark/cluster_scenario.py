@@ -13,7 +13,8 @@ killed. The sink output stays in ``D/out`` for the test to check against the ref
 Killing: ``mid-batch`` SIGKILLs the executor JVM running the first state task of batch
 K from inside that task (once: a marker file makes the retry run normally);
 ``between-batches`` SIGKILLs one executor JVM from the driver right after batch K
-committed. Either way the cluster's worker starts a replacement executor.
+committed. Either way the cluster's worker starts a replacement executor; after batch
+K+1 (which runs without it) the driver waits until it has registered.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,16 @@ def executor_jvms() -> list[int]:
     return sorted(found)
 
 
+def wait_for_executors(spark: SparkSession, count: int, *, timeout_s: float) -> None:
+    """Wait until ``count`` executors are registered (the driver's block manager aside)."""
+    deadline = time.monotonic() + timeout_s
+    sc: Any = spark.sparkContext._jsc.sc()
+    while sc.getExecutorMemoryStatus().size() - 1 < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {count} executors after {timeout_s} s")
+        time.sleep(0.2)
+
+
 def make_counter(marker: str, kill_batch: int) -> Any:
     """A vectorized word count; with a marker path, the first task of ``kill_batch``
     SIGKILLs its own executor once."""
@@ -148,6 +160,10 @@ def main() -> int:
     killed: list[int] = []
 
     def on_batch(report: BatchReport) -> None:
+        if args.kill and report.batch_id == args.kill_batch + 1:
+            # one batch ran without the lost executor; let its replacement register
+            # (its start-up time varies with load), as a resized cluster would
+            wait_for_executors(spark, 2, timeout_s=180)
         if args.kill == "between-batches" and report.batch_id == args.kill_batch:
             victims = executor_jvms()
             if victims:
