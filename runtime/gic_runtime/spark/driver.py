@@ -221,7 +221,7 @@ class Driver:
         elif resumed is not None:
             self._last_id = resumed
         self._canonical = start.canonical_uri
-        self._part_keys = partition_keys(self.spark, self.num_tasks)
+        self._part_keys = partition_keys(self.num_tasks)
         self.placement = StickyPlacement(self.spark, self.num_tasks)
         self._sweeper = LiveSweeper(
             self.resolver, self.root, self.job_id, interval_s=s.orphan_sweep_interval_s

@@ -2,8 +2,8 @@
 
 Spark's ``repartition(n, col)`` sends a row to partition ``pmod(murmur3(col), n)``.
 To make partition ``i`` hold exactly the rows of task ``i``'s buckets, each row gets a
-*partition key*: an integer chosen (once per job start, by asking Spark itself) so that
-its hash lands in partition ``i``. Bucket and task follow the runtime's rules
+*partition key*: an integer chosen (once per job start, with Spark's own Murmur3 hash
+computed here, :func:`spark_int_hash`) so that its hash lands in partition ``i``. Bucket and task follow the runtime's rules
 (:func:`~gic_runtime.state.keys.bucket_for` equals Spark's
 ``pmod(xxhash64(key), B)``; :func:`~gic_runtime.coordination.barrier.task_of_bucket`).
 
@@ -13,7 +13,7 @@ Invariant: for every row, ``partition == task_of_bucket(bucket)``; the task veri
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
@@ -33,18 +33,41 @@ INTERNAL_COLUMNS = (BUCKET_COLUMN, PARTITION_COLUMN)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 
 
-def partition_keys(spark: SparkSession, num_tasks: int) -> list[int]:
-    """``keys[i]`` is an int whose Spark hash partition among ``num_tasks`` is ``i``."""
-    probe = spark.range(0, 64 * num_tasks).select(
-        F.col("id").cast("int").alias("k"),
-        F.pmod(F.hash(F.col("id").cast("int")), F.lit(num_tasks)).alias("p"),
-    )
-    found = {
-        int(r["p"]): int(r["k"]) for r in probe.groupBy("p").agg(F.min("k").alias("k")).collect()
-    }
-    missing = [i for i in range(num_tasks) if i not in found]
-    if missing:  # pragma: no cover - 64 probes per partition never miss in practice
-        raise ConfigurationError(f"found no partition key for partitions {missing}")
+_MASK = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK
+
+
+def spark_int_hash(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an ``int`` column (Murmur3 x86_32 of the 4-byte value, seed
+    42), as the signed 32-bit integer Spark returns."""
+    k1 = (value & _MASK) * 0xCC9E2D51 & _MASK
+    k1 = _rotl(k1, 15) * 0x1B873593 & _MASK
+    h1 = _rotl((seed & _MASK) ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & _MASK
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_keys(num_tasks: int) -> list[int]:
+    """``keys[i]`` is the smallest non-negative int whose Spark hash partition among
+    ``num_tasks`` is ``i`` (``pmod(hash(k), n) == i``). Computed here rather than by a
+    probe job on Spark (that job was most of a restart's set-up time); the tasks verify
+    every row's partition, so a disagreement with Spark fails loudly, never silently."""
+    if num_tasks < 1:
+        raise ConfigurationError(f"need at least one state task, got {num_tasks}")
+    found: dict[int, int] = {}
+    candidate = 0
+    while len(found) < num_tasks:
+        found.setdefault(spark_int_hash(candidate) % num_tasks, candidate)
+        candidate += 1
     return [found[i] for i in range(num_tasks)]
 
 
