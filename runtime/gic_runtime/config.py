@@ -141,7 +141,7 @@ class GICSettings(BaseModel):
         gt=0,
         allow_inf_nan=False,
         description="Changelog bytes since its last snapshot, as a multiple of that "
-        "snapshot's size (at least 1 MiB), that make a bucket due whatever the interval: at "
+        "snapshot's size (at least 64 KiB), that make a bucket due whatever the interval: at "
         "1.0 restore reads and replays at most about one snapshot's worth of changelog.",
     )
     changelog_preemptive_upload_bytes: int = Field(
