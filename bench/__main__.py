@@ -2,7 +2,8 @@
 
 Each benchmark module has a ``main()`` that writes ``bench/results/<name>.json`` and a PNG
 beside it. Results compare systems side by side within one run, as ratios where it
-matters, because absolute times on shared machines are noisy.
+matters, because absolute times on shared machines are noisy. A benchmark that fails is
+reported and the next one still runs; the exit code is 1 if any failed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+import traceback
 
 BENCHMARKS = (
     "dstl_hedging",
@@ -17,11 +19,17 @@ BENCHMARKS = (
     "state_throughput",
     "w1_keyed_count",
     "w2_event_log",
+    "w1_s3",
+    "soak",
+    "recovery",
     "operator",
 )
 MODULES = {
     "w1_keyed_count": "bench.streaming.w1_keyed_count",
     "w2_event_log": "bench.streaming.w2_event_log",
+    "w1_s3": "bench.streaming.w1_s3",
+    "soak": "bench.streaming.soak",
+    "recovery": "bench.streaming.recovery",
 }
 """Benchmarks whose module is not ``bench.<name>``."""
 
@@ -32,11 +40,21 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
         return 2
+    failed: list[str] = []
     for name in chosen:
         started = time.monotonic()
         print(f"== {name}", flush=True)
-        importlib.import_module(MODULES.get(name, f"bench.{name}")).main()
+        try:
+            importlib.import_module(MODULES.get(name, f"bench.{name}")).main()
+        except Exception:
+            traceback.print_exc()
+            failed.append(name)
+            print(f"== {name} FAILED after {time.monotonic() - started:.1f} s", flush=True)
+            continue
         print(f"== {name} done in {time.monotonic() - started:.1f} s", flush=True)
+    if failed:
+        print(f"failed: {', '.join(failed)}", flush=True)
+        return 1
     return 0
 
 

@@ -23,6 +23,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(ordered[rank - 1])
 
 
+def ratio(value: float | None, reference: float | None, digits: int = 4) -> float | None:
+    """``value / reference`` rounded; None if either is missing or ``reference <= 0``."""
+    if value is None or reference is None or reference <= 0:
+        return None
+    return round(value / reference, digits)
+
+
 def write_result(name: str, data: Mapping[str, Any]) -> Path:
     """Write ``bench/results/<name>.json`` with machine info, return its path."""
     RESULTS.mkdir(parents=True, exist_ok=True)

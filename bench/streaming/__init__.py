@@ -11,16 +11,21 @@ Layout (one concept per module):
 ``runner``
     Runs ONE system in a fresh subprocess (fresh JVM) and returns its records.
 ``spark_query``
-    Spark plumbing any system can reuse: the session, a progress listener, and running a
-    streaming query for exactly N micro-batches.
+    Spark plumbing any system can reuse: the session (local or cluster mode), a progress
+    listener, and running a streaming query for exactly N micro-batches.
 ``checkpoint_bytes``
-    Bytes a checkpoint directory gained per micro-batch.
-``spark_stores``
-    The baselines: Spark's ``groupBy`` with each built-in state store provider.
+    Bytes a checkpoint directory (or S3 prefix) gained per micro-batch; storage totals.
+``spark_stores`` / ``s3a``
+    The baselines: Spark's ``groupBy`` with each built-in state store provider, on local
+    disk or on S3 through ``hadoop-aws``.
+``gic_runner`` / ``gic_records``
+    GIC's systems, and the per-batch records built from its reports and manifests.
 ``harness``
     The registry of systems, statistics, ratios against the best Spark store, goals,
-    JSON result and plot.
-``w1_keyed_count`` / ``w2_event_log``
-    Entry points (``python -m bench.streaming.w1_keyed_count``, ``python -m bench
-    w1_keyed_count``).
+    JSON result and plot of one run.
+``modes``
+    Cluster modes (``local[2]``, ``local-cluster``, standalone) and running a workload in
+    each, with the overview across modes and the multi-executor goal.
+``w1_keyed_count`` / ``w2_event_log`` / ``w1_s3`` / ``soak`` / ``recovery``
+    Entry points (``python -m bench NAME``, or ``python -m bench.streaming.NAME``).
 """

@@ -18,20 +18,42 @@ stores do not get them. The attribution is only complete if nothing was deleted 
 the run, so callers must keep every version (Spark: ``minBatchesToRetain`` above the
 number of batches) and check it with :func:`logs_complete`.
 
-Pure functions over the filesystem; no shared state.
+:func:`attribute` reads a local directory; :func:`attribute_entries` does the same for any
+listing of ``(relative path, size, modification time)``, e.g. an S3 prefix
+(:func:`s3_entries`; S3 reports modification times in whole seconds, so there a file can
+land one batch early). :func:`directory_bytes` totals a directory, and
+:class:`StoredBytesSampler` does that on a background thread at chosen batches.
+
+Pure functions over the filesystem except :class:`StoredBytesSampler`, whose methods
+may be called from any thread.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.streaming.records import BenchmarkError
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
 LOG_DIRS = ("offsets", "commits")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored file: path relative to the checkpoint root, size, modification time."""
+
+    path: str
+    size: int
+    mtime_ns: int
 
 
 @dataclass(frozen=True)
@@ -61,8 +83,34 @@ def _log_batch(relative: Path) -> int | None:
     return int(name) if name.isdigit() else None
 
 
+def local_entries(root: Path) -> Iterator[Entry]:
+    """Every file under ``root``."""
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath, name)
+            stat = path.stat()
+            yield Entry(path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime_ns)
+
+
+def s3_entries(client: S3Client, bucket: str, prefix: str) -> Iterator[Entry]:
+    """Every object under ``prefix`` (a directory, without trailing slash)."""
+    base = prefix.rstrip("/") + "/"
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base):
+        for item in page.get("Contents", []):
+            when = item["LastModified"]
+            mtime_ns = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+            yield Entry(item["Key"][len(base) :], int(item["Size"]), mtime_ns)
+
+
 def attribute(root: Path, windows: Sequence[BatchWindow]) -> dict[int, BatchBytes]:
     """Bytes added under ``root`` per batch of ``windows`` (ordered by batch id and time)."""
+    return attribute_entries(local_entries(root), windows)
+
+
+def attribute_entries(
+    entries: Iterable[Entry], windows: Sequence[BatchWindow]
+) -> dict[int, BatchBytes]:
+    """Bytes of ``entries`` per batch of ``windows`` (ordered by batch id and time)."""
     if not windows:
         return {}
     ids = [w.batch_id for w in windows]
@@ -70,25 +118,83 @@ def attribute(root: Path, windows: Sequence[BatchWindow]) -> dict[int, BatchByte
     if ends != sorted(ends) or ids != sorted(ids):
         raise BenchmarkError(f"batch windows are not in order: {windows}")
     out = {w.batch_id: BatchBytes() for w in windows}
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            path = Path(dirpath, name)
-            stat = path.stat()
-            batch = _log_batch(path.relative_to(root))
-            if batch is None:
-                index = bisect.bisect_left(ends, stat.st_mtime_ns)
-                if index == len(ends):
-                    continue  # written after the last measured batch ended
-                batch = ids[index]
-            if batch not in out:
-                continue  # a log file of a batch outside the windows
-            entry = out[batch]
-            if name.startswith(".") and name.endswith(".crc"):
-                entry.crc_bytes += stat.st_size
-            else:
-                entry.bytes += stat.st_size
-                entry.files += 1
+    for entry in entries:
+        relative = Path(entry.path)
+        batch = _log_batch(relative)
+        if batch is None:
+            index = bisect.bisect_left(ends, entry.mtime_ns)
+            if index == len(ends):
+                continue  # written after the last measured batch ended
+            batch = ids[index]
+        if batch not in out:
+            continue  # a log file of a batch outside the windows
+        item = out[batch]
+        name = relative.name
+        if name.startswith(".") and name.endswith(".crc"):
+            item.crc_bytes += entry.size
+        else:
+            item.bytes += entry.size
+            item.files += 1
     return out
+
+
+def logs_complete_entries(paths: Iterable[str], batch_ids: Sequence[int]) -> bool:
+    """:func:`logs_complete` over a listing of relative paths."""
+    present = set(paths)
+    return all(f"{log}/{b}" in present for log in LOG_DIRS for b in batch_ids)
+
+
+def directory_bytes(root: Path) -> tuple[int, int]:
+    """Total bytes and number of files under ``root`` (0, 0 if it does not exist);
+    files deleted while it walks are skipped."""
+    total = files = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                            files += 1
+                    except FileNotFoundError:
+                        continue
+        except FileNotFoundError:
+            continue
+    return total, files
+
+
+class StoredBytesSampler:
+    """Totals a directory on a background thread whenever :meth:`batch_done` is called
+    with a batch id that is a multiple of ``every``, off the batch's critical path."""
+
+    def __init__(self, root: Path, every: int) -> None:
+        self.root = root
+        self.every = every
+        self._lock = threading.Lock()
+        self._samples: dict[int, tuple[int, int]] = {}
+        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="stored-bytes", daemon=True)
+        self._thread.start()
+
+    def batch_done(self, batch_id: int) -> None:
+        if self.every > 0 and batch_id % self.every == 0:
+            self._queue.put(batch_id)
+
+    def close(self) -> dict[int, tuple[int, int]]:
+        """Finish pending samples; return ``{batch id: (bytes, files)}``."""
+        self._queue.put(None)
+        self._thread.join()
+        with self._lock:
+            return dict(self._samples)
+
+    def _run(self) -> None:
+        while (batch_id := self._queue.get()) is not None:
+            sample = directory_bytes(self.root)
+            with self._lock:
+                self._samples[batch_id] = sample
 
 
 def logs_complete(root: Path, batch_ids: Sequence[int]) -> bool:

@@ -3,16 +3,18 @@
 ``gic``
     Incremental checkpoints: every batch uploads one changelog segment per task; buckets
     are materialized in the background (``materialization_interval_s`` =
-    :data:`MATERIALIZATION_INTERVAL_S`), checkpoints on local disk under the run's scratch
+    :data:`MATERIALIZATION_INTERVAL_S`, or the runtime's default with the option
+    ``default_materialization``), checkpoints on local disk under the run's scratch
     directory.
 ``gic_no_changelog``
     The same with ``full_snapshots=True``: every checkpoint uploads a full snapshot of every
     non-empty bucket (the changelog is still appended in memory, but nothing of it is
     uploaded or referenced).
 ``gic_s3``
-    ``gic`` with checkpoint storage on SeaweedFS (:class:`TestingS3Server`, started and
-    stopped by this process; the executors find it through the S3 environment variables,
-    set before the JVM starts).
+    ``gic`` with checkpoint storage on SeaweedFS: the server named by ``GIC_BENCH_S3_BUCKET``
+    and the S3 environment variables when they are set (one server shared by every system
+    of a benchmark), else a :class:`TestingS3Server` started and stopped by this process.
+    Executors find it through the S3 environment variables (``spark.executorEnv.*``).
 
 Workloads: ``keyed_count`` runs ``.aggregate(count=count())`` on the ``key`` column;
 ``event_log`` runs :func:`append_events` (a list state per key, one append of the
@@ -20,13 +22,17 @@ batch's events per key: what the Spark baseline's ``collect_list`` keeps). Both 
 the columns they need and ``.discard()`` their output, as the baselines use the ``noop``
 sink. 128 buckets, one state task per shuffle partition.
 
-What is recorded per batch (see the ``*_DEFINITION`` constants, copied into the notes):
-``batch_ms`` is Spark's ``triggerExecution`` of the GIC query (the same definition as the
-baselines; the driver's own span is ``parts.gic_batch_ms``), ``commit_ms`` the runtime's
-``BatchReport.commit_ms``, ``bytes`` what checkpoint ``N`` wrote: its changelog segments,
-the snapshots it references first, and its manifest. Task-level timings come from the
-acks of each batch's stateful stage (:func:`_capture_task_stats`, a process-local
-wrapper of ``Driver._run_stage``).
+Executor-local state: in local mode under ``<scratch>/<local_dir option>`` (default
+``local``; a restart given a new name starts with an empty local directory, as a replaced
+pod does); in cluster modes ``local_dir`` is not set, so each executor uses the runtime's
+default executor-private directory.
+
+What is recorded per batch: see :mod:`bench.streaming.gic_records`. The notes add the
+time from starting the query to the end of its first batch (``to_first_batch_ms``; with
+``before_first_batch_ms``, the part before that batch began: recovery, planning), the
+state's snapshot size at the end (``state_snapshot_bytes``: the snapshots the last
+manifest references) and, with the option ``stored_bytes_every=N``, the bytes under the
+storage root sampled after every N-th batch (``parts.stored_bytes``, local storage only).
 
 Runs inside the system's own process (see :mod:`bench.streaming.runner`); not
 thread-safe, one run per process.
@@ -35,17 +41,18 @@ thread-safe, one run per process.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bench.streaming import spark_query, workloads
+from bench.streaming import checkpoint_bytes, gic_records, spark_query, workloads
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
 from bench.streaming.workloads import WorkloadSpec
 
@@ -54,7 +61,6 @@ if TYPE_CHECKING:
 
     from gic_runtime.checkpoint.manifest import StoredManifest
     from gic_runtime.config import GICSettings
-    from gic_runtime.coordination.barrier import TaskStats
     from gic_runtime.processing import StateAccess
     from gic_runtime.spark import BatchReport, GICJob, GICQuery, StatefulStream
 
@@ -64,15 +70,6 @@ MATERIALIZATION_INTERVAL_S = 30.0
 PROGRESS_WAIT_S = 30.0
 """How long to wait, after the query stopped, for Spark's last progress events."""
 EVENT_LOG_OUTPUT = "key long, appended long"
-SPARK_DURATIONS = {
-    "addBatch": "add_batch_ms",
-    "walCommit": "wal_commit_ms",
-    "commitOffsets": "commit_offsets_ms",
-    "queryPlanning": "query_planning_ms",
-    "getBatch": "get_batch_ms",
-    "latestOffset": "latest_offset_ms",
-}
-"""Spark's progress durations recorded in ``parts`` (Spark name -> part name)."""
 REPORTED_SETTINGS = {
     "num_buckets",
     "num_tasks",
@@ -109,30 +106,6 @@ VARIANTS: dict[str, Variant] = {
     "gic_s3": Variant(s3=True, full_snapshots=False),
 }
 
-BATCH_MS_DEFINITION = (
-    "durationMs.triggerExecution of the GIC streaming query (the whole micro-batch, wall "
-    "time, as for the Spark baselines): Spark's offset log, planning, the foreachBatch hook "
-    "(stateful stage, manifest, publish, status record) and Spark's commit log. "
-    "parts.gic_batch_ms is the runtime's BatchReport.batch_ms (the foreachBatch hook only)"
-)
-COMMIT_MS_DEFINITION = (
-    "BatchReport.commit_ms, the runtime's definition: the slowest state task's changelog "
-    "flush (end of processing until every change is durable; with full_snapshots this "
-    "includes uploading every bucket's snapshot) + the manifest write. Spark's own offset "
-    "and commit log writes (parts.wal_commit_ms, parts.commit_offsets_ms) are not included: "
-    "the manifest is the checkpoint's source of truth"
-)
-BYTES_DEFINITION = (
-    "bytes written to checkpoint storage for checkpoint N: the changelog segments its tasks "
-    "uploaded (BatchReport.changelog_bytes, referenced by the manifest or not: with "
-    "full_snapshots they are uploaded but not referenced), the snapshots manifest N "
-    "references that manifest N-1 did not (synchronous full snapshots and adopted background "
-    "materializations), and manifest N itself. Not counted: the status record rewritten "
-    "every batch, Spark's offsets and commits logs (local disk), background snapshots no "
-    "manifest of the run adopted"
-)
-
-
 # --- the workloads' processors ----------------------------------------------------------
 
 
@@ -162,13 +135,20 @@ def _stateful(job: GICJob, spark: SparkSession, workload: WorkloadSpec) -> State
 # --- storage ----------------------------------------------------------------------------
 
 _S3_ENV = ("GIC_S3_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+SHARED_S3_BUCKET_ENV = "GIC_BENCH_S3_BUCKET"
+"""Names the bucket of a SeaweedFS server shared by the systems of one benchmark."""
 
 
 @contextlib.contextmanager
-def _storage(variant: Variant, scratch: Path) -> Iterator[tuple[str, str]]:
+def _storage(variant: Variant, scratch: Path, name: str) -> Iterator[tuple[str, str]]:
     """Checkpoint storage root URI and its description; S3 lives as long as the block."""
     if not variant.s3:
         yield (scratch / "storage").as_uri(), "local disk (bench/scratch)"
+        return
+    shared = os.environ.get(SHARED_S3_BUCKET_ENV)
+    if shared:
+        endpoint = os.environ.get("GIC_S3_ENDPOINT_URL", "")
+        yield f"s3://{shared}/gic/{name}", f"SeaweedFS S3 on loopback ({endpoint}), shared"
         return
     from gic_runtime.testing_s3server import TestingS3Server
 
@@ -184,194 +164,115 @@ def _storage(variant: Variant, scratch: Path) -> Iterator[tuple[str, str]]:
                 f"SeaweedFS S3 on loopback (weed mini, started in {server.startup_seconds:.1f} s)",
             )
         finally:
-            for name, old in saved.items():
+            for key, old in saved.items():
                 if old is None:
-                    os.environ.pop(name, None)
+                    os.environ.pop(key, None)
                 else:
-                    os.environ[name] = old
-
-
-# --- diagnostics ------------------------------------------------------------------------
-
-
-@dataclass
-class _StageTimes:
-    stage_ms: float
-    stats: list[TaskStats]
-
-
-@contextlib.contextmanager
-def _capture_task_stats() -> Iterator[dict[int, _StageTimes]]:
-    """Per batch id: the stateful stage's wall time and every task's stats, taken from
-    the acks the driver collects. Wraps ``Driver._run_stage`` in this process only; when
-    the runtime has no such method the mapping simply stays empty."""
-    from gic_runtime.spark.driver import Driver
-
-    seen: dict[int, _StageTimes] = {}
-    original: Callable[..., Any] | None = getattr(Driver, "_run_stage", None)
-    if original is None:
-        yield seen
-        return
-    wrapped_original = original
-
-    def wrapped(self: Any, df: Any, barrier: Any) -> Any:
-        began = time.perf_counter()
-        acks = wrapped_original(self, df, barrier)
-        elapsed = (time.perf_counter() - began) * 1000
-        seen[int(barrier.checkpoint_id)] = _StageTimes(elapsed, [a.stats for a in acks])
-        return acks
-
-    setattr(Driver, "_run_stage", wrapped)  # noqa: B010 - a method, assigned on purpose
-    try:
-        yield seen
-    finally:
-        setattr(Driver, "_run_stage", wrapped_original)  # noqa: B010
-
-
-# --- records ----------------------------------------------------------------------------
-
-
-def _snapshots(stored: StoredManifest | None) -> dict[str, int]:
-    """Snapshot URIs a manifest references, with their sizes."""
-    if stored is None:
-        return {}
-    states = stored.manifest.buckets.values()
-    return {st.snapshot.uri: st.snapshot.size for st in states if st.snapshot is not None}
-
-
-def _task_parts(stage: _StageTimes, commit_ms: float) -> dict[str, float]:
-    """The stage's wall time and the slowest task's phases (ms), plus task counters."""
-    stats = stage.stats
-    slowest_flush = max(s.checkpoint_s for s in stats) * 1000
-    return {
-        "stage_ms": stage.stage_ms,
-        "manifest_ms": max(0.0, commit_ms - slowest_flush),
-        "task_process_ms_max": max(s.process_s for s in stats) * 1000,
-        "task_checkpoint_ms_max": slowest_flush,
-        "task_total_ms_max": max(s.total_s for s in stats) * 1000,
-        "task_other_ms_max": max(s.total_s - s.process_s - s.checkpoint_s for s in stats) * 1000,
-        "changes": float(sum(s.changes for s in stats)),
-        "materializations_started": float(sum(s.materializations_started for s in stats)),
-        "worker_pids": float(len({s.pid for s in stats})),
-    }
-
-
-def _record(
-    report: BatchReport,
-    stored: StoredManifest,
-    previous: StoredManifest | None,
-    progress: Mapping[str, Any],
-    stage: _StageTimes | None,
-) -> BatchRecord:
-    from gic_runtime.checkpoint.codec import encode_manifest
-
-    known = _snapshots(previous)
-    new_snapshots = sum(n for uri, n in _snapshots(stored).items() if uri not in known)
-    manifest_bytes = len(encode_manifest(stored.manifest, stored.uri))
-    durations = progress["durationMs"]
-    parts: dict[str, float] = {
-        "gic_batch_ms": report.batch_ms,
-        **{part: float(durations.get(name, 0)) for name, part in SPARK_DURATIONS.items()},
-        "changelog_bytes": float(report.changelog_bytes),
-        "snapshot_bytes": float(report.snapshot_bytes),
-        "adopted_snapshot_bytes": float(max(0, new_snapshots - report.snapshot_bytes)),
-        "manifest_bytes": float(manifest_bytes),
-        "local_hits": float(report.local_hits),
-        "restored": float(report.restored),
-        "empty": float(report.empty),
-        "materializations_adopted": float(report.materializations_adopted),
-    }
-    if stage is not None and stage.stats:
-        parts.update(_task_parts(stage, report.commit_ms))
-    return BatchRecord(
-        batch_id=report.batch_id,
-        rows=report.rows_in,
-        batch_ms=float(durations["triggerExecution"]),
-        commit_ms=report.commit_ms,
-        bytes=report.changelog_bytes + new_snapshots + manifest_bytes,
-        parts=parts,
-    )
-
-
-def _records(
-    total: int,
-    batches: Sequence[tuple[BatchReport, StoredManifest]],
-    progress: Mapping[int, Mapping[str, Any]],
-    stages: Mapping[int, _StageTimes],
-    stop_reason: str | None,
-) -> list[BatchRecord]:
-    by_id = {report.batch_id: (report, stored) for report, stored in batches}
-    missing = [b for b in range(total) if b not in by_id or b not in progress]
-    if missing:
-        raise BenchmarkError(
-            f"GIC reported no checkpoint or Spark no progress for micro-batches {missing[:10]} "
-            f"of 0..{total - 1}; the query stopped early ({stop_reason or 'no stop reason'}; "
-            "see the system's log)"
-        )
-    out: list[BatchRecord] = []
-    previous: StoredManifest | None = None
-    for b in range(total):
-        report, stored = by_id[b]
-        out.append(_record(report, stored, previous, progress[b], stages.get(b)))
-        previous = stored
-    return out
+                    os.environ[key] = old
 
 
 # --- the run ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Options:
+    """Keyword options of :func:`run_gic` (JSON values, passed by the runner)."""
+
+    default_materialization: bool = False
+    """Leave every materialization setting at the runtime's default."""
+    local_dir: str = "local"
+    """Executor-local directory under the scratch directory (local mode only)."""
+    stored_bytes_every: int = 0
+    """Sample the bytes under the storage root after every N-th batch (0: never)."""
+
+
 def _settings(
-    variant: Variant, workload: WorkloadSpec, storage: str, scratch: Path, batches: int
+    variant: Variant,
+    workload: WorkloadSpec,
+    storage: str,
+    local_dir: Path | None,
+    *,
+    batches: int,
+    options: Options,
 ) -> GICSettings:
     from gic_runtime.config import GICSettings
 
-    return GICSettings(
-        job_id=workload.name.replace("_", "-"),
-        storage=storage,
-        num_buckets=NUM_BUCKETS,
-        num_tasks=workload.partitions,
-        local_dir=str(scratch / "local"),
-        full_snapshots=variant.full_snapshots,
-        max_batches=batches,
-        materialization_interval_s=MATERIALIZATION_INTERVAL_S,
-    )
+    values: dict[str, Any] = {
+        "job_id": workload.name.replace("_", "-"),
+        "storage": storage,
+        "num_buckets": NUM_BUCKETS,
+        "num_tasks": workload.partitions,
+        "full_snapshots": variant.full_snapshots,
+        "max_batches": batches,
+    }
+    if local_dir is not None:
+        values["local_dir"] = str(local_dir)
+    if not options.default_materialization:
+        values["materialization_interval_s"] = MATERIALIZATION_INTERVAL_S
+    return GICSettings(**values)
 
 
-def run_gic(variant: str, workload: WorkloadSpec, params: BenchParams, scratch: Path) -> RunResult:
-    """Run GIC as ``variant`` on ``workload`` for warm-up + measured batches."""
+@dataclass
+class _Collected:
+    """What the run's callbacks gathered, batch by batch."""
+
+    batches: list[tuple[BatchReport, StoredManifest]]
+    manifest_sizes: dict[int, int]
+
+
+def run_gic(
+    variant: str, workload: WorkloadSpec, params: BenchParams, scratch: Path, **options: Any
+) -> RunResult:
+    """Run GIC as ``variant`` on ``workload`` for warm-up + measured batches (after those
+    already checkpointed in ``scratch``'s storage, if any: a restart)."""
     if variant not in VARIANTS:
         raise BenchmarkError(f"unknown GIC system {variant!r}; choose from {sorted(VARIANTS)}")
     spec = VARIANTS[variant]
+    opts = Options(**options)
     total = params.total_batches
     from gic_runtime.spark import GICJob
     from gic_runtime.spark.job import REQUIRED_CONF
 
-    with _storage(spec, scratch) as (storage, storage_note):
+    local_dir = None if params.cluster else scratch / opts.local_dir
+    began = time.perf_counter()
+    with _storage(spec, scratch, workload.name) as (storage, storage_note):
         # One batch beyond the measured ones: the driver stops the query once max_batches
         # are checkpointed, which could interrupt Spark before it reports the progress of
         # the last one; the extra batch is not recorded.
-        settings = _settings(spec, workload, storage, scratch, total + 1)
+        settings = _settings(spec, workload, storage, local_dir, batches=total + 1, options=opts)
         spark = spark_query.spark_session(
             params, workload, REQUIRED_CONF, f"bench-{workload.name}-{variant}"
         )
+        session_ms = (time.perf_counter() - began) * 1000
+        sampler = None
+        if opts.stored_bytes_every > 0 and storage.startswith("file:"):
+            sampler = checkpoint_bytes.StoredBytesSampler(
+                scratch / "storage", opts.stored_bytes_every
+            )
         try:
-            collector = spark_query.ProgressCollector(spark, last_batch=total - 1)
+            collector = spark_query.ProgressCollector(spark, batches=total)
             job = GICJob(spark, settings)
             query: GICQuery = _stateful(job, spark, workload).discard()
-            batches: list[tuple[BatchReport, StoredManifest]] = []
+            got = _Collected([], {})
 
             def on_batch(report: BatchReport) -> None:
                 driver = query.driver
                 stored = driver.timeline.latest() if driver and driver.timeline else None
                 if stored is None or stored.checkpoint_id != report.batch_id:
                     raise BenchmarkError(f"no manifest in memory for batch {report.batch_id}")
-                batches.append((report, stored))
+                got.batches.append((report, stored))
+                size = gic_records.file_size(report.manifest_uri)
+                if size is not None:
+                    got.manifest_sizes[report.batch_id] = size
+                if sampler is not None:
+                    sampler.batch_done(report.batch_id)
 
             timer = threading.Timer(params.timeout_s, _stop_on_timeout, (query, params.timeout_s))
             timer.daemon = True
             timer.start()
+            started_ns = time.time_ns()
             try:
-                with _capture_task_stats() as stages:
+                with gic_records.capture_task_stats() as stages:
                     summary = query.run(on_batch=on_batch)
             finally:
                 timer.cancel()
@@ -381,21 +282,51 @@ def run_gic(variant: str, workload: WorkloadSpec, params: BenchParams, scratch: 
             version = spark.version
             slots = spark.sparkContext.defaultParallelism
         finally:
-            spark.stop()
-    records = _records(total, batches, progress, stages, summary.stop_reason)
+            spark_query.stop_session(spark, params)
+            samples = sampler.close() if sampler is not None else {}
+    records = gic_records.records(
+        total, got.batches, progress, stages, summary.stop_reason, manifest_sizes=got.manifest_sizes
+    )
+    records = [_with_sample(r, samples.get(r.batch_id)) for r in records]
+    first = progress[records[0].batch_id]
+    notes = _notes(
+        spec,
+        settings,
+        storage_note=storage_note,
+        stop=summary.stop_reason,
+        version=version,
+        slots=slots,
+    )
+    latest = got.batches[-1][1] if got.batches else None
+    notes.update(
+        mode=params.mode,
+        local_dir=str(local_dir) if local_dir else "runtime default (executor-private)",
+        session_start_ms=round(session_ms, 1),
+        to_first_batch_ms=round((spark_query.end_ns(first) - started_ns) / 1e6, 1),
+        before_first_batch_ms=round((spark_query.start_ns(first) - started_ns) / 1e6, 1),
+        state_snapshot_bytes=sum(gic_records.snapshots(latest).values()),
+        buckets_with_snapshot=len(gic_records.snapshots(latest)),
+        buckets_with_state=_buckets_with_state(latest),
+    )
     return RunResult(
         system=variant,
         warmup=tuple(records[: params.warmup]),
         measured=tuple(records[params.warmup :]),
-        notes=_notes(
-            spec,
-            settings,
-            storage_note=storage_note,
-            stop=summary.stop_reason,
-            version=version,
-            slots=slots,
-        ),
+        notes=notes,
     )
+
+
+def _buckets_with_state(stored: StoredManifest | None) -> int:
+    if stored is None:
+        return 0
+    return sum(1 for state in stored.manifest.buckets.values() if state.seq > 0)
+
+
+def _with_sample(record: BatchRecord, sample: tuple[int, int] | None) -> BatchRecord:
+    if sample is None:
+        return record
+    parts = {**record.parts, "stored_bytes": float(sample[0]), "stored_files": float(sample[1])}
+    return dataclasses.replace(record, parts=parts)
 
 
 def _stop_on_timeout(query: GICQuery, timeout_s: float) -> None:
@@ -412,6 +343,7 @@ def _notes(
     version: str,
     slots: int,
 ) -> dict[str, Any]:
+    interval = settings.materialization_interval_s
     return {
         "kind": "gic",
         "spark_version": version,
@@ -422,13 +354,18 @@ def _notes(
         "s3": spec.s3,
         "stop_reason": stop,
         **({"caveat": spec.caveat} if spec.caveat else {}),
-        "batch_ms_definition": BATCH_MS_DEFINITION,
-        "commit_ms_definition": COMMIT_MS_DEFINITION,
-        "bytes_definition": BYTES_DEFINITION,
+        "batch_ms_definition": gic_records.BATCH_MS_DEFINITION,
+        "commit_ms_definition": gic_records.COMMIT_MS_DEFINITION,
+        "bytes_definition": gic_records.BYTES_DEFINITION,
+        "local_hit_definition": gic_records.LOCAL_HIT_DEFINITION,
         "materialization": (
-            f"background, each bucket about every {settings.materialization_interval_s:.0f} s "
-            "(a realistic setting for a run of about a minute; the product default is "
-            "120 s); a snapshot's bytes count in the batch whose manifest first references it"
+            f"background, each bucket about every {interval:.0f} s"
+            + (
+                " (a realistic setting for a run of about a minute; the product default is 120 s)"
+                if interval == MATERIALIZATION_INTERVAL_S
+                else " (the runtime's default)"
+            )
+            + "; a snapshot's bytes count in the batch whose manifest first references it"
         ),
         "extra_batch": (
             "max_batches is warm-up + measured + 1 so that Spark reports the last measured "

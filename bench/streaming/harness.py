@@ -9,9 +9,9 @@ function and add one entry, e.g. ``SYSTEMS["gic"] = in_subprocess("mod:fn", "gic
 :func:`run_benchmark` runs the chosen systems one after another (each in its own process
 when registered through ``in_subprocess``), summarises the measured batches
 (:func:`summarize`), compares every system with the best Spark store and evaluates the
-goals (:func:`compare`), then writes ``<name>.json`` and ``<name>.png``. A system that
-fails is reported under ``failed`` and the others still run; :func:`main_for` raises
-after writing the result if any failed.
+goals for the GIC system named ``gic`` (:func:`compare`), then writes ``<name>.json`` and
+``<name>.png``. A system that fails is reported under ``failed`` and the others still
+run. :mod:`bench.streaming.modes` runs it once per cluster mode.
 
 Environment (read by :func:`params_from_env` and :func:`chosen_systems`):
 ``GIC_BENCH_QUICK=1`` small sizes, 2 + 3 batches, results under ``bench/scratch/results``;
@@ -28,12 +28,12 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bench import common
-from bench.streaming import plots
+from bench.streaming import gic_records, plots
 from bench.streaming.records import BenchmarkError, BenchParams, RunResult
 from bench.streaming.runner import SystemFn, in_subprocess
 from bench.streaming.workloads import WorkloadSpec
@@ -58,6 +58,7 @@ GIC_NO_CHANGELOG = "gic_no_changelog"
 GOAL_THROUGHPUT_RATIO = 1.0
 GOAL_COMMIT_P99_RATIO = 0.5
 GOAL_CHANGELOG_OVERHEAD = 0.03
+GOAL_LOCAL_HIT_RATIO = 0.95
 QUICK_RESULTS = common.SCRATCH / "results"
 
 DEFINITIONS = {
@@ -66,6 +67,9 @@ DEFINITIONS = {
     "commit_ms": "each system states its definition in systems.<name>.notes",
     "process_ms": "batch_ms - commit_ms (work that does not make the batch durable)",
     "bytes_uploaded_per_checkpoint": "mean over measured batches of bytes added to storage",
+    "local_hit_ratio_mean": (
+        "GIC only: mean over measured batches of local_hits / (local_hits + restored)"
+    ),
     "percentiles": "nearest rank over the measured batches (p99 of 25 is the slowest one)",
     "ratios": (
         "system / best Spark store: rows_per_s vs the highest Spark rows_per_s, commit "
@@ -144,6 +148,10 @@ def summarize(result: RunResult) -> dict[str, Any]:
         "bytes_uploaded_per_checkpoint_p50": round(common.percentile(nbytes, 50)),
         "bytes_uploaded_per_checkpoint_max": max(nbytes),
     }
+    hits = [gic_records.local_hit_ratio(r.parts) for r in result.measured]
+    if hits and all(h is not None for h in hits):
+        out["local_hit_ratio_mean"] = _round(statistics.fmean(h for h in hits if h is not None), 4)
+        out["local_hit_ratio_min"] = _round(min(h for h in hits if h is not None), 4)
     wall = [
         r.parts["commit_ms_wall_estimate"]
         for r in result.measured
@@ -162,14 +170,15 @@ def _ratio(value: float, reference: float) -> float | None:
     return round(value / reference, 4) if reference > 0 else None
 
 
-def compare(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Best Spark store per metric, every system's ratios against it, and the goals."""
+def compare(summaries: Mapping[str, Mapping[str, Any]], gic: str = GIC) -> dict[str, Any]:
+    """Best Spark store per metric, every system's ratios against it, and the goals of
+    the GIC system ``gic``."""
     spark = {n: s for n, s in summaries.items() if n.startswith(SPARK_PREFIX)}
     if not spark:
         return {
             "best_spark": None,
             "ratios": {},
-            "goals": _goals(summaries, None, None, None),
+            "goals": _goals(summaries, None, None, None, gic),
         }
     fastest = max(spark, key=lambda n: spark[n]["rows_per_s"])
     p50 = min(spark, key=lambda n: spark[n]["commit_ms_p50"])
@@ -199,7 +208,11 @@ def compare(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "best_spark": best,
         "ratios": ratios,
         "goals": _goals(
-            summaries, spark[fastest]["rows_per_s"], spark[p99]["commit_ms_p99"], wall(p99_wall)
+            summaries,
+            spark[fastest]["rows_per_s"],
+            spark[p99]["commit_ms_p99"],
+            wall(p99_wall),
+            gic,
         ),
     }
 
@@ -209,9 +222,10 @@ def _goals(
     best_rows_per_s: float | None,
     best_p99: float | None,
     best_p99_wall: float | None,
+    gic_name: str,
 ) -> dict[str, Any]:
-    gic = summaries.get(GIC)
-    plain = summaries.get(GIC_NO_CHANGELOG)
+    gic = summaries.get(gic_name)
+    plain = summaries.get(GIC_NO_CHANGELOG) if gic_name == GIC else None
     throughput = commit = commit_wall = overhead = None
     if gic is not None and best_rows_per_s:
         throughput = _ratio(gic["rows_per_s"], best_rows_per_s)
@@ -220,6 +234,7 @@ def _goals(
         commit_wall = _ratio(gic["commit_ms_p99"], best_p99_wall)
     if gic is not None and plain is not None and plain["process_ms_mean"] > 0:
         overhead = round(gic["process_ms_mean"] / plain["process_ms_mean"] - 1, 4)
+    hits = gic.get("local_hit_ratio_mean") if gic is not None else None
     return {
         "throughput_vs_best_spark_at_least": GOAL_THROUGHPUT_RATIO,
         "throughput_vs_best_spark": throughput,
@@ -235,18 +250,24 @@ def _goals(
         "changelog_overhead_at_most": GOAL_CHANGELOG_OVERHEAD,
         "changelog_overhead": overhead,
         "changelog_overhead_met": None if overhead is None else overhead <= GOAL_CHANGELOG_OVERHEAD,
+        "local_hit_ratio_at_least": GOAL_LOCAL_HIT_RATIO,
+        "local_hit_ratio_mean": hits,
+        "local_hit_met": None if hits is None else hits >= GOAL_LOCAL_HIT_RATIO,
         "how": (
-            f"throughput: {GIC}.rows_per_s / best Spark rows_per_s. commit: {GIC}.commit_ms_p99 "
+            f"throughput: {gic_name}.rows_per_s / best Spark rows_per_s. commit: "
+            f"{gic_name}.commit_ms_p99 "
             "/ lowest Spark commit_ms_p99, both against Spark's own metric and against its "
             "wall estimate (state commit / task slots); met only if both ratios are within "
-            f"the goal. changelog overhead: {GIC}.process_ms_mean / "
+            f"the goal. changelog overhead: {gic_name}.process_ms_mean / "
             f"{GIC_NO_CHANGELOG}.process_ms_mean - 1 (time outside the commit, where the "
-            "dual write happens). null: a system needed for the goal was not run"
+            "dual write happens). local hits: mean over the measured batches (after warm-up) "
+            f"of {gic_name}'s local-hit ratio. null: a system needed for the goal was not run"
         ),
     }
 
 
-def _write(name: str, data: Mapping[str, Any], out_dir: Path | None) -> Path:
+def write(name: str, data: Mapping[str, Any], out_dir: Path | None) -> Path:
+    """Write ``<name>.json`` to ``out_dir`` (``None``: ``bench/results``); return its path."""
     if out_dir is None:
         return common.write_result(name, data)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -266,71 +287,72 @@ def run_benchmark(
     params: BenchParams,
     systems: Mapping[str, SystemFn],
     out_dir: Path | None = None,
+    *,
+    name: str | None = None,
+    gic: str = GIC,
+    setup: Mapping[str, Any] | None = None,
+    registry: Mapping[str, SystemFn] | None = None,
 ) -> dict[str, Any]:
     """Run ``systems`` in order on ``workload``; write JSON and PNG; return the result.
 
     ``out_dir=None`` writes through :func:`bench.common.write_result` (``bench/results``).
+    ``name``: the result's name (default the workload's); ``gic``: the system the goals
+    are about; ``setup``: added to the result's ``setup`` section; ``registry``: the
+    systems the benchmark knows (default :data:`SYSTEMS`).
     """
+    name = name or workload.name
     started = time.monotonic()
     summaries: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
-    for name, system in systems.items():
-        print(f"-- {workload.name}: {name}", flush=True)
+    for system_name, system in systems.items():
+        print(f"-- {name}: {system_name}", flush=True)
         begun = time.monotonic()
         try:
             result = system(workload, params)
             result.check(params)
         except BenchmarkError as exc:
-            failed[name] = str(exc)
-            print(f"-- {name} FAILED: {exc}", flush=True)
+            failed[system_name] = str(exc)
+            print(f"-- {system_name} FAILED: {exc}", flush=True)
             continue
-        summaries[name] = summarize(result)
-        summaries[name]["run_s"] = round(time.monotonic() - begun, 1)
-        s = summaries[name]
+        summaries[system_name] = summarize(result)
+        summaries[system_name]["run_s"] = round(time.monotonic() - begun, 1)
+        s = summaries[system_name]
+        hits = s.get("local_hit_ratio_mean")
         print(
-            f"-- {name}: {s['rows_per_s']:.0f} rows/s, commit p50 {s['commit_ms_p50']:.0f} ms "
+            f"-- {system_name}: {s['rows_per_s']:.0f} rows/s, "
+            f"commit p50 {s['commit_ms_p50']:.0f} ms "
             f"p99 {s['commit_ms_p99']:.0f} ms, batch p50 {s['batch_ms_p50']:.0f} ms, "
-            f"{s['bytes_uploaded_per_checkpoint']} B/checkpoint",
+            f"{s['bytes_uploaded_per_checkpoint']} B/checkpoint"
+            + (f", local hits {hits:.2f}" if hits is not None else ""),
             flush=True,
         )
-    comparison = compare(summaries)
+    comparison = compare(summaries, gic)
     data: dict[str, Any] = {
         "workload": workload.describe(),
         "setup": {
             "master": params.master,
+            "mode": params.mode,
+            "executors": params.executors,
+            "executor_memory_mib": params.executor_memory_mib,
             "shuffle_partitions": workload.partitions,
             "warmup_batches": params.warmup,
             "measured_batches": params.measured,
             "driver_memory": params.driver_memory,
             "quick": params.quick,
             "isolation": "each system in its own process and JVM, one after another",
+            **(setup or {}),
         },
         "definitions": DEFINITIONS,
-        "registered": list(SYSTEMS),
+        "registered": list(SYSTEMS if registry is None else registry),
         "run": list(systems),
         "failed": failed,
         **comparison,
         "systems": summaries,
         "run_s": round(time.monotonic() - started, 1),
     }
-    path = _write(workload.name, data, out_dir)
+    path = write(name, data, out_dir)
     print(f"wrote {path}", flush=True)
     if summaries:
-        png = plots.plot(path.with_suffix(".png"), workload, params, summaries)
+        png = plots.plot(path.with_suffix(".png"), workload, params, summaries, title=name)
         print(f"wrote {png}", flush=True)
     return data
-
-
-def main_for(make_workload: Callable[[bool], WorkloadSpec]) -> None:
-    """Entry point of one workload: everything from the environment, raise on failures."""
-    params = params_from_env()
-    workload = make_workload(params.quick)
-    names = chosen_systems(SYSTEMS)
-    out_dir = QUICK_RESULTS if params.quick else None
-    data = run_benchmark(workload, params, {n: SYSTEMS[n] for n in names}, out_dir)
-    print(f"goals: {json.dumps(data['goals'])}", flush=True)
-    if data["failed"]:
-        raise BenchmarkError(
-            f"{len(data['failed'])} system(s) failed: {', '.join(data['failed'])}; the result "
-            "file lists their errors and the logs are under bench/scratch/logs"
-        )

@@ -40,6 +40,12 @@ class BenchParams:
     """Deadline of one system run, from session start to the last measured batch."""
     quick: bool = False
     """Small sizes for smoke tests and development loops (not for figures)."""
+    mode: str = "local2"
+    """Name of the cluster mode (:mod:`bench.streaming.modes`); part of log file names."""
+    executors: int = 0
+    """Executor processes (one core each); 0 in local mode, where the driver runs tasks."""
+    executor_memory_mib: int = 0
+    """Heap of each executor JVM; 0 in local mode."""
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.measured < 1:
@@ -47,6 +53,16 @@ class BenchParams:
                 f"need warmup >= 0 and measured >= 1 micro-batches, got warmup={self.warmup} "
                 f"measured={self.measured}; fix GIC_BENCH_WARMUP / GIC_BENCH_MEASURED"
             )
+        if (self.executors > 0) != (self.executor_memory_mib > 0):
+            raise BenchmarkError(
+                f"executors={self.executors} and executor_memory_mib="
+                f"{self.executor_memory_mib} must both be set (cluster) or both be 0 (local)"
+            )
+
+    @property
+    def cluster(self) -> bool:
+        """True when tasks run in executor processes, not in the driver's JVM."""
+        return self.executors > 0
 
     @property
     def total_batches(self) -> int:

@@ -2,16 +2,19 @@
 
 The harness calls a :data:`SystemFn` ``(workload, params) -> RunResult``;
 :func:`in_subprocess` makes one from a *target*: ``"package.module:function"`` naming a
-:data:`ChildFn` ``(variant, workload, params, scratch) -> RunResult`` that runs in the
-child process. The child is ``python -m bench.streaming.runner REQUEST``: it imports the
-target, calls it and writes the result as JSON. Every system thus starts from a cold
-JVM with its own heap, and no state store, cache or thread of one system can disturb
-the next.
+:data:`ChildFn` ``(variant, workload, params, scratch, **options) -> RunResult`` that runs
+in the child process (``options``: JSON values given to :func:`run_in_subprocess`, e.g. to
+restart a run from the storage of a previous one). The child is ``python -m
+bench.streaming.runner REQUEST``: it imports the target, calls it and writes the result as
+JSON. Every system thus starts from a cold JVM with its own heap, and no state store,
+cache or thread of one system can disturb the next.
 
 The child's environment sets ``SPARK_LOCAL_IP=127.0.0.1`` and ``PYSPARK_PYTHON`` to this
-interpreter; its output goes to ``bench/scratch/logs/<workload>-<variant>.log``. Its
+interpreter (``PYTHONPATH`` gets the repository, so executors can import ``bench``); its
+output goes to ``bench/scratch/logs/<workload>-<variant>[-<mode>][-<tag>].log``. Its
 working files (checkpoints) live in a fresh directory under ``bench/scratch`` that is
-deleted afterwards unless ``GIC_BENCH_KEEP_SCRATCH=1``. A child that outlives
+deleted afterwards unless ``GIC_BENCH_KEEP_SCRATCH=1``; a caller that passes its own
+``scratch`` directory keeps it (and deletes it when done). A child that outlives
 ``params.timeout_s`` (plus a grace period) is killed with its process group.
 
 Adding a system: write a ``ChildFn`` and register ``in_subprocess("mod:fn", "name")`` in
@@ -32,7 +35,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,8 @@ from bench.streaming.records import BenchmarkError, BenchParams, RunResult
 from bench.streaming.workloads import WorkloadSpec
 
 SystemFn = Callable[[WorkloadSpec, BenchParams], RunResult]
-ChildFn = Callable[[str, WorkloadSpec, BenchParams, Path], RunResult]
+ChildFn = Callable[..., RunResult]
+"""``(variant, workload, params, scratch, **options) -> RunResult``."""
 
 REPO = Path(__file__).resolve().parents[2]
 GRACE_S = 120.0
@@ -80,18 +84,39 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def log_path(workload: WorkloadSpec, variant: str, params: BenchParams, tag: str = "") -> Path:
+    """Where the child's output goes."""
+    mode = "" if params.mode == "local2" else f"-{params.mode}"
+    return (
+        common.SCRATCH / "logs" / f"{workload.name}-{variant}{mode}{f'-{tag}' if tag else ''}.log"
+    )
+
+
 def run_in_subprocess(
-    target: str, variant: str, workload: WorkloadSpec, params: BenchParams
+    target: str,
+    variant: str,
+    workload: WorkloadSpec,
+    params: BenchParams,
+    *,
+    scratch: Path | None = None,
+    options: Mapping[str, Any] | None = None,
+    tag: str = "",
 ) -> RunResult:
-    """Run ``target`` as ``variant`` in a fresh child process; return its checked result."""
+    """Run ``target`` as ``variant`` in a fresh child process; return its checked result.
+
+    ``scratch``: the child's working directory, kept afterwards (default: a fresh one,
+    deleted afterwards). ``options``: keyword arguments of the target. ``tag``: added to
+    the log file's name."""
     _split(target)
-    scratch = common.SCRATCH / f"{workload.name}-{variant}-{uuid.uuid4().hex[:10]}"
-    scratch.mkdir(parents=True)
-    logs = common.SCRATCH / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"{workload.name}-{variant}.log"
+    owned = scratch is None
+    if scratch is None:
+        scratch = common.SCRATCH / f"{workload.name}-{variant}-{uuid.uuid4().hex[:10]}"
+    scratch.mkdir(parents=True, exist_ok=not owned)
+    log = log_path(workload, variant, params, tag)
+    log.parent.mkdir(parents=True, exist_ok=True)
     request = scratch / "request.json"
     result_path = scratch / "result.json"
+    result_path.unlink(missing_ok=True)
     request.write_text(
         json.dumps(
             {
@@ -101,6 +126,7 @@ def run_in_subprocess(
                 "params": params.to_json(),
                 "scratch": str(scratch),
                 "result": str(result_path),
+                "options": dict(options or {}),
             }
         )
     )
@@ -144,7 +170,7 @@ def run_in_subprocess(
         result.check(params)
         return result
     finally:
-        if os.environ.get("GIC_BENCH_KEEP_SCRATCH") != "1":
+        if owned and os.environ.get("GIC_BENCH_KEEP_SCRATCH") != "1":
             shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -158,6 +184,7 @@ def _child(request_path: Path) -> None:
         WorkloadSpec.from_json(request["workload"]),
         BenchParams.from_json(request["params"]),
         scratch,
+        **request.get("options", {}),
     )
     out = Path(request["result"])
     partial = out.with_suffix(".partial")

@@ -1,14 +1,17 @@
 """Spark plumbing shared by every system: session, progress listener, N micro-batches.
 
-:func:`spark_session` starts the local session the benchmark prescribes (master, shuffle
-partitions, driver heap, no UI, enough retained progress updates). :func:`run_batches`
-starts nothing itself: given a started streaming query and the
-:class:`ProgressCollector` registered before it started, it waits until batch
-``batches - 1`` has reported progress, stops the query and returns the progress of
-batches ``0 .. batches - 1`` as parsed JSON, in order. The source never runs dry, so the
-query has begun the next batch by then; stopping interrupts that one, and its work is
-never reported (callers measuring storage must ignore what it wrote, see
-:mod:`bench.streaming.checkpoint_bytes`).
+:func:`spark_session` starts the session the benchmark prescribes (master, shuffle
+partitions, driver heap, no UI, enough retained progress updates); in a cluster mode
+(``params.executors > 0``) it also sizes the executors, passes them the environment the
+Python workers need (:data:`EXECUTOR_ENV`) and waits until every executor has registered,
+so no measured batch includes executor start-up. :func:`run_batches` starts nothing
+itself: given a started streaming query and the :class:`ProgressCollector` registered
+before it started, it waits until ``batches`` micro-batches have reported progress, stops
+the query and returns the progress of the first ``batches`` of them (consecutive ids from
+the first one the query ran: 0 for a new query, later after a restart) as parsed JSON, in
+order. The source never runs dry, so the query has begun the next batch by then; stopping
+interrupts that one, and its work is never reported (callers measuring storage must
+ignore what it wrote, see :mod:`bench.streaming.checkpoint_bytes`).
 
 Thread-safety: the collector is filled from Spark's listener thread (a py4j callback)
 and read by the caller's thread; a lock guards it and an event signals the last batch.
@@ -17,12 +20,15 @@ and read by the caller's thread; a lock guards it and an event signals the last 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from bench import common
 from bench.streaming.records import BenchmarkError, BenchParams
 from bench.streaming.workloads import WorkloadSpec
 
@@ -33,12 +39,57 @@ if TYPE_CHECKING:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WATCHDOG_S = 2.0
 """How often the wait for the last batch checks that the query is still alive."""
+EXECUTORS_TIMEOUT_S = 180.0
+"""How long a cluster-mode session waits for all its executors to register."""
+EXECUTOR_ENV = (
+    "PYSPARK_PYTHON",
+    "PYTHONPATH",
+    "SPARK_LOCAL_IP",
+    "GIC_S3_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+)
+"""Variables passed to executors (``spark.executorEnv.*``) when set in this process:
+the Python workers' interpreter and import path, the loopback address, and the S3
+endpoint and credentials of the benchmark's own SeaweedFS."""
+
+
+def cluster_conf(params: BenchParams, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Executor settings of a cluster mode (empty in local mode)."""
+    if not params.cluster:
+        return {}
+    conf = {
+        "spark.executor.memory": f"{params.executor_memory_mib}m",
+        "spark.executor.cores": "1",
+        "spark.cores.max": str(params.executors),
+    }
+    for name in EXECUTOR_ENV:
+        if environ.get(name):
+            conf[f"spark.executorEnv.{name}"] = environ[name]
+    return conf
+
+
+def wait_for_executors(spark: SparkSession, executors: int, timeout_s: float) -> None:
+    """Block until ``executors`` executors have registered with the driver."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        # the driver's block manager is in the map too
+        registered = int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
+        if registered >= executors:
+            return
+        if time.monotonic() > deadline:
+            raise BenchmarkError(
+                f"{registered} of {executors} executors registered within {timeout_s:.0f} s "
+                "(is the cluster short of memory or cores?); see the system's log"
+            )
+        time.sleep(0.2)
 
 
 def spark_session(
     params: BenchParams, workload: WorkloadSpec, conf: Mapping[str, str], app_name: str
 ) -> SparkSession:
-    """A local session with the benchmark's fixed settings plus ``conf``.
+    """A session with the benchmark's fixed settings, the cluster mode's, plus ``conf``.
 
     Must be the first session of the process (the driver heap is set at JVM start).
     """
@@ -50,6 +101,7 @@ def spark_session(
         "spark.sql.shuffle.partitions": str(workload.partitions),
         "spark.sql.streaming.numRecentProgressUpdates": str(max(100, 2 * params.total_batches)),
         "spark.sql.session.timeZone": "UTC",
+        **cluster_conf(params),
         **conf,
     }
     builder = SparkSession.builder.master(params.master).appName(app_name)
@@ -57,15 +109,36 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if params.cluster:
+        wait_for_executors(spark, params.executors, EXECUTORS_TIMEOUT_S)
     return spark
+
+
+def stop_session(spark: SparkSession, params: BenchParams) -> None:
+    """Stop ``spark``. In ``local-cluster`` mode Spark's in-process workers keep each
+    application's executor directories (logs, fetched files) under pyspark's own ``work/``
+    directory: the executors' stdout and stderr are moved to
+    ``bench/scratch/logs/executors/<application id>/`` and the rest is deleted."""
+    app_id = spark.sparkContext.applicationId
+    spark.stop()
+    if not params.master.startswith("local-cluster"):
+        return
+    from bench.cluster import pyspark_home
+
+    app_dir = pyspark_home() / "work" / app_id
+    logs = common.SCRATCH / "logs" / "executors" / app_id
+    for stream in app_dir.glob("*/std*"):
+        logs.mkdir(parents=True, exist_ok=True)
+        shutil.move(stream, logs / f"executor-{stream.parent.name}-{stream.name}")
+    shutil.rmtree(app_dir, ignore_errors=True)
 
 
 def _collector_class() -> type[Any]:
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class _Collector(StreamingQueryListener):
-        def __init__(self, last_batch: int) -> None:
-            self.last_batch = last_batch
+        def __init__(self, batches: int) -> None:
+            self.batches = batches
             self.lock = threading.Lock()
             self.progress: dict[int, dict[str, Any]] = {}
             self.done = threading.Event()
@@ -77,7 +150,8 @@ def _collector_class() -> type[Any]:
             data = json.loads(event.progress.json)
             with self.lock:
                 self.progress[int(data["batchId"])] = data
-            if int(data["batchId"]) >= self.last_batch:
+                enough = len(self.progress) >= self.batches
+            if enough:
                 self.done.set()
 
         def onQueryIdle(self, event: Any) -> None:  # noqa: N802
@@ -90,16 +164,18 @@ def _collector_class() -> type[Any]:
 
 
 class ProgressCollector:
-    """Progress of every micro-batch of a query, by batch id; register before start."""
+    """Progress of every micro-batch of a query, by batch id; register before start.
 
-    def __init__(self, spark: SparkSession, last_batch: int) -> None:
+    ``batches``: how many micro-batches the caller waits for (:attr:`done`)."""
+
+    def __init__(self, spark: SparkSession, batches: int) -> None:
         self._spark = spark
-        self._listener = _collector_class()(last_batch)
+        self._listener = _collector_class()(batches)
         spark.streams.addListener(self._listener)
 
     @property
     def done(self) -> threading.Event:
-        """Set when batch ``last_batch`` reported progress, or the query terminated."""
+        """Set when ``batches`` micro-batches reported progress, or the query terminated."""
         event: threading.Event = self._listener.done
         return event
 
@@ -114,7 +190,7 @@ class ProgressCollector:
 def run_batches(
     query: StreamingQuery, collector: ProgressCollector, batches: int, timeout_s: float
 ) -> list[dict[str, Any]]:
-    """Wait for batches ``0 .. batches - 1``, stop ``query``, return their progress."""
+    """Wait for ``batches`` micro-batches, stop ``query``, return their progress."""
     deadline = time.monotonic() + timeout_s
     try:
         while not collector.done.wait(WATCHDOG_S):
@@ -134,13 +210,19 @@ def run_batches(
     progress = collector.progress()
     for item in query.recentProgress:  # the listener bus may lag the query
         progress.setdefault(int(item.batchId), json.loads(item.json))
-    missing = [b for b in range(batches) if b not in progress]
+    return consecutive(progress, batches)
+
+
+def consecutive(progress: Mapping[int, dict[str, Any]], batches: int) -> list[dict[str, Any]]:
+    """The progress of ``batches`` consecutive micro-batches from the lowest id present."""
+    first = min(progress, default=0)
+    missing = [b for b in range(first, first + batches) if b not in progress]
     if missing:
         raise BenchmarkError(
-            f"no progress for micro-batches {missing[:10]} of 0..{batches - 1}; the query "
-            "stopped early (see the system's log) or progress updates were dropped"
+            f"no progress for micro-batches {missing[:10]} of {first}..{first + batches - 1}; "
+            "the query stopped early (see the system's log) or progress updates were dropped"
         )
-    return [progress[b] for b in range(batches)]
+    return [progress[b] for b in range(first, first + batches)]
 
 
 def start_ns(progress: Mapping[str, Any]) -> int:

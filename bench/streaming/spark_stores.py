@@ -10,13 +10,20 @@
     The same with ``changelogCheckpointing.enabled=true``: each commit uploads a
     changelog file; snapshots are uploaded by the maintenance thread.
 
+``<name>_s3a``
+    Any of them checkpointing to S3 through Hadoop's S3A (:mod:`bench.streaming.s3a`),
+    into the bucket of the benchmark's shared SeaweedFS.
+
 Each runs the workload's :func:`~bench.streaming.workloads.spark_baseline` aggregation
 into the ``noop`` sink in update mode (no ``foreachBatch``), checkpointing to local disk
-under the run's scratch directory, for exactly ``warmup + measured`` micro-batches.
-Numbers come from Spark's own progress reports (see :data:`COMMIT_MS_DEFINITION`) and
-the checkpoint directory (:mod:`bench.streaming.checkpoint_bytes`).
-``minBatchesToRetain`` is set above the number of batches so no maintenance deletes
-anything during the run; the result notes confirm it.
+under the run's scratch directory (or to S3), for exactly ``warmup + measured``
+micro-batches; a checkpoint left there by an earlier run of the same scratch directory
+is resumed (a restart). Numbers come from Spark's own progress reports (see
+:data:`COMMIT_MS_DEFINITION`) and the checkpoint directory
+(:mod:`bench.streaming.checkpoint_bytes`). ``minBatchesToRetain`` is set above the number
+of batches so no maintenance deletes anything during the run (the result notes confirm
+it), unless the option ``spark_retention`` keeps Spark's default (then no bytes are
+measured).
 
 Runs inside the system's own process (see :mod:`bench.streaming.runner`); not
 thread-safe, one run per process.
@@ -24,11 +31,12 @@ thread-safe, one run per process.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.streaming import checkpoint_bytes, spark_query, workloads
+from bench.streaming import checkpoint_bytes, s3a, spark_query, workloads
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
 from bench.streaming.workloads import WorkloadSpec
 
@@ -86,6 +94,11 @@ _CUSTOM = (
     "rocksdbCommitCheckpointLatency",
     "rocksdbCommitCompactLatency",
     "rocksdbChangeLogWriterCommitLatencyMs",
+    "rocksdbLoadLatencyMs",
+    "rocksdbNumLoadedFromDfs",
+    "rocksdbNumReplayChangelogFiles",
+    "loadedMapCacheHitCount",
+    "loadedMapCacheMissCount",
     "stateOnCurrentVersionSizeBytes",
 )
 
@@ -138,45 +151,90 @@ def _record(
     )
 
 
+def _provider(variant: str) -> tuple[dict[str, str], bool]:
+    """The provider settings of ``variant`` and whether it checkpoints to S3."""
+    on_s3 = variant.endswith(s3a.SUFFIX)
+    base = variant.removesuffix(s3a.SUFFIX) if on_s3 else variant
+    if base not in PROVIDERS:
+        known = sorted([*PROVIDERS, *(f"{name}{s3a.SUFFIX}" for name in PROVIDERS)])
+        raise BenchmarkError(f"unknown Spark state store system {variant!r}; choose from {known}")
+    return PROVIDERS[base], on_s3
+
+
+def _added_bytes(
+    checkpoint: str, on_s3: bool, progress: Sequence[Mapping[str, Any]]
+) -> tuple[list[checkpoint_bytes.BatchBytes], bool]:
+    """Bytes each batch added to the checkpoint, and whether no log file was deleted."""
+    ids = [int(p["batchId"]) for p in progress]
+    windows = [
+        checkpoint_bytes.BatchWindow(b, spark_query.end_ns(p))
+        for b, p in zip(ids, progress, strict=True)
+    ]
+    if on_s3:
+        bucket, _, prefix = checkpoint.removeprefix("s3a://").partition("/")
+        listing = list(s3a.entries(bucket, prefix))
+        added = checkpoint_bytes.attribute_entries(listing, windows)
+        complete = checkpoint_bytes.logs_complete_entries((e.path for e in listing), ids)
+    else:
+        added = checkpoint_bytes.attribute(Path(checkpoint), windows)
+        complete = checkpoint_bytes.logs_complete(Path(checkpoint), ids)
+    return [added[b] for b in ids], complete
+
+
 def run_spark_store(
-    variant: str, workload: WorkloadSpec, params: BenchParams, scratch: Path
+    variant: str,
+    workload: WorkloadSpec,
+    params: BenchParams,
+    scratch: Path,
+    *,
+    spark_retention: bool = False,
 ) -> RunResult:
-    """Run Spark's aggregation with the ``variant`` state store; return its records."""
-    if variant not in PROVIDERS:
-        raise BenchmarkError(
-            f"unknown Spark state store system {variant!r}; choose from {sorted(PROVIDERS)}"
-        )
+    """Run Spark's aggregation with the ``variant`` state store; return its records.
+
+    ``spark_retention``: keep Spark's default ``minBatchesToRetain`` and measure no bytes
+    (for restarts, which need realistic retention, not byte accounting)."""
+    provider, on_s3 = _provider(variant)
     total = params.total_batches
-    conf = {**PROVIDERS[variant], RETAIN: str(max(100, total + 10))}
+    conf = dict(provider)
+    if not spark_retention:
+        conf[RETAIN] = str(max(100, total + 10))
+    if on_s3:
+        conf.update(s3a.spark_conf())
+        checkpoint = f"s3a://{s3a.bucket()}/spark/{workload.name}/{variant}/{scratch.name}"
+    else:
+        checkpoint = str(scratch / "checkpoint")
+    began = time.perf_counter()
     spark = spark_query.spark_session(params, workload, conf, f"bench-{workload.name}-{variant}")
+    session_ms = (time.perf_counter() - began) * 1000
     try:
-        collector = spark_query.ProgressCollector(spark, last_batch=total - 1)
-        checkpoint = scratch / "checkpoint"
+        collector = spark_query.ProgressCollector(spark, batches=total)
+        started_ns = time.time_ns()
         query = (
             workloads.spark_baseline(workloads.source(spark, workload), workload)
             .writeStream.format("noop")
             .outputMode("update")
             .queryName(f"{workload.name}_{variant}")
-            .option("checkpointLocation", str(checkpoint))
+            .option("checkpointLocation", checkpoint)
             .start()
         )
         progress = spark_query.run_batches(query, collector, total, params.timeout_s)
         collector.close()
         effective = {key: _conf(spark, key) for key in REPORTED_CONF}
+        if on_s3:
+            effective.update({key: _conf(spark, key) for key in s3a.REPORTED})
         slots = spark.sparkContext.defaultParallelism
         version = spark.version
     finally:
-        spark.stop()
-    windows = [
-        checkpoint_bytes.BatchWindow(b, spark_query.end_ns(p)) for b, p in enumerate(progress)
-    ]
-    added = checkpoint_bytes.attribute(checkpoint, windows)
-    complete = checkpoint_bytes.logs_complete(checkpoint, range(total))
-    if not complete:
-        raise BenchmarkError(
-            f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
-        )
-    records = [_record(p, added[b], slots) for b, p in enumerate(progress)]
+        spark_query.stop_session(spark, params)
+    if spark_retention:
+        added, complete = [checkpoint_bytes.BatchBytes() for _ in progress], False
+    else:
+        added, complete = _added_bytes(checkpoint, on_s3, progress)
+        if not complete:
+            raise BenchmarkError(
+                f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
+            )
+    records = [_record(p, b, slots) for p, b in zip(progress, added, strict=True)]
     return RunResult(
         system=variant,
         warmup=tuple(records[: params.warmup]),
@@ -185,13 +243,33 @@ def run_spark_store(
             "kind": "spark_baseline",
             "spark_version": version,
             "task_slots": slots,
+            "mode": params.mode,
             "sink": "noop, update output mode",
-            "checkpoint": "local disk (bench/scratch)",
+            "checkpoint": (
+                f"S3A on the benchmark's SeaweedFS ({checkpoint})"
+                if on_s3
+                else "local disk (bench/scratch)"
+            ),
             "spark_conf": effective,
             "batch_ms_definition": BATCH_MS_DEFINITION,
             "commit_ms_definition": COMMIT_MS_DEFINITION,
-            "bytes_definition": BYTES_DEFINITION,
+            "bytes_definition": (
+                "not measured (spark_retention: Spark's default retention)"
+                if spark_retention
+                else BYTES_DEFINITION
+                + (
+                    "; on S3 by object LastModified (whole seconds: a file may count one "
+                    "batch early)"
+                    if on_s3
+                    else ""
+                )
+            ),
             "nothing_deleted_during_run": complete,
+            "session_start_ms": round(session_ms, 1),
+            "to_first_batch_ms": round((spark_query.end_ns(progress[0]) - started_ns) / 1e6, 1),
+            "before_first_batch_ms": round(
+                (spark_query.start_ns(progress[0]) - started_ns) / 1e6, 1
+            ),
             "maintenance": (
                 "Spark's defaults: the maintenance thread runs every "
                 f"{effective['spark.sql.streaming.stateStore.maintenanceInterval']} and writes "

@@ -8,7 +8,7 @@ and ``.png``.
 
 from __future__ import annotations
 
-from bench.streaming.harness import main_for
+from bench.streaming.modes import main_for
 from bench.streaming.workloads import keyed_count
 
 

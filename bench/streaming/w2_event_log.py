@@ -9,7 +9,7 @@ Writes ``bench/results/w2_event_log.json`` and ``.png``.
 
 from __future__ import annotations
 
-from bench.streaming.harness import main_for
+from bench.streaming.modes import main_for
 from bench.streaming.workloads import event_log
 
 
