@@ -137,12 +137,13 @@ class GICSettings(BaseModel):
         "manifest), while snapshotting a bucket at most about once per 32 checkpoints.",
     )
     materialization_changelog_ratio: float = Field(
-        1.0,
+        0.5,
         gt=0,
         allow_inf_nan=False,
         description="Changelog bytes since its last snapshot, as a multiple of that "
-        "snapshot's size (at least 64 KiB), that make a bucket due whatever the interval: at "
-        "1.0 restore reads and replays at most about one snapshot's worth of changelog.",
+        "snapshot's size (at least 16 KiB), that make a bucket due whatever the interval. "
+        "0.5 keeps the storage a job holds within about 3x its state (snapshots, the "
+        "previous ones until subsumed, and the changelog since) and restores short.",
     )
     changelog_preemptive_upload_bytes: int = Field(
         4 * _MiB,
