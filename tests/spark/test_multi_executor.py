@@ -18,9 +18,7 @@ from typing import Any
 
 import pytest
 
-from gic_runtime.sinks import read_file_sink
-from gic_runtime.storage.uri import StoreResolver
-
+from .test_word_count import sink_batches
 from .words import reference_counts
 
 pytestmark = pytest.mark.slow
@@ -42,20 +40,9 @@ def run_scenario(tmp_path: Path, *args: str, batches: int = BATCHES) -> dict[str
     return result
 
 
-def published(out: Path) -> dict[int, dict[str, int]]:
-    table = read_file_sink(out.as_uri(), StoreResolver())
-    assert table is not None
-    batches: dict[int, dict[str, int]] = {}
-    for row in table.to_pylist():
-        batch = batches.setdefault(row["batch_id"], {})
-        assert row["word"] not in batch, "a word appears twice in one batch's output"
-        batch[row["word"]] = row["count"]
-    return batches
-
-
 def assert_exactly_once(tmp_path: Path, batches: int = BATCHES) -> None:
     expected = dict(enumerate(reference_counts(tmp_path / "in", batches)))
-    assert published(tmp_path / "out") == expected
+    assert sink_batches(tmp_path / "out") == expected
 
 
 def test_tasks_stick_to_their_executor_and_each_executor_keeps_its_own_copy(
