@@ -20,13 +20,15 @@ import random
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from gic_runtime.checkpoint import RestoreMode, StoredManifest
 from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
+from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination.task import BatchFn
 from gic_runtime.errors import GICError
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import savepoint_dir
@@ -45,7 +47,8 @@ def _batch(rng: random.Random, size: int) -> list[str]:
 
 
 class WordCountJob:
-    """One attempt of a word-count job: a StateTask for all buckets plus its timeline."""
+    """One attempt of a word-count job: a StateTask for all buckets plus its timeline.
+    Every batch runs through the task core (:meth:`StateTask.checkpoint`)."""
 
     def __init__(
         self,
@@ -63,29 +66,41 @@ class WordCountJob:
             root=root,
             job_id=job_id,
             epoch=epoch,
-            bucket_range=range(BUCKETS),
             num_buckets=BUCKETS,
             store=InMemoryStore(),
             resolver=resolver,
             settings=TaskSettings(
-                materialization=MaterializationSettings(interval_s=1.0, jitter=0.2, seed=1)
+                materialization=MaterializationSettings(interval_s=1.0, jitter=0.2)
             ),
         )
         self.task.restore(self.timeline.start.manifest)
         self.counts = self.task.backend.value_state("count")
 
-    def process(self, words: Sequence[str]) -> None:
-        for word, n in Counter(words).items():
-            self.counts.set(word, (self.counts.get(word) or 0) + n)
+    @staticmethod
+    def counting(words: Sequence[str]) -> BatchFn:
+        """The batch's changes: add each word's occurrences to its count."""
+        occurrences = Counter(words)
 
-    def checkpoint(self, batch_id: int) -> tuple[StoredManifest, float, int]:
+        def apply(ctx: TaskContext) -> None:
+            counts = ctx.backend.value_state("count")
+            for word, n in occurrences.items():
+                counts.set(word, (counts.get(word) or 0) + n)
+
+        return apply
+
+    def run_batch(self, batch_id: int, words: Sequence[str]) -> tuple[StoredManifest, float, int]:
+        """Count ``words`` and checkpoint the batch: task core, manifest, completion."""
         started = time.perf_counter()
         previous = self.timeline.latest()
-        states = self.task.checkpoint(self_contained=self.timeline.must_be_self_contained)
-        stored, _wait = self.timeline.commit(batch_id, states, engine={"batch_id": batch_id})
-        self.task.notify_checkpoint_complete(states)
+        ack = self.task.checkpoint(
+            self.counting(words),
+            checkpoint_id=batch_id,
+            self_contained=self.timeline.must_be_self_contained,
+        )
+        stored, _wait = self.timeline.commit(batch_id, ack.states, engine={"batch_id": batch_id})
+        self.task.notify_checkpoint_complete(ack.states)
         took = time.perf_counter() - started
-        return stored, took, _new_bytes(states, previous)
+        return stored, took, _new_bytes(ack.states, previous)
 
     def read_all(self) -> dict[str, int]:
         got = self.counts.get_many(WORDS)
@@ -96,7 +111,7 @@ class WordCountJob:
         self.timeline.close()
 
 
-def _new_bytes(states: dict[int, BucketState], previous: StoredManifest | None) -> int:
+def _new_bytes(states: Mapping[int, BucketState], previous: StoredManifest | None) -> int:
     seen = previous.manifest.uris() if previous else frozenset()
     total = 0
     for state in states.values():
@@ -119,9 +134,8 @@ def run(storage: str, batches: int) -> None:
     table = Table("batch", "words", "checkpoint ms", "bytes uploaded", "materialized")
     for batch_id in range(1, batches + 1):
         words = _batch(rng, 20_000)
-        job.process(words)
+        stored, took, uploaded = job.run_batch(batch_id, words)
         reference.update(words)
-        stored, took, uploaded = job.checkpoint(batch_id)
         snaps = sum(1 for s in stored.manifest.buckets.values() if s.snapshot is not None)
         table.add_row(
             str(batch_id),
@@ -144,8 +158,7 @@ def run(storage: str, batches: int) -> None:
 
     # 3. Crash in the middle of a checkpoint: uploads happen, the manifest never does.
     words = _batch(rng, 20_000)
-    job.process(words)
-    job.task.checkpoint()
+    job.task.checkpoint(job.counting(words), checkpoint_id=batches + 1)
     job.close(crash=True)
     console.print("[yellow]crash[/yellow]: changelog uploaded, manifest not written")
     job = WordCountJob(resolver, root, "wordcount", epoch=2)
@@ -163,8 +176,7 @@ def run(storage: str, batches: int) -> None:
     )
     _check(job2.read_all(), sp_counts, "counts restored from the savepoint")
     words = _batch(rng, 20_000)
-    job2.process(words)
-    stored, took, uploaded = job2.checkpoint(batches + 1)
+    stored, took, uploaded = job2.run_batch(batches + 1, words)
     lineage = stored.manifest.restored_from
     released = lineage is not None and lineage.released
     console.print(

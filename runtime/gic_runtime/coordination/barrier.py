@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gic_runtime.coordination.task import TaskSettings
+from gic_runtime.coordination.settings import TaskSettings
 from gic_runtime.errors import ConfigurationError, FormatError
 from gic_runtime.handles import BucketState
 

@@ -1,33 +1,36 @@
-"""Executor side of a micro-batch: run one state task against its barrier.
+"""The task core: run one state task of a micro-batch against its barrier.
 
-:func:`run_task` runs task ``i`` of a :class:`~gic_runtime.coordination.barrier.Barrier`
-in the calling thread, in whichever Python worker process Spark chose:
+:func:`execute` is THE way the core runs a task, whoever drives it: Spark's stateful
+stage calls :func:`run_task` (which takes this process's cached
+:class:`~gic_runtime.coordination.executor_cache.ExecutorEntry`), and the in-process
+:class:`~gic_runtime.coordination.task.StateTask` calls :func:`execute` with an entry of
+its own. For task ``i`` of a :class:`~gic_runtime.coordination.barrier.Barrier`, in the
+calling thread:
 
-1. take this process's cached backend for the task's bucket range
-   (:mod:`~gic_runtime.coordination.executor_cache`);
-2. lock the range's buckets machine-wide (:mod:`~gic_runtime.coordination.bucket_locks`)
+1. lock the range's buckets machine-wide (:mod:`~gic_runtime.coordination.bucket_locks`)
    until the ack is built, so two attempts of a task never interleave on a bucket;
-3. bring every bucket to the expected lineage: import a canonical savepoint, or reuse
-   the executor-local LMDB copy when its ``(seq, token)`` matches and restore from
-   storage otherwise;
-4. adopt background snapshots that fit the lineage
+2. bring every bucket to the expected lineage (:func:`restore_lineage`): import a
+   canonical savepoint, or reuse the executor-local copy when its ``(seq, token)``
+   matches and restore from storage otherwise;
+3. adopt background snapshots that fit the lineage
    (:mod:`~gic_runtime.coordination.local_materialization`);
-5. run the callback and stage its output tables as one Parquet file
+4. run the callback and stage its output tables as one Parquet file
    (:mod:`~gic_runtime.coordination.staging`);
-6. (self-contained barriers: snapshot every non-empty bucket first) make every change
+5. (self-contained barriers: snapshot every non-empty bucket first) make every change
    durable, then record the new lineage in the local copy so any worker may reuse it;
-7. start due background materializations, unlock, and answer with a
+6. start due background materializations, unlock, and answer with a
    :class:`~gic_runtime.coordination.barrier.TaskAck`.
 
 Invariants: correctness never depends on placement -- the local copy is used only
 when its lineage metadata equals the expected state, and any data change removes that
 metadata (atomically), so a failed or concurrent attempt's leftovers are rebuilt from
 storage. The ack names only objects durable before it is returned. On any exception
-the pending local writes are committed without metadata, the locks are released, the
-cached backend is dropped, and the exception propagates.
+the pending local writes are committed without metadata, the locks are released, and
+the exception propagates (:func:`run_task` also drops the cached entry).
 
 Thread-safety: a task runs entirely on the calling thread; tasks of one bucket are
-serialized by the bucket locks (across processes and threads).
+serialized by the bucket locks (across processes and threads) and tasks of one entry by
+its lock.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from gic_runtime.coordination.local_materialization import (
     wait_local_materializations,
 )
 from gic_runtime.coordination.staging import OutputStager
-from gic_runtime.errors import UploadError
+from gic_runtime.errors import StateError, UploadError
 from gic_runtime.handles import BucketState, SnapshotHandle
 from gic_runtime.layout import new_snapshot_uri
 from gic_runtime.savepoint.canonical import restore_from_canonical
@@ -74,8 +77,10 @@ __all__ = [
     "ProcessFn",
     "TaskContext",
     "close_local_executor",
+    "execute",
     "expected_states",
     "local_stats",
+    "restore_lineage",
     "run_task",
     "wait_local_materializations",
 ]
@@ -126,11 +131,35 @@ def run_task(
     *,
     output_schema: pa.Schema | None = None,
 ) -> TaskAck:
-    """Run task ``task_index`` of ``barrier`` (see the module docstring) and return its
-    ack. ``output_schema`` (a ``pyarrow.Schema``) fixes the staged file's columns."""
+    """Run task ``task_index`` of ``barrier`` on this process's cached entry for its
+    range (:func:`execute`) and return its ack; after a failure the entry is dropped, so
+    the next task builds a fresh one. ``output_schema`` (a ``pyarrow.Schema``) fixes the
+    staged file's columns."""
+    entry = entry_for(barrier, task_index)
+    try:
+        return execute(entry, barrier, task_index, process, output_schema=output_schema)
+    except BaseException:
+        discard(entry)
+        raise
+
+
+def execute(
+    entry: ExecutorEntry,
+    barrier: Barrier,
+    task_index: int,
+    process: ProcessFn,
+    *,
+    output_schema: pa.Schema | None = None,
+) -> TaskAck:
+    """The task core (see the module docstring): run task ``task_index`` of ``barrier``
+    on ``entry``, whose backend must own exactly the task's buckets, and return its ack."""
     began = time.perf_counter()
     owned = barrier.bucket_range(task_index)
-    entry = entry_for(barrier, task_index)
+    if entry.backend.bucket_range != owned:
+        raise StateError(
+            f"task {task_index} of the barrier owns buckets [{owned.start}, {owned.stop}), "
+            f"the entry [{entry.backend.bucket_range.start}, {entry.backend.bucket_range.stop})"
+        )
     with BucketLocks(entry.paths.locks, owned), entry.lock:
         try:
             return _run_locked(
@@ -142,14 +171,33 @@ def run_task(
                 began=began,
             )
         except BaseException:
-            _abandon(entry)
+            _flush_after_failure(entry)
             raise
 
 
-def _abandon(entry: ExecutorEntry) -> None:
+def restore_lineage(
+    backend: KeyedStateBackend,
+    resolver: StoreResolver,
+    expected: Mapping[int, BucketState],
+    canonical_source: str | None = None,
+) -> RestoreSummary:
+    """Bring every bucket of ``backend`` to the expected lineage (step 2): import the
+    canonical savepoint at ``canonical_source`` into a fresh lineage, or restore to
+    ``expected`` (a bucket whose local copy carries the expected ``(seq, token)`` is
+    reused without reading storage)."""
+    if canonical_source is None:
+        return backend.restore(expected, resolver)
+    restore_from_canonical(backend, canonical_source, resolver)
+    imported = tuple(b for b in backend.bucket_range if backend.seq(b) > 0)
+    return RestoreSummary(
+        restored=imported,
+        empty=tuple(b for b in backend.bucket_range if b not in imported),
+    )
+
+
+def _flush_after_failure(entry: ExecutorEntry) -> None:
     """After a failure: commit pending local writes (they removed the lineage metadata,
-    so the next attempt rebuilds from storage) and drop the cached backend."""
-    discard(entry)
+    so the next attempt rebuilds from storage)."""
     try:
         entry.backend.store.flush()
     except Exception as exc:  # the original error matters more
@@ -174,29 +222,23 @@ def _run_locked(
         barrier.epoch,
         resolver,
         settings.materialization,
+        clock=entry.clock,
+        pool=entry.pool,
     )
 
     note_attempt(scope)
 
-    # 3. the expected lineage
+    # 2. the expected lineage
     expected = barrier.expected_for(task_index)
-    if barrier.canonical_source is not None:
-        restore_from_canonical(backend, barrier.canonical_source, resolver)
-        imported = tuple(b for b in backend.bucket_range if backend.seq(b) > 0)
-        summary = RestoreSummary(
-            restored=imported,
-            empty=tuple(b for b in backend.bucket_range if b not in imported),
-        )
-    else:
-        summary = backend.restore(expected, resolver)
+    summary = restore_lineage(backend, resolver, expected, barrier.canonical_source)
     start_seq = {b: s.seq for b, s in expected.items()}
 
-    # 4. background snapshots that fit
+    # 3. background snapshots that fit
     adopted: list[int] = []
     if not barrier.self_contained and barrier.canonical_source is None:
         adopted = adopt_materializations(scope, backend, expected)
 
-    # 5. the batch
+    # 4. the batch
     ctx = TaskContext(barrier, task_index, backend.bucket_range, backend)
     stager = OutputStager(barrier.staging_uri, task_index, resolver, output_schema)
     processing = time.perf_counter()
@@ -209,7 +251,7 @@ def _run_locked(
         raise
     processed = time.perf_counter()
 
-    # 6. durability
+    # 5. durability
     snapshots: list[SnapshotHandle] = []
     if barrier.self_contained:
         snapshots = _materialize_all(backend, resolver, barrier)
@@ -228,7 +270,7 @@ def _run_locked(
     backend.take_unreferenced_snapshots()  # never deleted here: see local_materialization
     durable = time.perf_counter()
 
-    # 7. background materializations, then the ack
+    # 6. background materializations, then the ack
     started = start_due_materializations(scope, backend, states)
     stats = TaskStats(
         rows_in=ctx.rows_in,

@@ -38,13 +38,16 @@ from pathlib import Path
 
 from gic_runtime.changelog.uploader import HedgingUploader, UploaderSettings, UploadResult
 from gic_runtime.changelog.writer import BatchingChangelogWriter
+from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.coordination.executor_env import resolve_local_dir
-from gic_runtime.coordination.local_materialization import (
+from gic_runtime.coordination.local_jobs import (
+    MaterializationPool,
+    process_pool,
     shutdown_local_materializations,
     wait_local_materializations,
 )
-from gic_runtime.coordination.task import TaskSettings
+from gic_runtime.coordination.settings import TaskSettings
 from gic_runtime.errors import FencedError
 from gic_runtime.layout import new_segment_uri, validate_id
 from gic_runtime.state.backend import KeyedStateBackend
@@ -84,14 +87,19 @@ class LocalPaths:
         return self.job / "materialized"
 
 
-_EntryKey = tuple[str, str, str, int, int, int]
+EntryKey = tuple[str, str, str, int, int, int]
+"""(local job directory, root, job, epoch, first bucket, end bucket)."""
 
 
 @dataclass(eq=False)
 class ExecutorEntry:
-    """The keyed state of one bucket range for one attempt, in this process."""
+    """The keyed state of one bucket range for one attempt, and what the task core
+    (:func:`~gic_runtime.coordination.executor.execute`) runs it with: the local
+    directory, the materialization pool and the clock of background materialization.
+    The executor's entries come from this cache (process pool, system clock); an
+    in-process :class:`~gic_runtime.coordination.task.StateTask` builds its own."""
 
-    key: _EntryKey
+    key: EntryKey
     settings: TaskSettings
     paths: LocalPaths
     resolver: StoreResolver
@@ -99,6 +107,8 @@ class ExecutorEntry:
     writer: BatchingChangelogWriter
     backend: KeyedStateBackend
     lock: threading.Lock = field(default_factory=threading.Lock)
+    clock: Clock = field(default_factory=SystemClock)
+    pool: MaterializationPool = field(default_factory=process_pool)
 
 
 class _Cache:
@@ -107,7 +117,7 @@ class _Cache:
         self.resolvers: dict[str, StoreResolver] = {}
         self.uploaders: dict[tuple[str, str, int], HedgingUploader] = {}
         self.stores: dict[tuple[str, int, int], LmdbStore] = {}
-        self.entries: dict[_EntryKey, ExecutorEntry] = {}
+        self.entries: dict[EntryKey, ExecutorEntry] = {}
         self.newest_epoch: dict[tuple[str, str], int] = {}
 
 
@@ -131,7 +141,7 @@ def entry_for(barrier: Barrier, task_index: int) -> ExecutorEntry:
     """The cached entry for task ``task_index`` of ``barrier`` (created on first use)."""
     owned = barrier.bucket_range(task_index)
     paths = local_paths(barrier)
-    key: _EntryKey = (
+    key: EntryKey = (
         str(paths.job),
         barrier.root,
         barrier.job_id,
@@ -235,7 +245,7 @@ def _uploader(
 
 
 def _build(
-    cache: _Cache, barrier: Barrier, key: _EntryKey, paths: LocalPaths, owned: range
+    cache: _Cache, barrier: Barrier, key: EntryKey, paths: LocalPaths, owned: range
 ) -> ExecutorEntry:
     settings = barrier.settings
     resolver = _resolver(cache, barrier.root)

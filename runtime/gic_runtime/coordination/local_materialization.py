@@ -3,12 +3,15 @@
 Any Python worker of an executor may run a bucket's next task, so a snapshot uploaded
 in the background by one process must be usable by another. The hand-over is the
 per-bucket :mod:`~gic_runtime.coordination.materialization_record` file next to the
-executor-local state copy.
+executor-local state copy. This is the only materialization scheduler of the core: the
+in-process :class:`~gic_runtime.coordination.task.StateTask` runs the same task core
+(:func:`~gic_runtime.coordination.executor.execute`) and so the same code.
 
 After a task's checkpoint (:func:`start_due_materializations`), on the task thread:
 
-* a bucket is *due* (:func:`_due`) when it changed beyond its base and beyond its newest
-  record, and either
+* a bucket is *due* (:func:`_due`, the rules of
+  :func:`~gic_runtime.materialization.scheduler.due`) when it changed beyond its base
+  and beyond its newest record, and either
   - by *growth*: its changelog since its effective base (the newest record that fits the
     lineage, else the state's snapshot) reached ``max_sections`` handles or
     ``changelog_ratio`` x that snapshot's size in bytes (at least
@@ -16,48 +19,53 @@ After a task's checkpoint (:func:`start_due_materializations`), on the task thre
   - by *time*: ``now - record.time >= interval_s * (1 +/- jitter)`` (the jitter is
     derived from the bucket and the record's time, so every process computes the same
     due time); without a record of this attempt the first due time is spread over one
-    interval by a deterministic offset of the bucket, counted from when this process
-    first saw the attempt;
+    interval by a deterministic offset of the bucket, counted from when the pool first
+    saw the attempt;
 * at most one materialization per bucket runs across processes: an ``O_EXCL`` marker
   file ``bucket-NNNNN.inflight`` (a marker older than 10 minutes is stale: its process
   died; a job refreshes a bucket's marker when it starts that bucket);
 * keeping up with growth (docs/architecture.md §13.5): the growth-due buckets of the
   task go into *one growth job* that snapshots them one after the other, highest growth
-  pressure first. Each task range has its own growth lane per process: a growth job
-  starts whenever none of this range runs in this process, whatever ``max_in_flight``
+  pressure first. Each task range has its own growth lane per pool: a growth job
+  starts whenever none of this range runs in the pool, whatever ``max_in_flight``
   says. Time-due buckets start one per job while fewer than ``max_in_flight`` jobs
-  (growth jobs included) run in this process. A job uploads one snapshot at a time, so
-  a process uploads at most ``max_in_flight`` + (ranges it serves) snapshots at once;
+  (growth jobs included) run in the pool. A job uploads one snapshot at a time, so
+  a pool uploads at most ``max_in_flight`` + (ranges it serves) snapshots at once;
   and one start serves the range's whole growth backlog, so with every bucket gaining a
   section per batch, a bucket's count exceeds ``max_sections`` by at most the batches
   until the range's running growth job ends plus those its own job takes before it;
 * the views (LMDB read transactions, consistent with the lineage metadata just set)
-  are taken on the task thread and the uploads run on this process's background pool;
-  each success writes its record, and every marker is removed when its bucket is done.
+  are taken on the task thread and the uploads run on the pool
+  (:class:`~gic_runtime.coordination.local_jobs.MaterializationPool`: one per executor
+  process, one per in-process ``StateTask``); each success writes its record, and every
+  marker is removed when its bucket is done.
 
 Before the next task processes (:func:`adopt_materializations`), a record whose
 snapshot fits the expected lineage (``materialization_record.usable_for``) and still
 exists becomes the bucket's base.
 
-Failures are logged and counted, never raised into a later task; a failed bucket waits
-``retry_delay_s`` (in this process) before it is tried again. A process that dies
-mid-upload leaves a stale marker and maybe an orphan snapshot (the job's orphan sweep
-deletes it). Snapshots never adopted are not deleted here: another process may still
-adopt them, and a manifest may already reference them.
+Time is a seam: due times, retry deadlines, record times and adoption ages use the
+scope's :class:`~gic_runtime.clock.Clock` (``wall()``; the system clock by default), so
+tests move time by hand. Only marker staleness uses the file system's clock.
 
-Thread-safety: every public function may be called from any thread; the process-wide
-state is guarded by one condition variable. A process created by ``fork`` starts with
-empty state (inherited background threads do not exist in the child).
+Failures are logged and counted, never raised into a later task; a failed bucket waits
+``retry_delay_s`` (in its pool) before it is tried again, and beyond
+``max_consecutive_failures`` in a row each failure is logged as an error. A process that
+dies mid-upload leaves a stale marker and maybe an orphan snapshot (the job's orphan
+sweep deletes it). Snapshots never adopted are not deleted here: another process may
+still adopt them, and a manifest may already reference them.
+
+Thread-safety: every public function may be called from any thread; a pool's state is
+guarded by its condition variable. A process created by ``fork`` starts with an empty
+process pool (inherited background threads do not exist in the child).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -65,10 +73,10 @@ from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
 from gic_runtime.coordination.local_jobs import (
     JobItem,
     LocalMaterializationStats,
+    MaterializationPool,
     MaterializationScope,
-    ProcessState,
     local_stats,
-    process_state,
+    process_pool,
     shutdown_local_materializations,
     submit_job,
     wait_local_materializations,
@@ -80,7 +88,7 @@ from gic_runtime.coordination.materialization_record import (
 )
 from gic_runtime.errors import FormatError, GICError
 from gic_runtime.handles import BucketState, SnapshotHandle
-from gic_runtime.materialization.growth import growth_pressure
+from gic_runtime.materialization.scheduler import Due, Newest, due
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.storage.uri import StoreResolver
 
@@ -88,10 +96,12 @@ __all__ = [
     "MARKER_STALE_S",
     "Due",
     "LocalMaterializationStats",
+    "MaterializationPool",
     "MaterializationScope",
     "adopt_materializations",
     "local_stats",
     "note_attempt",
+    "process_pool",
     "shutdown_local_materializations",
     "start_due_materializations",
     "wait_local_materializations",
@@ -100,31 +110,19 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 MARKER_STALE_S: Final = 600.0
-"""A marker this old (seconds) belongs to a process that died mid-upload."""
-
-
-@dataclass(frozen=True, slots=True)
-class Due:
-    """Why a bucket is due: ``pressure`` is its changelog growth pressure
-    (:func:`~gic_runtime.materialization.growth.growth_pressure`); at least 1.0 means
-    due by growth, below that the bucket is due by time."""
-
-    pressure: float
-
-    @property
-    def by_growth(self) -> bool:
-        return self.pressure >= 1.0
+"""A marker this old (seconds, by the file system's clock) belongs to a process that died
+mid-upload."""
 
 
 # --- public API --------------------------------------------------------------------------
 
 
 def note_attempt(scope: MaterializationScope) -> None:
-    """Remember when this process first saw the attempt (first due times count from
+    """Remember when the scope's pool first saw the attempt (first due times count from
     there); call at the start of every task."""
-    p = process_state()
-    with p.cond:
-        p.anchors.setdefault((str(scope.directory), scope.epoch), time.time())
+    pool = scope.pool
+    with pool.cond:
+        pool.anchors.setdefault((str(scope.directory), scope.epoch), scope.clock.wall())
 
 
 def adopt_materializations(
@@ -132,8 +130,8 @@ def adopt_materializations(
 ) -> list[int]:
     """Make every usable record's snapshot the base of its bucket (call on the task
     thread right after the backend was restored to ``expected``). A record older than
-    :data:`~gic_runtime.checkpoint.live_sweep.ADOPTION_MAX_AGE_S` (by this executor's
-    clock, which wrote it) is never adopted: the driver's live sweep may have deleted its
+    :data:`~gic_runtime.checkpoint.live_sweep.ADOPTION_MAX_AGE_S` (by the scope's clock,
+    the one that wrote it) is never adopted: the driver's live sweep may have deleted its
     snapshot. Returns the buckets."""
     adopted: list[int] = []
     for bucket in backend.bucket_range:
@@ -143,7 +141,7 @@ def adopt_materializations(
             record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch
         ):
             continue
-        if time.time() - record.time > ADOPTION_MAX_AGE_S:
+        if scope.clock.wall() - record.time > ADOPTION_MAX_AGE_S:
             continue  # the live sweep may delete it by now (checkpoint.live_sweep)
         if not _exists(scope.resolver, record.snapshot):
             continue
@@ -160,47 +158,46 @@ def start_due_materializations(
     """Start background materializations of the due buckets among ``states`` (the states
     the task just checkpointed and marked persisted): one growth job with every
     growth-due bucket (highest pressure first) unless this range's growth lane is busy,
-    then one job per time-due bucket (in bucket order) while this process runs fewer
-    than ``max_in_flight`` jobs. Returns how many buckets started."""
-    p = process_state()
+    then one job per time-due bucket (in bucket order) while the pool runs fewer than
+    ``max_in_flight`` jobs. Returns how many buckets started."""
+    pool = scope.pool
     s = scope.settings
-    now = time.time()
+    now = scope.clock.wall()
     directory = str(scope.directory)
     lane = (directory, backend.bucket_range.start, backend.bucket_range.stop)
-    with p.cond:
-        anchor = p.anchors.setdefault((directory, scope.epoch), now)
-        lane_free = lane not in p.growth_lanes
-        if not lane_free and p.in_flight >= s.max_in_flight:
+    with pool.cond:
+        anchor = pool.anchors.setdefault((directory, scope.epoch), now)
+        lane_free = lane not in pool.growth_lanes
+        if not lane_free and pool.in_flight >= s.max_in_flight:
             return 0
-        waiting = {b for (d, b), t in p.retry_at.items() if d == directory and t > now}
+        waiting = {b for (d, b), t in pool.retry_at.items() if d == directory and t > now}
     growth: list[tuple[float, int]] = []
     timed: list[int] = []
     for bucket in sorted(states):
         state = states[bucket]
         if state.seq <= state.base or backend.seq(bucket) != state.seq or bucket in waiting:
             continue
-        due = _due(scope, bucket, state, now, anchor)
-        if due is not None and due.by_growth:
-            growth.append((-due.pressure, bucket))
-        elif due is not None:
+        reason = _due(scope, bucket, state, now, anchor)
+        if reason is not None and reason.by_growth:
+            growth.append((-reason.pressure, bucket))
+        elif reason is not None:
             timed.append(bucket)
     started = 0
     if growth and lane_free:
-        taken = _take(p, scope, backend, [b for _, b in sorted(growth)], states)
-        if taken and submit_job(p, scope, taken, lane):
+        taken = _take(scope, backend, [b for _, b in sorted(growth)], states)
+        if taken and submit_job(scope, taken, lane):
             started += len(taken)
     for bucket in timed:
-        with p.cond:
-            if p.in_flight >= s.max_in_flight:
+        with pool.cond:
+            if pool.in_flight >= s.max_in_flight:
                 break
-        taken = _take(p, scope, backend, [bucket], states)
-        if taken and submit_job(p, scope, taken):
+        taken = _take(scope, backend, [bucket], states)
+        if taken and submit_job(scope, taken):
             started += len(taken)
     return started
 
 
 def _take(
-    p: ProcessState,
     scope: MaterializationScope,
     backend: KeyedStateBackend,
     buckets: list[int],
@@ -215,36 +212,19 @@ def _take(
             if not _take_marker(marker):
                 continue
         except OSError as exc:
-            _failed_to_start(p, scope, bucket, exc)
+            scope.pool.note_failure(scope, bucket, exc)
             continue
         try:
             view = backend.materialization_view(bucket)
         except (GICError, OSError) as exc:
             marker.unlink(missing_ok=True)
-            _failed_to_start(p, scope, bucket, exc)
+            scope.pool.note_failure(scope, bucket, exc)
             continue
         taken.append(JobItem(view, states[bucket].token, marker))
     return taken
 
 
-def _failed_to_start(
-    p: ProcessState, scope: MaterializationScope, bucket: int, exc: Exception
-) -> None:
-    """Count and log a materialization that could not start; the task goes on (its
-    checkpoint is durable, and state stays correct without materialization)."""
-    _log.warning("could not start materializing bucket %d of job %s: %s", bucket, scope.job_id, exc)
-    with p.cond:
-        p.failed += 1
-        p.retry_at[(str(scope.directory), bucket)] = time.time() + scope.settings.retry_delay_s
-
-
 # --- scheduling --------------------------------------------------------------------------
-
-
-def _unit(*parts: object) -> float:
-    """A deterministic number in ``[0, 1)`` from ``parts`` (the same in every process)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64
 
 
 def _read(scope: MaterializationScope, bucket: int) -> MaterializationRecord | None:
@@ -258,36 +238,18 @@ def _read(scope: MaterializationScope, bucket: int) -> MaterializationRecord | N
 def _due(
     scope: MaterializationScope, bucket: int, state: BucketState, now: float, anchor: float
 ) -> Due | None:
-    """Whether ``bucket`` at ``state`` is due (see the module docstring), and how urgent
-    its growth is; ``None`` when not due."""
-    s = scope.settings
+    """Whether ``bucket`` at ``state`` is due (:func:`~gic_runtime.materialization.scheduler.due`
+    with the bucket's newest record of this attempt); ``None`` when not due."""
     record = _read(scope, bucket)
-    if record is not None and (record.root, record.job_id, record.epoch) != (
+    newest: Newest | None = None
+    if record is not None and (record.root, record.job_id, record.epoch) == (
         scope.root,
         scope.job_id,
         scope.epoch,
-    ):
-        record = None  # another attempt's record: schedule afresh
-    fits = record is not None and usable_for(
-        record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch
-    )
-    if record is not None and fits:
-        if record.seq >= state.seq:
-            return None  # nothing changed since the newest snapshot
-        base = record.seq  # the bucket's next task adopts this snapshot
-        size: int | None = record.snapshot.size
-    else:
-        base = state.base
-        size = state.snapshot.size if state.snapshot is not None else None
-    due = Due(growth_pressure(state.changelog, base, size, s))
-    if due.by_growth:
-        return due
-    if record is None:
-        timed = now - anchor >= s.interval_s * _unit(scope.job_id, bucket, "first")
-    else:
-        factor = 1.0 + s.jitter * (2.0 * _unit(scope.job_id, bucket, record.time) - 1.0)
-        timed = now - record.time >= s.interval_s * factor
-    return due if timed else None
+    ):  # another attempt's record does not count: schedule afresh
+        fits = usable_for(record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch)
+        newest = Newest(record.seq, record.snapshot.size, record.time, fits)
+    return due(scope.settings, scope.job_id, state, newest, now=now, anchor=anchor)
 
 
 def _exists(resolver: StoreResolver, handle: SnapshotHandle) -> bool:
@@ -306,7 +268,9 @@ def _marker_path(directory: Path, bucket: int) -> Path:
 
 
 def _take_marker(marker: Path) -> bool:
-    """Create ``marker`` exclusively; a stale one (dead process) is replaced once."""
+    """Create ``marker`` exclusively; a stale one (dead process) is replaced once. Ages
+    are judged by the file system's clock: markers coordinate processes, whatever clock
+    schedules them."""
     marker.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(2):
         try:

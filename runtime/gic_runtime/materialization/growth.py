@@ -11,10 +11,10 @@ ending after the snapshot's seq) reaches either limit of
   never less than ``changelog_floor_bytes`` (the floor alone without a snapshot), so
   tiny buckets do not churn.
 
-:func:`growth_pressure` is the larger of the two fractions; ``>= 1`` means due. Both
-schedulers (the in-process :class:`~gic_runtime.materialization.scheduler.Materializer`
-and the executor's :mod:`~gic_runtime.coordination.local_materialization`) use it and
-serve growth-due buckets highest pressure first (docs/architecture.md §7).
+:func:`growth_pressure` is the larger of the two fractions; ``>= 1`` means due. The
+scheduler (:func:`~gic_runtime.materialization.scheduler.due`) uses it, and
+:mod:`~gic_runtime.coordination.local_materialization` serves growth-due buckets highest
+pressure first (docs/architecture.md §7).
 
 Thread-safety: pure functions.
 """

@@ -3,9 +3,10 @@
 Spark's ``repartition(n, col)`` sends a row to partition ``pmod(murmur3(col), n)``.
 To make partition ``i`` hold exactly the rows of task ``i``'s buckets, each row gets a
 *partition key*: an integer chosen (once per job start, with Spark's own Murmur3 hash
-computed here, :func:`spark_int_hash`) so that its hash lands in partition ``i``. Bucket and task follow the runtime's rules
-(:func:`~gic_runtime.state.keys.bucket_for` equals Spark's
-``pmod(xxhash64(key), B)``; :func:`~gic_runtime.coordination.barrier.task_of_bucket`).
+computed here, :func:`spark_int_hash`) so that its hash lands in partition ``i``.
+Bucket and task follow the runtime's rules (:func:`~gic_runtime.state.keys.bucket_for`
+equals Spark's ``pmod(xxhash64(key), B)``;
+:func:`~gic_runtime.coordination.barrier.task_of_bucket`).
 
 Invariant: for every row, ``partition == task_of_bucket(bucket)``; the task verifies it
 (:func:`gic_runtime.processing.bucket_column_ok`) and fails loudly otherwise.

@@ -13,6 +13,7 @@ from gic_operator.storage_view import JobStorage, open_job_storage, resolver_for
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
+from gic_runtime.coordination.executor import TaskContext
 from gic_runtime.errors import ConfigurationError, RestoreError
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import JobState, JobStatus, status_uri, write_status
@@ -20,6 +21,13 @@ from gic_runtime.storage import StoreResolver
 
 BUCKETS = 2
 JOB = "prod.wc"
+
+
+def count(ctx: TaskContext) -> None:
+    """One batch of the keyed count: every key's count += 1."""
+    counts = ctx.backend.value_state("count")
+    for key in range(5):
+        counts.set(f"k{key}", (counts.get(f"k{key}") or 0) + 1)
 
 
 def run_job(
@@ -33,7 +41,6 @@ def run_job(
         root=storage.root,
         job_id=job_id,
         epoch=1,
-        bucket_range=range(BUCKETS),
         num_buckets=BUCKETS,
         store=InMemoryStore(),
         resolver=storage.resolver,
@@ -42,12 +49,9 @@ def run_job(
     written = []
     try:
         task.restore(timeline.start.manifest)
-        counts = task.backend.value_state("count")
         for n, batch in enumerate(batches):
-            for key in range(5):
-                counts.set(f"k{key}", (counts.get(f"k{key}") or 0) + 1)
             full = timeline.must_be_self_contained or (restore is None and n == 0)
-            states = task.checkpoint(self_contained=full)
+            states = task.checkpoint(count, checkpoint_id=batch, self_contained=full).states
             stored, wait = timeline.commit(batch, states, engine={"batch": batch})
             wait()
             task.notify_checkpoint_complete(states)

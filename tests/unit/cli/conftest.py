@@ -18,6 +18,7 @@ from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.cli import app
 from gic_runtime.control import ControlChannel
 from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
+from gic_runtime.coordination.executor import TaskContext
 from gic_runtime.coordination.savepoints import serve_request
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import JobState, JobStatus, write_status
@@ -61,7 +62,6 @@ class TestingStorage:
             root=self.root,
             job_id=job_id,
             epoch=epoch,
-            bucket_range=range(BUCKETS),
             num_buckets=BUCKETS,
             store=InMemoryStore(),
             resolver=self.resolver,
@@ -70,12 +70,15 @@ class TestingStorage:
         stored: list[StoredManifest] = []
         try:
             task.restore(timeline.start.manifest)
-            counts = task.backend.value_state("count")
             for n, batch_id in enumerate(batch_ids):
-                for k in range(20):
-                    counts.set(f"k{k}", (counts.get(f"k{k}") or 0) + batch_id)
+
+                def count(ctx: TaskContext, batch_id: int = batch_id) -> None:
+                    counts = ctx.backend.value_state("count")
+                    for k in range(20):
+                        counts.set(f"k{k}", (counts.get(f"k{k}") or 0) + batch_id)
+
                 full = timeline.must_be_self_contained or (first_self_contained and n == 0)
-                states = task.checkpoint(self_contained=full)
+                states = task.checkpoint(count, checkpoint_id=batch_id, self_contained=full).states
                 manifest, wait = timeline.commit(batch_id, states, engine={"batch": batch_id})
                 wait()
                 task.notify_checkpoint_complete(states)

@@ -8,7 +8,10 @@ from hypothesis import strategies as st
 from gic_runtime.coordination.assignment import assign, moved_tasks
 
 _names = st.lists(
-    st.integers(0, 30).map(lambda i: f"executor_10.0.0.{i}_{i}"), min_size=1, max_size=8, unique=True
+    st.integers(0, 30).map(lambda i: f"executor_10.0.0.{i}_{i}"),
+    min_size=1,
+    max_size=8,
+    unique=True,
 )
 _tasks = st.integers(0, 40)
 
@@ -40,7 +43,9 @@ def test_nothing_moves_while_the_executors_stay(live: list[str], n: int) -> None
 
 
 @given(live=_names, n=_tasks, data=st.data())
-def test_losing_an_executor_moves_only_its_tasks(live: list[str], n: int, data: st.DataObject) -> None:
+def test_losing_an_executor_moves_only_its_tasks(
+    live: list[str], n: int, data: st.DataObject
+) -> None:
     before = assign(None, live, n)
     if len(live) < 2:
         return

@@ -1,7 +1,8 @@
-"""End to end on a real S3 server: executor tasks (StateTask) and the driver's timeline
-(CheckpointTimeline) checkpoint keyed state to SeaweedFS through a fault-injecting proxy,
-then fresh tasks restore it. Every scenario compares restored state with a reference
-model the test keeps beside the real state.
+"""End to end on a real S3 server: executor tasks (StateTask, running the task core of
+Spark's executors) and the driver's timeline (CheckpointTimeline) checkpoint keyed state
+to SeaweedFS through a fault-injecting proxy, then fresh tasks restore it. Every
+scenario compares restored state with a reference model the test keeps beside the real
+state; the model takes a batch's changes only once its checkpoint is committed.
 
 The S3 client makes one attempt per request (botocore retries off), so every injected
 fault reaches the runtime's own retry and hedging policy. Faults target changelog
@@ -14,9 +15,8 @@ landed must count as success, not as a name collision.
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -28,9 +28,12 @@ from gic_runtime.checkpoint.catalog import list_checkpoints, read_manifest
 from gic_runtime.checkpoint.manifest import Manifest, RestoreMode, StoredManifest
 from gic_runtime.clock import Clock
 from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
+from gic_runtime.coordination.executor import TaskContext
 from gic_runtime.errors import CorruptFileError, ManifestExistsError, UploadError
+from gic_runtime.handles import BucketState
 from gic_runtime.layout import job_dir, savepoint_dir
-from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.materialization import MaterializationSettings
+from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.s3 import S3ObjectStore
@@ -54,9 +57,41 @@ FAST_UPLOADER = UploaderSettings(
     tick_s=0.01,
 )
 FAKE_TIME_MATERIALIZATION = MaterializationSettings(
-    interval_s=MAT_INTERVAL, jitter=0.0, max_in_flight=2, seed=7
+    interval_s=MAT_INTERVAL, jitter=0.0, max_in_flight=NUM_BUCKETS, max_sections=10_000
 )
+"""Only the (fake) clock makes buckets due, and every due bucket of a task starts at once."""
+WAIT = 60.0
 SMALL_SEGMENTS = WriterSettings(preemptive_upload_bytes=8 * 1024)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One random state change: ``kind`` on ``key`` (``value``, ``user_key`` as needed)."""
+
+    kind: str
+    key: str
+    value: int
+    user_key: int
+    padding: int
+
+    def apply(self, backend: KeyedStateBackend) -> None:
+        kind, key, value, user_key = self.kind, self.key, self.value, self.user_key
+        if kind == "set":
+            backend.value_state("v").set(key, [value, "x" * self.padding])
+        elif kind == "clear":
+            backend.value_state("v").clear(key)
+        elif kind == "put":
+            backend.map_state("m").put(key, user_key, value)
+        elif kind == "remove":
+            backend.map_state("m").remove(key, user_key)
+        elif kind == "clear_map":
+            backend.map_state("m").clear(key)
+        elif kind == "append":
+            backend.list_state("l").append(key, value)
+        elif kind == "extend":
+            backend.list_state("l").extend(key, [value, -value])
+        else:
+            backend.list_state("l").clear(key)
 
 
 class TestingModel:
@@ -68,6 +103,25 @@ class TestingModel:
         self.values: dict[str, Any] = {}
         self.maps: dict[str, dict[int, Any]] = {}
         self.lists: dict[str, list[Any]] = {}
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        for c in changes:
+            if c.kind == "set":
+                self.values[c.key] = [c.value, "x" * c.padding]
+            elif c.kind == "clear":
+                self.values.pop(c.key, None)
+            elif c.kind == "put":
+                self.maps.setdefault(c.key, {})[c.user_key] = c.value
+            elif c.kind == "remove":
+                self.maps.get(c.key, {}).pop(c.user_key, None)
+            elif c.kind == "clear_map":
+                self.maps.pop(c.key, None)
+            elif c.kind == "append":
+                self.lists.setdefault(c.key, []).append(c.value)
+            elif c.kind == "extend":
+                self.lists.setdefault(c.key, []).extend([c.value, -c.value])
+            else:
+                self.lists.pop(c.key, None)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -100,7 +154,8 @@ class TestingEnv:
     def task(
         self,
         epoch: int,
-        buckets: range = range(NUM_BUCKETS),
+        task_index: int = 0,
+        num_tasks: int = 1,
         *,
         job: str = JOB,
         clock: Clock | None = None,
@@ -111,7 +166,8 @@ class TestingEnv:
             root=self.root,
             job_id=job,
             epoch=epoch,
-            bucket_range=buckets,
+            task_index=task_index,
+            num_tasks=num_tasks,
             num_buckets=NUM_BUCKETS,
             store=InMemoryStore(),
             resolver=resolver or self.resolver,
@@ -199,42 +255,42 @@ def env(
 
 def owner(tasks: list[StateTask], key: str) -> StateTask:
     bucket = bucket_for(key, NUM_BUCKETS)
-    return next(t for t in tasks if bucket in t.backend.bucket_range)
+    return next(t for t in tasks if bucket in t.bucket_range)
 
 
-def run_batch(tasks: list[StateTask], model: TestingModel, rng: random.Random, ops: int) -> None:
-    """Random value/map/list changes, applied to the tasks and to the model alike."""
+_KINDS = [
+    (0.30, "set"),
+    (0.35, "clear"),
+    (0.55, "put"),
+    (0.60, "remove"),
+    (0.62, "clear_map"),
+    (0.85, "append"),
+    (0.95, "extend"),
+    (1.00, "clear_list"),
+]
+
+
+def random_changes(rng: random.Random, ops: int) -> list[Change]:
+    """Random value/map/list changes of one batch."""
+    out = []
     for _ in range(ops):
         key = f"k{rng.randrange(KEYS)}"
-        backend = owner(tasks, key).backend
-        value, kind, user_key = rng.randrange(10_000), rng.random(), rng.randrange(8)
-        if kind < 0.30:
-            payload = [value, "x" * rng.randrange(64)]
-            backend.value_state("v").set(key, payload)
-            model.values[key] = payload
-        elif kind < 0.35:
-            backend.value_state("v").clear(key)
-            model.values.pop(key, None)
-        elif kind < 0.55:
-            backend.map_state("m").put(key, user_key, value)
-            model.maps.setdefault(key, {})[user_key] = value
-        elif kind < 0.60:
-            backend.map_state("m").remove(key, user_key)
-            model.maps.get(key, {}).pop(user_key, None)
-        elif kind < 0.62:
-            backend.map_state("m").clear(key)
-            model.maps.pop(key, None)
-        elif kind < 0.85:
-            backend.list_state("l").append(key, value)
-            model.lists.setdefault(key, []).append(value)
-        elif kind < 0.95:
-            backend.list_state("l").extend(key, [value, -value])
-            model.lists.setdefault(key, []).extend([value, -value])
-        else:
-            backend.list_state("l").clear(key)
-            model.lists.pop(key, None)
-    for task in tasks:
-        task.poll()
+        value, draw, user_key = rng.randrange(10_000), rng.random(), rng.randrange(8)
+        kind = next(k for limit, k in _KINDS if draw < limit)
+        out.append(Change(kind, key, value, user_key, rng.randrange(64)))
+    return out
+
+
+def run(task: StateTask, changes: Sequence[Change], **kw: Any) -> dict[int, BucketState]:
+    """One batch of ``task`` applying its share of ``changes`` (through the task core);
+    returns the bucket states of its ack. Not committed."""
+    mine = [c for c in changes if bucket_for(c.key, NUM_BUCKETS) in task.bucket_range]
+
+    def apply(ctx: TaskContext) -> None:
+        for change in mine:
+            change.apply(ctx.backend)
+
+    return dict(task.checkpoint(apply, **kw).states)
 
 
 def read_state(tasks: list[StateTask]) -> dict[str, Any]:
@@ -257,37 +313,32 @@ def checkpoint(
     tasks: list[StateTask],
     timeline: CheckpointTimeline,
     checkpoint_id: int,
+    changes: Sequence[Change],
+    model: TestingModel,
     *,
     self_contained: bool = False,
 ) -> StoredManifest:
-    """Every task's checkpoint, the driver's commit, then the completion notice."""
-    states = {}
+    """Every task's batch, the driver's commit, the completion notice; then the model
+    takes the batch's changes."""
+    states: dict[int, BucketState] = {}
     for task in tasks:
-        states.update(task.checkpoint(self_contained=self_contained))
+        states.update(
+            run(task, changes, checkpoint_id=checkpoint_id, self_contained=self_contained)
+        )
     stored, _wait = timeline.commit(checkpoint_id, states)
     for task in tasks:
         task.notify_checkpoint_complete(states)
+    model.apply(changes)
     return stored
 
 
-def materialize_all(tasks: list[StateTask], clock: TestingClock) -> None:
-    """Make every bucket due (fake clock) and poll until each task's materializer is idle
-    with nothing due; then every changed bucket has a fresh snapshot as its base."""
-    clock.advance(MAT_INTERVAL * 2)
-    deadline = time.monotonic() + 60
+def wait_materialized(tasks: list[StateTask]) -> None:
+    """Wait for the background materializations the last batch started (each task must
+    have started some) and check none failed; the next batch adopts them."""
     for task in tasks:
-        mat = task.materializer
-        while True:
-            task.poll()
-            idle = not mat.in_flight()
-            if idle and all(mat.due_at(b) > clock.monotonic() for b in task.backend.bucket_range):
-                break
-            assert time.monotonic() < deadline, "materialization did not finish in 60 s"
-            time.sleep(0.005)
-        assert mat.stats.failures == 0
-        for b in task.backend.bucket_range:
-            snapshot = task.backend.snapshot_of(b)
-            assert (snapshot.seq if snapshot else 0) == task.backend.seq(b)
+        assert task.wait_materializations(WAIT), "materialization did not finish"
+        stats = task.materialization_stats()
+        assert stats.failed == 0 and stats.completed > 0, stats
 
 
 def assert_files_exist(env: TestingEnv, timeline: CheckpointTimeline) -> None:
@@ -303,13 +354,14 @@ def assert_files_exist(env: TestingEnv, timeline: CheckpointTimeline) -> None:
 class TestHappyPath:
     def test_checkpoints_materialize_and_restore(self, env: TestingEnv) -> None:
         clock, rng, model = TestingClock(), random.Random(1), TestingModel()
-        tasks = [env.task(1, range(0, 4), clock=clock), env.task(1, range(4, 8), clock=clock)]
+        tasks = [env.task(1, 0, 2, clock=clock), env.task(1, 1, 2, clock=clock)]
         timeline = env.timeline(1, retain=2)
         for cid in range(1, 9):
-            run_batch(tasks, model, rng, 250)
             if cid in (3, 6):
-                materialize_all(tasks, clock)
-            stored = checkpoint(tasks, timeline, cid)
+                clock.advance(MAT_INTERVAL * 2)  # every bucket due after this batch
+            stored = checkpoint(tasks, timeline, cid, random_changes(rng, 250), model)
+            if cid in (3, 6):
+                wait_materialized(tasks)  # the next batch adopts the snapshots
         timeline.registry.drain()
         assert read_state(tasks) == model.snapshot()
 
@@ -318,7 +370,7 @@ class TestHappyPath:
         assert [s.checkpoint_id for s in timeline.retained()] == [7, 8]
         assert [r.checkpoint_id for r in list_checkpoints(env.resolver, env.root, JOB)] == [7, 8]
         for state in latest.manifest.buckets.values():
-            assert state.snapshot is not None  # materialized at batch 6
+            assert state.snapshot is not None  # materialized after batch 6
             assert all(h.to_seq > state.snapshot.seq for h in state.changelog)
         stats = timeline.registry.stats()
         assert stats.manifests_deleted == 6 and stats.objects_deleted > 0
@@ -345,23 +397,18 @@ class TestFaults:
         settings = TaskSettings(
             writer=WriterSettings(preemptive_upload_bytes=4 * 1024),
             uploader=FAST_UPLOADER,
-            materialization=MaterializationSettings(interval_s=0.3, seed=3),
+            materialization=MaterializationSettings(interval_s=0.3),
             checkpoint_timeout_s=60.0,
         )
         rng, model = random.Random(2), TestingModel()
         task = env.task(1, settings=settings)  # real clock: hedges and timeouts fire
         timeline = env.timeline(1)
         for cid in range(1, 13):
-            run_batch([task], model, rng, 300)
-            stored = checkpoint([task], timeline, cid)
+            stored = checkpoint([task], timeline, cid, random_changes(rng, 300), model)
         proxy.clear()
-        deadline = time.monotonic() + 30
-        while task.materializer.stats.materialized == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-            task.poll()
-        run_batch([task], model, rng, 50)
-        stored = checkpoint([task], timeline, 13)
+        wait_materialized([task])
+        stored = checkpoint([task], timeline, 13, random_changes(rng, 50), model)
+        assert task.materialization_stats().failed == 0
 
         faults = proxy.faults_injected()
         assert faults["delay"] == 4 and faults["drop"] >= 4 and faults["slowdown"] > 0
@@ -393,23 +440,21 @@ class TestFaults:
         rng, model = random.Random(3), TestingModel()
         task = env.task(1, settings=settings)  # real clock: retry delays elapse
         timeline = env.timeline(1)
-        run_batch([task], model, rng, 200)
-        checkpoint([task], timeline, 1)
+        checkpoint([task], timeline, 1, random_changes(rng, 200), model)
 
         env.proxy.slowdown(method="PUT", path_contains=SEGMENTS)
-        run_batch([task], model, rng, 200)
         with pytest.raises(UploadError) as info:
-            checkpoint([task], timeline, 2)
+            checkpoint([task], timeline, 2, random_changes(rng, 200), model)
         message = str(info.value)
         assert "SlowDown" in message and "changelog segment" in message
         assert "3 attempt(s)" in message
         assert [r.checkpoint_id for r in list_checkpoints(env.resolver, env.root, JOB)] == [1]
         assert timeline.latest() is not None and timeline.latest().checkpoint_id == 1
 
-        env.proxy.clear()
-        run_batch([task], model, rng, 100)
-        stored = checkpoint([task], timeline, 3)
+        env.proxy.clear()  # the failed batch is rolled back (the model never took it)
+        stored = checkpoint([task], timeline, 3, random_changes(rng, 100), model)
         assert task.uploader.stats().failed > 0
+        assert read_state([task]) == model.snapshot()
         assert env.restored_state(stored.manifest) == model.snapshot()
 
 
@@ -420,14 +465,13 @@ class TestCrashRecovery:
         clock, rng, model = TestingClock(), random.Random(4), TestingModel()
         task = env.task(1, clock=clock)
         timeline = env.timeline(1)
-        for cid in (1, 2):
-            run_batch([task], model, rng, 200)
-            committed = checkpoint([task], timeline, cid)
+        committed = checkpoint([task], timeline, 1, random_changes(rng, 200), model)
+        clock.advance(MAT_INTERVAL * 2)
+        committed = checkpoint([task], timeline, 2, random_changes(rng, 200), model)
         at_commit = model.snapshot()
-        run_batch([task], model, rng, 200)
-        materialize_all([task], clock)  # snapshots nobody commits
-        run_batch([task], model, rng, 200)
-        lost = task.checkpoint()  # durable segments, but the manifest is never written
+        wait_materialized([task])  # snapshots nobody commits: the lost batch adopts them
+        # durable segments, but the manifest is never written
+        lost = run(task, random_changes(rng, 200), checkpoint_id=3)
         lost_uris = {u for s in lost.values() for u in s.uris()} - committed.manifest.uris()
         assert any("/snapshots/" in u for u in lost_uris)
         assert any(SEGMENTS in u for u in lost_uris)
@@ -462,8 +506,7 @@ class TestCrashRecovery:
         )
         successor = env.task(2, clock=clock)
         successor.restore(recovered.start.manifest)
-        run_batch([successor], model, rng, 100)
-        stored = checkpoint([successor], recovered, 3)
+        stored = checkpoint([successor], recovered, 3, random_changes(rng, 100), model)
         assert env.restored_state(stored.manifest) == model.snapshot()
 
 
@@ -472,11 +515,12 @@ class TestNativeSavepoint:
         clock, rng, model = TestingClock(), random.Random(5), TestingModel()
         task = env.task(1, job="job-a", clock=clock)
         timeline = env.timeline(1, job="job-a")
-        run_batch([task], model, rng, 200)
-        checkpoint([task], timeline, 1)
-        materialize_all([task], clock)
-        run_batch([task], model, rng, 200)
-        source = checkpoint([task], timeline, 2)
+        checkpoint([task], timeline, 1, random_changes(rng, 100), model)
+        clock.advance(MAT_INTERVAL * 2)  # first due times count from the first batch
+        checkpoint([task], timeline, 2, random_changes(rng, 100), model)
+        wait_materialized([task])
+        source = checkpoint([task], timeline, 3, random_changes(rng, 200), model)
+        assert all(s.snapshot is not None for s in source.manifest.buckets.values())
         directory = savepoint_dir(env.root, "sp-1")
         savepoint = timeline.native_savepoint(directory)
         assert savepoint.files == len(source.manifest.uris())
@@ -494,8 +538,14 @@ class TestNativeSavepoint:
         task_b = env.task(1, job="job-b", clock=clock)
         task_b.restore(job_b.start.manifest)
         assert read_state([task_b]) == at_savepoint
-        run_batch([task_b], model, rng, 150)
-        first = checkpoint([task_b], job_b, 1, self_contained=job_b.must_be_self_contained)
+        first = checkpoint(
+            [task_b],
+            job_b,
+            1,
+            random_changes(rng, 150),
+            model,
+            self_contained=job_b.must_be_self_contained,
+        )
         lineage = first.manifest.restored_from
         assert lineage is not None and lineage.released
         assert read_manifest(env.resolver, first.uri).restored_from == lineage
@@ -508,8 +558,7 @@ class TestNativeSavepoint:
         env.store.delete_many([u.removeprefix(env.store.root_uri + "/") for u in saved])
         assert not env.keys_under(directory)
         assert env.restored_state(first.manifest, job="job-b") == model.snapshot()
-        run_batch([task_b], model, rng, 100)
-        second = checkpoint([task_b], job_b, 2)
+        second = checkpoint([task_b], job_b, 2, random_changes(rng, 100), model)
         assert env.restored_state(second.manifest, job="job-b") == model.snapshot()
 
 
@@ -521,11 +570,11 @@ class TestCorruption:
         clock, rng, model = TestingClock(), random.Random(6), TestingModel()
         task = env.task(1, clock=clock)
         timeline = env.timeline(1)
-        run_batch([task], model, rng, 150)
-        checkpoint([task], timeline, 1)
-        materialize_all([task], clock)
-        run_batch([task], model, rng, 150)
-        stored = checkpoint([task], timeline, 2)
+        checkpoint([task], timeline, 1, random_changes(rng, 100), model)
+        clock.advance(MAT_INTERVAL * 2)  # first due times count from the first batch
+        checkpoint([task], timeline, 2, random_changes(rng, 50), model)
+        wait_materialized([task])
+        stored = checkpoint([task], timeline, 3, random_changes(rng, 150), model)
         task.close()
         timeline.close()
         assert env.restored_state(stored.manifest) == model.snapshot()
@@ -556,18 +605,16 @@ class TestManifestWrite:
         rng, model = random.Random(7), TestingModel()
         task = env.task(1, clock=TestingClock())
         timeline = env.timeline(1, resolver=env.retrying_resolver())
-        run_batch([task], model, rng, 100)
         env.proxy.drop(method="PUT", path_contains="/checkpoints/", count=1, after_upstream=True)
-        stored = checkpoint([task], timeline, 1)
+        stored = checkpoint([task], timeline, 1, random_changes(rng, 100), model)
         assert env.proxy.faults_injected() == {"drop": 1}
         assert read_manifest(env.resolver, stored.uri) == stored.manifest
         assert env.restored_state(stored.manifest) == model.snapshot()
 
     def test_a_different_manifest_already_there_still_fences(self, env: TestingEnv) -> None:
-        rng, model = random.Random(8), TestingModel()
+        rng = random.Random(8)
         task = env.task(1, clock=TestingClock())
-        run_batch([task], model, rng, 50)
-        states = task.checkpoint()
+        states = run(task, random_changes(rng, 50))
         env.timeline(1).commit(1, states)
         with pytest.raises(ManifestExistsError, match=r"chk-000000000001\.manifest"):
             env.timeline(2).commit(1, states)
@@ -586,10 +633,11 @@ class TestLostResponses:
         )
         task = env.task(1, settings=settings, resolver=env.retrying_resolver())
         timeline = env.timeline(1)
-        run_batch([task], model, rng, 100)
         env.proxy.drop(method="PUT", path_contains=path, count=1, after_upstream=True)
         # self-contained: every bucket is snapshotted now, so snapshots are PUT too
-        stored = checkpoint([task], timeline, 1, self_contained=path != SEGMENTS)
+        stored = checkpoint(
+            [task], timeline, 1, random_changes(rng, 100), model, self_contained=path != SEGMENTS
+        )
         assert env.proxy.faults_injected() == {"drop": 1}
         stats = task.uploader.stats()
         assert stats.failed == 0

@@ -1,58 +1,43 @@
-"""Materialization triggered by changelog growth (docs/architecture.md §7): the growth
-pressure, growth jobs served most-over-first beside the time slots, and the section
-limit holding over a long run of batches."""
+"""Materialization triggered by changelog growth (docs/architecture.md §7, §13.5): the
+growth pressure, growth jobs served most-over-first beside the time slots, and the
+section limit holding over a long run of batches, on the scheduler the task core runs
+(with a hand-moved clock and hand-run background jobs)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
-from dataclasses import dataclass
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gic_runtime import layout
+from gic_runtime.coordination import StateTask, TaskSettings
+from gic_runtime.coordination.barrier import TaskAck
+from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination.local_materialization import (
+    MaterializationPool,
+    MaterializationScope,
+    adopt_materializations,
+    start_due_materializations,
+)
 from gic_runtime.errors import ConfigurationError, TransientStorageError
-from gic_runtime.handles import ChangelogHandle
-from gic_runtime.materialization import MaterializationSettings, Materializer
+from gic_runtime.handles import BucketState, ChangelogHandle
+from gic_runtime.materialization import MaterializationSettings
 from gic_runtime.materialization.growth import byte_limit, growth_pressure
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing import TestingClock
+from gic_runtime.testing import TestingClock, TestingManualExecutor
 from gic_runtime.testing_changelog import TestingChangelogWriter
 
 MiB = 1024 * 1024
 
 
-class TestingManualExecutor(Executor):
-    """Runs submitted jobs only when the test says so."""
-
-    __test__ = False
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Future[Any], Callable[[], Any]]] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self.queued.append((future, lambda: fn(*args, **kwargs)))
-        return future
-
-    def run_all(self) -> int:
-        jobs, self.queued = self.queued, []
-        for future, job in jobs:
-            try:
-                future.set_result(job())
-            except BaseException as exc:
-                future.set_exception(exc)
-        return len(jobs)
-
-
-class TestingFlakyResolver(StoreResolver):
-    """Fails the next ``failures`` resolves with a transient storage error."""
+class TestingSnapshotFaults(StoreResolver):
+    """Fails the next ``failures`` resolves of snapshot objects (changelog uploads pass)."""
 
     __test__ = False
 
@@ -62,7 +47,7 @@ class TestingFlakyResolver(StoreResolver):
         self.failures = 0
 
     def resolve(self, uri: str) -> tuple[Any, str]:
-        if self.failures:
+        if self.failures and "/snapshots/" in uri:
             self.failures -= 1
             raise TransientStorageError("injected: 503 SlowDown", uri=uri)
         return super().resolve(uri)
@@ -104,168 +89,189 @@ def test_invalid_growth_limits_are_refused(kw: dict[str, Any]) -> None:
         MaterializationSettings(**kw)
 
 
-# --- the in-process scheduler --------------------------------------------------------------
+# --- through the task core ----------------------------------------------------------------
 
 
-@dataclass
-class _Task:
-    """One task as StateTask drives it: write, poll, checkpoint, mark persisted."""
-
-    backend: KeyedStateBackend
-    materializer: Materializer
-    executor: TestingManualExecutor
-    keys: dict[int, str]
-
-    def batch(
-        self, buckets: list[int] | None = None, value: int = 0, *, poll: bool = True
-    ) -> dict[int, int]:
-        """One batch changing ``buckets`` (all by default); returns each bucket's handle
-        count since its base in the batch's checkpoint."""
-        state = self.backend.value_state("v")
-        for bucket in self.backend.bucket_range if buckets is None else buckets:
-            state.set(self.keys[bucket], value)
-        if poll:
-            self.materializer.poll()
-        states = self.backend.checkpoint().result(timeout=10)
-        self.backend.mark_persisted(states)
-        return {b: len(s.changelog) for b, s in states.items()}
-
-
-def _task(
-    objects: LocalObjectStore,
-    clock: TestingClock,
-    buckets: range,
-    num_buckets: int,
-    resolver: StoreResolver | None = None,
-    **kw: Any,
-) -> _Task:
-    backend = KeyedStateBackend(buckets, num_buckets, InMemoryStore(), TestingChangelogWriter())
-    if resolver is None:
-        resolver = StoreResolver()
-        resolver.register(objects)
-    executor = TestingManualExecutor()
-    settings = MaterializationSettings(seed=7, **kw)
-    m = Materializer(
-        backend,
-        resolver,
-        objects.root_uri,
-        "job",
-        clock=clock,
-        settings=settings,
-        executor=executor,
-    )
+def _keys(buckets: range, num_buckets: int) -> dict[int, str]:
     keys: dict[int, str] = {}
     i = 0
     while len(keys) < len(buckets):
-        key = f"k{i}"
-        bucket = bucket_for(key, num_buckets)
+        bucket = bucket_for(f"k{i}", num_buckets)
         if bucket in buckets:
-            keys.setdefault(bucket, key)
+            keys.setdefault(bucket, f"k{i}")
         i += 1
-    return _Task(backend, m, executor, keys)
+    return keys
+
+
+class Harness:
+    """One task of ``buckets`` buckets on local storage, clock and jobs moved by hand."""
+
+    def __init__(self, tmp_path: Path, buckets: int = 4, **settings: Any) -> None:
+        self.objects = LocalObjectStore(tmp_path / "objects")
+        self.resolver = TestingSnapshotFaults(self.objects)
+        self.clock = TestingClock()
+        self.executor = TestingManualExecutor()
+        self.keys = _keys(range(buckets), buckets)
+        self.task = StateTask(
+            root=self.objects.root_uri,
+            job_id="job",
+            epoch=1,
+            num_buckets=buckets,
+            store=InMemoryStore(),
+            resolver=self.resolver,
+            local_dir=tmp_path / "local",
+            clock=self.clock,
+            materialization_executor=self.executor,
+            settings=TaskSettings(materialization=MaterializationSettings(**settings)),
+        )
+
+    def batch(self, values: Mapping[int, Any] | None = None) -> TaskAck:
+        """A completed checkpoint setting each bucket's key (all buckets by default)."""
+        if values is None:
+            values = dict.fromkeys(self.keys, 0)
+
+        def apply(ctx: TaskContext) -> None:
+            state = ctx.backend.value_state("v")
+            for bucket, value in values.items():
+                state.set(self.keys[bucket], value)
+
+        ack = self.task.checkpoint(apply)
+        self.task.notify_checkpoint_complete(ack.states)
+        return ack
+
+
+def sections(ack: TaskAck) -> dict[int, int]:
+    """Changelog handles since its base of every bucket of ``ack``."""
+    return {b: len(s.changelog) for b, s in ack.states.items()}
 
 
 @pytest.fixture
-def objects(tmp_path: Path) -> LocalObjectStore:
-    return LocalObjectStore(tmp_path / "objects")
+def make(tmp_path: Path) -> Iterator[Any]:
+    made: list[Harness] = []
+
+    def build(**kw: Any) -> Harness:
+        made.append(Harness(tmp_path, **kw))
+        return made[-1]
+
+    yield build
+    for h in made:
+        h.task.close()
 
 
-def test_a_bucket_at_the_section_limit_starts_before_its_due_time(
-    objects: LocalObjectStore,
-) -> None:
-    clock = TestingClock()
-    task = _task(objects, clock, range(4), 4, interval_s=1e9, max_sections=3)
-    assert task.batch() == dict.fromkeys(range(4), 1)
-    task.batch()
-    assert task.materializer.in_flight() == frozenset()  # 2 sections: not due
-    task.batch()  # 3 sections now
-    task.materializer.poll()
-    assert task.materializer.in_flight() == frozenset(range(4))
-    assert len(task.executor.queued) == 1  # one job for all of them
-    assert task.materializer.stats.started_by_growth == 4
-    task.executor.run_all()
-    assert task.batch() == dict.fromkeys(range(4), 1)  # snapshots applied: new bases
-    assert all(task.backend.snapshot_of(b) is not None for b in range(4))
+def test_a_bucket_at_the_section_limit_starts_before_its_due_time(make: Any) -> None:
+    h = make(interval_s=1e9, max_sections=3)
+    assert sections(h.batch()) == dict.fromkeys(range(4), 1)
+    assert h.batch().stats.materializations_started == 0  # 2 sections: not due
+    third = h.batch()  # 3 sections now
+    assert third.stats.materializations_started == 4
+    assert h.executor.pending == 1  # one job for all of them
+    h.executor.run_all()
+    after = h.batch()
+    assert after.stats.materializations_adopted == 4
+    assert sections(after) == dict.fromkeys(range(4), 1)  # new bases
+    assert all(s.snapshot is not None for s in after.states.values())
 
 
 def test_a_growth_job_serves_the_buckets_furthest_over_the_limit_first(
-    objects: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+    make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from gic_runtime import layout
+
     order: list[int] = []
 
     def recording(root: str, job: str, bucket: int) -> str:
         order.append(bucket)
         return layout.new_snapshot_uri(root, job, bucket)
 
-    monkeypatch.setattr("gic_runtime.materialization.scheduler.new_snapshot_uri", recording)
-    clock = TestingClock()
-    task = _task(objects, clock, range(4), 4, interval_s=1e9, max_sections=2)
-    for buckets in ([0, 1, 2, 3], [1, 2, 3], [3], [2, 3]):
-        task.batch(buckets, poll=False)
-    assert task.batch([], poll=False) == {0: 1, 1: 2, 2: 3, 3: 4}
-    task.materializer.poll()
-    assert order == [3, 2, 1]  # bucket 0 is under the limit
-    assert len(task.executor.queued) == 1
+    monkeypatch.setattr("gic_runtime.coordination.local_jobs.new_snapshot_uri", recording)
+    h = make(interval_s=1e9, changelog_floor_bytes=1000)
+    sizes = {0: 100, 1: 1500, 2: 2000, 3: 3000}  # bytes of incompressible values
+    ack = h.batch({b: os.urandom(n) for b, n in sizes.items()})
+    assert ack.stats.materializations_started == 3  # bucket 0 is under the limit
+    assert h.executor.pending == 1
+    h.executor.run_all()
+    assert order == [3, 2, 1]
 
 
-def test_growth_runs_beside_the_time_slots_and_time_waits_for_a_free_slot(
-    objects: LocalObjectStore,
-) -> None:
-    clock = TestingClock()
-    task = _task(objects, clock, range(4), 4, interval_s=100.0, max_sections=2, max_in_flight=1)
-    task.batch()
-    clock.advance(100.0)  # every bucket time-due; one slot
-    task.materializer.poll()
-    assert len(task.executor.queued) == 1 and task.materializer.jobs_in_flight() == 1
-    task.batch()  # every bucket at 2 sections: the others are growth-due
-    task.materializer.poll()
-    assert task.materializer.jobs_in_flight() == 2  # the growth job did not wait
-    assert task.materializer.in_flight() == frozenset(range(4))
-    task.executor.run_all()
-    task.materializer.poll()
-    assert task.materializer.stats.materialized == 4
-    assert task.materializer.stats.started_by_growth == 3  # not the time-due one
+def test_growth_runs_beside_the_time_slot_and_time_waits_for_a_free_slot(make: Any) -> None:
+    h = make(interval_s=100.0, max_sections=3, max_in_flight=1)
+    h.batch()
+    h.clock.advance(100.0)  # every bucket time-due; one slot
+    assert h.batch().stats.materializations_started == 1
+    assert h.task.materialization_stats().in_flight == 1
+    third = h.batch()  # 3 sections: the others are growth-due
+    assert third.stats.materializations_started == 3  # the growth job did not wait
+    assert h.task.materialization_stats().in_flight == 2
+    assert h.executor.run_all() == 2
+    assert h.task.materialization_stats().completed == 4
 
 
-def test_a_failed_growth_bucket_waits_for_the_retry_delay(objects: LocalObjectStore) -> None:
-    clock = TestingClock()
-    resolver = TestingFlakyResolver(objects)
-    task = _task(
-        objects, clock, range(2), 2, resolver, interval_s=1e9, max_sections=1, retry_delay_s=5.0
-    )
-    task.batch()
-    resolver.failures = 1  # the first bucket's upload fails, the second one's succeeds
-    task.materializer.poll()
-    task.executor.run_all()
-    task.materializer.poll()
-    assert task.materializer.stats.failures == 1 and task.materializer.stats.materialized == 1
-    task.materializer.poll()
-    assert task.executor.queued == []  # still over the limit, but waiting
-    clock.advance(5.0)
-    task.materializer.poll()
-    assert len(task.executor.queued) == 1
+def test_a_failed_growth_bucket_waits_for_the_retry_delay(make: Any) -> None:
+    h = make(buckets=2, interval_s=1e9, max_sections=1, retry_delay_s=5.0)
+    h.resolver.failures = 1  # bucket 0's upload fails, bucket 1's succeeds
+    assert h.batch().stats.materializations_started == 2
+    h.executor.run_all()
+    stats = h.task.materialization_stats()
+    assert stats.failed == 1 and stats.completed == 1
+    assert h.batch({0: 1}).stats.materializations_started == 0  # over the limit, waiting
+    h.clock.advance(5.0)
+    assert h.batch({0: 2}).stats.materializations_started == 1
+
+
+class _Range:
+    """One task range driven as the task core drives it (adopt, batch, checkpoint,
+    start), on a backend whose changelog stays in memory."""
+
+    def __init__(self, scope: MaterializationScope, buckets: range, num_buckets: int) -> None:
+        self.scope = scope
+        self.backend = KeyedStateBackend(
+            buckets, num_buckets, InMemoryStore(), TestingChangelogWriter()
+        )
+        self.expected: Mapping[int, BucketState] = {}
+        self.keys = _keys(buckets, num_buckets)
+
+    def batch(self, value: int) -> int:
+        """Returns the most handles since its base of any bucket."""
+        adopt_materializations(self.scope, self.backend, self.expected)
+        state = self.backend.value_state("v")
+        for key in self.keys.values():
+            state.set(key, value)
+        states = self.backend.checkpoint().result(timeout=30)
+        self.backend.mark_persisted(states)
+        self.expected = states
+        start_due_materializations(self.scope, self.backend, states)
+        return max(len(s.changelog) for s in states.values())
 
 
 @pytest.mark.parametrize("complete_every", [1, 2, 4])
-def test_the_section_limit_holds_over_200_batches(
-    objects: LocalObjectStore, complete_every: int
-) -> None:
-    """W1-like: 128 buckets, 4 tasks, every bucket gains a section per batch, one
-    materialization slot per task; background jobs finish every ``complete_every``
-    batches. Sections since the base never exceed the limit by more than the batches a
-    job takes (twice: waiting for the running growth job, then its own) plus one."""
-    clock = TestingClock()
-    limit = 32
-    tasks = [
-        _task(objects, clock, range(32 * t, 32 * t + 32), 128, max_sections=limit) for t in range(4)
-    ]
+def test_the_section_limit_holds_over_200_batches(tmp_path: Path, complete_every: int) -> None:
+    """W1-like: 128 buckets, 4 task ranges served by one process (one pool, one time
+    slot), every bucket gains a section per batch; background jobs finish every
+    ``complete_every`` batches. Sections since the base never exceed the limit by more
+    than the batches a job takes (twice: waiting for the range's running growth job,
+    then its own) plus one."""
+    objects = LocalObjectStore(tmp_path / "objects")
+    resolver = StoreResolver()
+    resolver.register(objects)
+    executor, clock = TestingManualExecutor(), TestingClock()
+    scope = MaterializationScope(
+        tmp_path / "materialized",
+        objects.root_uri,
+        "job",
+        1,
+        resolver,
+        MaterializationSettings(max_sections=32),
+        clock=clock,
+        pool=MaterializationPool(executor),
+    )
+    ranges = [_Range(scope, range(32 * t, 32 * t + 32), 128) for t in range(4)]
     peak = 0
     for batch in range(200):
-        for task in tasks:
-            peak = max(peak, *task.batch(value=batch).values())
+        for task in ranges:
+            peak = max(peak, task.batch(batch))
         if batch % complete_every == complete_every - 1:
-            for task in tasks:
-                task.executor.run_all()
+            executor.run_all()
         clock.advance(1.0)
-    assert peak <= limit + 2 * complete_every + 1
-    assert sum(t.materializer.stats.started_by_growth for t in tasks) >= 128 * 4
+    assert peak <= 32 + 2 * complete_every + 1
+    stats = scope.pool.stats()
+    assert stats.completed >= 128 * 5 and stats.failed == 0

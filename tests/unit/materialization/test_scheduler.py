@@ -1,63 +1,45 @@
-"""Materializer: spread initial due times with jitter, one in flight per bucket,
-completion applied only in poll (on the task thread), bounded failures, stats."""
+"""The materialization scheduler as the task core runs it (docs/architecture.md §7,
+§13.5): due times spread over an interval with deterministic jitter, at most one
+materialization per bucket, ``max_in_flight``, failures tolerated and retried, and
+snapshots of a lineage that moved on never adopted.
+
+Batches run through :class:`~gic_runtime.coordination.task.StateTask` (the task core
+Spark's executors run) with a hand-moved clock and a manual executor for the background
+jobs, so every test decides exactly when time passes and when a job runs.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gic_runtime.errors import (
-    MaterializationError,
-    ObjectExistsError,
-    StateError,
-    TransientStorageError,
-)
-from gic_runtime.materialization import MaterializationSettings, Materializer
-from gic_runtime.state.backend import KeyedStateBackend, MaterializationView
+from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
+from gic_runtime.coordination import StateTask, TaskSettings
+from gic_runtime.coordination.barrier import TaskAck
+from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination.materialization_record import read_record
+from gic_runtime.errors import TransientStorageError
+from gic_runtime.handles import BucketState, ChangelogHandle
+from gic_runtime.materialization import MaterializationSettings, Newest, due
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
-from gic_runtime.state.snapshot import read_snapshot
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing import TestingClock
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing import TestingClock, TestingManualExecutor
 
 B = 8
 INTERVAL = 100.0
-WAIT = 10.0  # seconds; only a bound for a broken build, never reached when it works
+KEYS: dict[int, str] = {}
+for _i in range(1000):
+    KEYS.setdefault(bucket_for(f"k{_i}", B), f"k{_i}")
 
 
-class TestingManualExecutor(Executor):
-    """Runs submitted jobs only when the test says so."""
-
-    __test__ = False
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Future[Any], Callable[[], Any]]] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self.queued.append((future, lambda: fn(*args, **kwargs)))
-        return future
-
-    def run_all(self) -> int:
-        jobs, self.queued = self.queued, []
-        for future, job in jobs:
-            try:
-                future.set_result(job())
-            except BaseException as exc:
-                future.set_exception(exc)
-        return len(jobs)
-
-
-class TestingFlakyResolver(StoreResolver):
-    """Fails the next ``failures`` resolves with a transient storage error."""
+class TestingSnapshotFaults(StoreResolver):
+    """Fails the next ``failures`` resolves of snapshot objects (changelog uploads pass)."""
 
     __test__ = False
 
@@ -67,332 +49,314 @@ class TestingFlakyResolver(StoreResolver):
         self.failures = 0
 
     def resolve(self, uri: str) -> tuple[Any, str]:
-        if self.failures:
+        if self.failures and "/snapshots/" in uri:
             self.failures -= 1
             raise TransientStorageError("injected: 503 SlowDown", uri=uri)
         return super().resolve(uri)
 
 
-class TestingGatedResolver(StoreResolver):
-    """Holds every resolve until ``gate`` is set; ``entered`` is set on the first one."""
+class Harness:
+    """One task on local storage with a hand-moved clock and hand-run background jobs."""
 
-    __test__ = False
+    def __init__(self, tmp_path: Path, name: str = "a", **settings: Any) -> None:
+        self.objects = LocalObjectStore(tmp_path / "objects")
+        self.resolver = TestingSnapshotFaults(self.objects)
+        self.clock = TestingClock()
+        self.executor = TestingManualExecutor()
+        self.local = tmp_path / "local"
+        self.task = self.new_task(**settings)
+        self.value = 0
 
-    def __init__(self, store: LocalObjectStore) -> None:
-        super().__init__()
-        self.register(store)
-        self.entered = threading.Event()
-        self.gate = threading.Event()
+    def new_task(self, **settings: Any) -> StateTask:
+        """A task of the same attempt on the same executor-local directory with its own
+        pool (like another worker process of the executor)."""
+        return StateTask(
+            root=self.objects.root_uri,
+            job_id="job",
+            epoch=1,
+            num_buckets=B,
+            store=InMemoryStore(),
+            resolver=self.resolver,
+            local_dir=self.local,
+            clock=self.clock,
+            materialization_executor=self.executor,
+            settings=TaskSettings(
+                materialization=MaterializationSettings(interval_s=INTERVAL, **settings)
+            ),
+        )
 
-    def resolve(self, uri: str) -> tuple[Any, str]:
-        self.entered.set()
-        assert self.gate.wait(WAIT), "test never opened the gate"
-        return super().resolve(uri)
+    def batch(
+        self, buckets: range | list[int] = range(B), *, task: StateTask | None = None
+    ) -> TaskAck:
+        """A completed checkpoint changing one key of each of ``buckets``."""
+        task = task or self.task
+        self.value += 1
+        value = self.value
+
+        def apply(ctx: TaskContext) -> None:
+            state = ctx.backend.value_state("v")
+            for bucket in buckets:
+                state.set(KEYS[bucket], value)
+
+        ack = task.checkpoint(apply)
+        task.notify_checkpoint_complete(ack.states)
+        return ack
+
+    def records(self) -> dict[int, Any]:
+        directory = self.local / "job" / "materialized"
+        return {b: r for b in range(B) if (r := read_record(directory, b)) is not None}
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> tuple[KeyedStateBackend, TestingFlakyResolver, LocalObjectStore]:
-    objects = LocalObjectStore(tmp_path / "objects")
-    backend = KeyedStateBackend(range(B), B, InMemoryStore(), TestingChangelogWriter())
-    v = backend.value_state("v")
-    for i in range(200):
-        v.set(f"k{i}", i)
-    return backend, TestingFlakyResolver(objects), objects
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(tmp_path, max_in_flight=B)
+    yield h
+    h.task.close()
 
 
-def _materializer(
-    setup: tuple[KeyedStateBackend, TestingFlakyResolver, LocalObjectStore],
-    clock: TestingClock,
-    executor: Executor,
-    **kw: Any,
-) -> Materializer:
-    backend, resolver, objects = setup
-    settings = MaterializationSettings(interval_s=INTERVAL, seed=7, **kw)
-    return Materializer(
-        backend,
-        resolver,
-        objects.root_uri,
-        "job",
-        clock=clock,
-        settings=settings,
-        executor=executor,
+# --- the rules ---------------------------------------------------------------------------
+
+
+def _state(bucket: int, seq: int) -> BucketState:
+    handles = tuple(
+        ChangelogHandle(f"file:///s/{i}", 0, 10, bucket, i, i + 1, 0) for i in range(seq)
     )
+    return BucketState(bucket, seq, None, handles, handles[-1].uri if handles else "")
 
 
-class TestSchedule:
-    def test_initial_due_times_are_spread_over_the_interval(self, setup: Any) -> None:
-        clock = TestingClock()
-        m = _materializer(setup, clock, TestingManualExecutor())
-        offsets = sorted(m.due_at(b) - clock.monotonic() for b in range(B))
-        assert all(0 <= o < INTERVAL for o in offsets)
-        slots = sorted(int(o // (INTERVAL / B)) for o in offsets)
-        assert slots == list(range(B))  # exactly one bucket per slot: never all at once
-
-    def test_seed_makes_schedule_reproducible_and_seeds_differ(self, setup: Any) -> None:
-        clock = TestingClock()
-        a = _materializer(setup, clock, TestingManualExecutor())
-        b = _materializer(setup, clock, TestingManualExecutor())
-        assert [a.due_at(i) for i in range(B)] == [b.due_at(i) for i in range(B)]
-        backend, resolver, objects = setup
-        c = Materializer(
-            backend,
-            resolver,
-            objects.root_uri,
-            "job",
-            clock=clock,
-            settings=MaterializationSettings(interval_s=INTERVAL, seed=8),
-            executor=TestingManualExecutor(),
-        )
-        assert [a.due_at(i) for i in range(B)] != [c.due_at(i) for i in range(B)]
-
-    def test_next_due_has_jitter(self, setup: Any) -> None:
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_in_flight=B, jitter=0.2)
-        clock.advance(INTERVAL)
-        m.poll()
-        assert ex.run_all() == B
-        m.poll()
-        nexts = [m.due_at(b) - clock.monotonic() for b in range(B)]
-        assert all(0.8 * INTERVAL <= n <= 1.2 * INTERVAL for n in nexts)
-        assert len(set(nexts)) == B
+def _first_due(settings: MaterializationSettings, job: str, bucket: int) -> float:
+    """Seconds after the anchor at which ``bucket`` first comes due (to 1/1000 interval)."""
+    for step in range(1001):
+        at = INTERVAL * step / 1000
+        if due(settings, job, _state(bucket, 3), None, now=1000.0 + at, anchor=1000.0):
+            return at
+    raise AssertionError(f"bucket {bucket} never came due within one interval")
 
 
-class TestRunning:
-    def test_completion_applies_only_in_poll(self, setup: Any) -> None:
-        backend, resolver, _ = setup
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex)
-        first = min(range(B), key=m.due_at)
-        clock.advance(m.due_at(first) - clock.monotonic())
-        assert m.poll() == []
-        assert m.in_flight() == {first}
-        seq = backend.seq(first)
-        backend.value_state("v").set(
-            next(k for k in (f"k{i}" for i in range(999)) if bucket_for(k, B) == first), -1
-        )
-        ex.run_all()
-        assert backend.snapshot_of(first) is None  # done on the executor, not applied yet
-        applied = m.poll()
-        assert [h.bucket for h in applied] == [first]
-        assert backend.snapshot_of(first) == applied[0]
-        assert applied[0].seq == seq  # the view was taken before the later write
-        assert dict(read_snapshot(resolver, applied[0]))
-        assert m.stats.materialized == 1 and m.stats.bytes_uploaded == applied[0].size
-
-    def test_one_in_flight_per_bucket(self, setup: Any) -> None:
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_in_flight=B)
-        clock.advance(10 * INTERVAL)
-        m.poll()
-        m.poll()
-        clock.advance(10 * INTERVAL)
-        m.poll()
-        assert len(ex.queued) == B
-        assert m.in_flight() == frozenset(range(B))
-
-    def test_max_in_flight_overall(self, setup: Any) -> None:
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_in_flight=2)
-        clock.advance(INTERVAL)
-        m.poll()
-        assert len(ex.queued) == 2
-        ex.run_all()
-        m.poll()
-        assert len(ex.queued) == 2
-        assert m.stats.materialized == 2
-
-    def test_unchanged_bucket_is_skipped(self, setup: Any) -> None:
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_in_flight=B)
-        clock.advance(INTERVAL)
-        m.poll()
-        ex.run_all()
-        m.poll()
-        clock.advance(2 * INTERVAL)
-        m.poll()
-        assert ex.queued == []
-        assert m.stats.skipped_unchanged == B
-
-    def test_restore_meanwhile_discards_the_snapshot(self, setup: Any) -> None:
-        backend, resolver, _ = setup
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_in_flight=B)
-        clock.advance(INTERVAL)
-        m.poll()
-        backend.restore({}, resolver)
-        ex.run_all()
-        assert m.poll() == []
-        assert m.stats.discarded == B
-
-    def test_runs_on_a_real_background_thread(self, setup: Any) -> None:
-        backend, _, _ = setup
-        clock = TestingClock()
-        m = _materializer(setup, clock, None)  # type: ignore[arg-type]
-        clock.advance(INTERVAL)
-        m.poll()
-        m.close(wait=True)
-        assert len(m.poll()) == 1
-        assert sum(backend.snapshot_of(b) is not None for b in range(B)) == 1
+def test_first_due_times_are_spread_over_one_interval() -> None:
+    settings = MaterializationSettings(interval_s=INTERVAL)
+    firsts = [_first_due(settings, "job", b) for b in range(64)]
+    assert all(0 < t <= INTERVAL for t in firsts)
+    assert sum(t <= INTERVAL / 2 for t in firsts) in range(16, 49)  # never all at once
+    assert len(set(firsts)) > 48
+    assert firsts == [_first_due(settings, "job", b) for b in range(64)]  # every process agrees
+    assert firsts != [_first_due(settings, "other", b) for b in range(64)]
 
 
-class TestClose:
-    def test_cancelled_queued_job_releases_its_bucket(self, setup: Any) -> None:
-        backend, _, objects = setup
-        resolver = TestingGatedResolver(objects)
-        clock = TestingClock()
-        m = Materializer(
-            backend,
-            resolver,
-            objects.root_uri,
-            "job",
-            clock=clock,
-            settings=MaterializationSettings(interval_s=INTERVAL, seed=7, max_in_flight=2),
-        )  # owns a one-thread executor: the second job waits in its queue
-        clock.advance(INTERVAL)
-        try:
-            m.poll()
-            running, queued = sorted(m.in_flight(), key=m.due_at)
-            assert resolver.entered.wait(WAIT)
-            m.close(wait=False)  # cancels the queued job
-        finally:
-            resolver.gate.set()
-
-        assert m.poll() == []
-        assert running in m.in_flight() and queued not in m.in_flight()
-        assert m.stats.cancelled == 1 and m.stats.failures == 0
-        deadline = time.monotonic() + WAIT
-        applied = m.poll()
-        while not applied:  # the running job finishes on its own thread
-            assert time.monotonic() < deadline, "running materialization never completed"
-            time.sleep(0.001)
-            applied = m.poll()
-        assert [h.bucket for h in applied] == [running]
-        assert m.in_flight() == frozenset()
-        assert backend.snapshot_of(queued) is None
-
-    def test_cancelled_job_on_a_shared_executor_is_started_again(
-        self, setup: Any, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        backend, _, _ = setup
-        views: list[MaterializationView] = []
-        take_view = backend.materialization_view
-
-        def recording_view(bucket: int) -> MaterializationView:
-            views.append(take_view(bucket))
-            return views[-1]
-
-        monkeypatch.setattr(backend, "materialization_view", recording_view)
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex)
-        clock.advance(INTERVAL)
-        m.poll()
-        (future, _), *_ = ex.queued
-        (bucket,) = m.in_flight()
-        ex.queued.clear()
-        assert future.cancel()  # e.g. the shared executor was shut down by its owner
-        with pytest.raises(StateError, match="closed"):
-            list(views[0].view)  # the job never ran; its view was released anyway
-
-        m.poll()  # releases the bucket; it is still due, so it starts again
-        assert m.stats.cancelled == 1
-        assert m.in_flight() == {bucket}
-        assert ex.run_all() == 1
-        assert [h.bucket for h in m.poll()] == [bucket]
+def test_next_due_is_one_interval_with_jitter_after_the_newest_snapshot() -> None:
+    settings = MaterializationSettings(interval_s=INTERVAL, jitter=0.2)
+    recorded = 5000.0
+    nexts = []
+    for bucket in range(32):
+        state = _state(bucket, 10)
+        newest = Newest(seq=4, size=100, time=recorded, fits=True)
+        offsets = [
+            step / 10
+            for step in range(700, 1300)
+            if due(settings, "job", state, newest, now=recorded + step / 10, anchor=0.0)
+        ]
+        nexts.append(offsets[0])
+        assert offsets == [o / 10 for o in range(int(offsets[0] * 10), 1300)]  # stays due
+    assert all(0.8 * INTERVAL <= n <= 1.2 * INTERVAL + 0.1 for n in nexts)
+    assert len(set(nexts)) > 16  # buckets drift apart
+    unjittered = MaterializationSettings(interval_s=INTERVAL, jitter=0.0)
+    state, newest = _state(0, 10), Newest(seq=4, size=100, time=recorded, fits=True)
+    assert not due(unjittered, "job", state, newest, now=recorded + 99.9, anchor=0.0)
+    assert due(unjittered, "job", state, newest, now=recorded + 100.0, anchor=0.0)
 
 
-class TestFailures:
-    def test_failures_are_counted_retried_and_bounded(self, setup: Any) -> None:
-        _, resolver, _ = setup
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_consecutive_failures=2, retry_delay_s=5.0)
-        first = min(range(B), key=m.due_at)
-        clock.advance(m.due_at(first) - clock.monotonic())
-        resolver.failures = 1
-        m.poll()
-        ex.run_all()
-        m.poll()
-        assert m.stats.failures == 1
-        assert m.due_at(first) == clock.monotonic() + 5.0
-        clock.advance(5.0)
-        m.poll()
-        ex.run_all()
-        assert len(m.poll()) == 1  # a success resets the consecutive count
-        resolver.failures = 100
-        with pytest.raises(MaterializationError, match=r"failed 3 times in a row") as err:
-            for _ in range(50):  # one attempt per poll (max_in_flight=1), spread over buckets
-                clock.advance(INTERVAL * 2)
-                m.poll()
-                ex.run_all()
-        assert isinstance(err.value.__cause__, TransientStorageError)
-        assert m.stats.failures >= 3
-
-    def test_name_collision_is_a_failure_not_an_overwrite(
-        self, setup: Any, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        _, _, objects = setup
-        objects.put("jobs/job/snapshots/fixed.snap", b"someone else's")
-        monkeypatch.setattr(
-            "gic_runtime.materialization.scheduler.new_snapshot_uri",
-            lambda root, job, b: objects.uri_for("jobs/job/snapshots/fixed.snap"),
-        )
-        clock = TestingClock()
-        ex = TestingManualExecutor()
-        m = _materializer(setup, clock, ex)
-        clock.advance(INTERVAL)
-        m.poll()
-        job_future = ex.queued[0][0]
-        ex.run_all()
-        assert isinstance(job_future.exception(), ObjectExistsError)
-        m.poll()
-        assert m.stats.failures == 1
-        assert objects.get("jobs/job/snapshots/fixed.snap") == b"someone else's"
+def test_a_bucket_whose_newest_snapshot_is_current_is_never_due() -> None:
+    settings = MaterializationSettings(interval_s=INTERVAL, max_sections=1)
+    state = _state(0, 10)
+    current = Newest(seq=10, size=100, time=0.0, fits=True)
+    assert due(settings, "job", state, current, now=1e9, anchor=0.0) is None
+    elsewhere = Newest(seq=10, size=100, time=0.0, fits=False)  # another history
+    reason = due(settings, "job", state, elsewhere, now=1.0, anchor=0.0)
+    assert reason is not None and reason.by_growth  # counted from the state's own base
 
 
-class TestUnreferencedSnapshots:
-    """Snapshots no manifest can reference are deleted; captured ones are left to the
-    registry (DESIGN §3.1)."""
+# --- through the task core ---------------------------------------------------------------
 
-    def _materialize(self, m: Materializer, clock: TestingClock, ex: Any, bucket: int) -> Any:
-        clock.advance(m.due_at(bucket) - clock.monotonic() + 0.001)
-        m.poll()
-        ex.run_all()
-        (handle,) = [h for h in m.poll() if h.bucket == bucket]
-        ex.run_all()  # deletions run on the executor too
-        return handle
 
-    def _touch(self, backend: KeyedStateBackend, bucket: int, value: int) -> None:
-        key = next(k for k in (f"k{i}" for i in range(999)) if bucket_for(k, B) == bucket)
-        backend.value_state("v").set(key, value)
+def test_buckets_start_only_once_due_and_unchanged_ones_never(harness: Harness) -> None:
+    assert harness.batch().stats.materializations_started == 0
+    harness.clock.advance(INTERVAL)
+    assert harness.batch().stats.materializations_started == B
+    assert harness.executor.run_all() == B
+    assert set(harness.records()) == set(range(B))
+    idle = harness.batch([])  # adopts every snapshot
+    assert idle.stats.materializations_adopted == B
+    harness.clock.advance(5 * INTERVAL)
+    assert harness.batch([]).stats.materializations_started == 0  # nothing changed since
+    assert harness.batch([3]).stats.materializations_started == 1
 
-    def test_snapshot_replaced_before_any_checkpoint_is_deleted(self, setup: Any) -> None:
-        backend, _resolver, objects = setup
-        clock, ex = TestingClock(), TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_in_flight=B)
-        bucket = min(range(B), key=m.due_at)
-        first = self._materialize(m, clock, ex, bucket)
-        self._touch(backend, bucket, -1)
-        second = self._materialize(m, clock, ex, bucket)
-        assert not objects.exists(first.uri.removeprefix(objects.root_uri + "/"))
-        assert objects.exists(second.uri.removeprefix(objects.root_uri + "/"))
-        assert m.stats.unreferenced_deleted == 1
 
-    def test_snapshot_a_checkpoint_captured_is_kept(self, setup: Any) -> None:
-        backend, _resolver, objects = setup
-        clock, ex = TestingClock(), TestingManualExecutor()
-        m = _materializer(setup, clock, ex, max_in_flight=B)
-        bucket = min(range(B), key=m.due_at)
-        first = self._materialize(m, clock, ex, bucket)
-        states = backend.checkpoint().result(timeout=WAIT)
-        assert states[bucket].snapshot == first
-        self._touch(backend, bucket, -2)
-        self._materialize(m, clock, ex, bucket)
-        assert objects.exists(first.uri.removeprefix(objects.root_uri + "/"))
-        assert m.stats.unreferenced_deleted == 0
+def test_a_record_older_than_the_adoption_limit_is_not_adopted(harness: Harness) -> None:
+    harness.batch()
+    harness.clock.advance(INTERVAL)
+    harness.batch()
+    harness.executor.run_all()
+    harness.clock.advance(ADOPTION_MAX_AGE_S + 1)  # by the clock that wrote the records
+    assert harness.batch([]).stats.materializations_adopted == 0
+
+
+def test_at_most_one_materialization_per_bucket_across_processes(harness: Harness) -> None:
+    harness.batch()
+    harness.clock.advance(INTERVAL)
+    assert harness.batch().stats.materializations_started == B  # jobs wait in the executor
+    harness.clock.advance(10 * INTERVAL)
+    latest = harness.batch()
+    assert latest.stats.materializations_started == 0  # markers held
+    other = harness.new_task(max_in_flight=B)  # another worker process, same executor
+    try:
+        other.notify_checkpoint_complete(latest.states)
+        taken_over = harness.batch(task=other)
+        assert taken_over.stats.restored == B  # its own store was empty
+        assert taken_over.stats.materializations_started == 0  # markers still held
+        assert harness.executor.run_all() == B
+        adopted = harness.batch([0], task=other)  # the first process's snapshots fit
+        assert adopted.stats.materializations_adopted == B
+    finally:
+        other.close()
+
+
+def test_max_in_flight_bounds_time_due_jobs(tmp_path: Path) -> None:
+    h = Harness(tmp_path, max_in_flight=2)
+    try:
+        h.batch()
+        h.clock.advance(INTERVAL)
+        assert h.batch().stats.materializations_started == 2
+        assert h.task.materialization_stats().in_flight == 2
+        assert h.batch().stats.materializations_started == 0  # both slots taken
+        assert h.executor.run_all() == 2
+        ack = h.batch()
+        assert ack.stats.materializations_adopted == 2
+        assert ack.stats.materializations_started == 2  # the next two due buckets
+        assert h.task.materialization_stats().completed == 2
+    finally:
+        h.task.close()
+
+
+def test_failures_never_fail_a_task_and_are_retried_after_the_delay(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = Harness(tmp_path, max_in_flight=1, retry_delay_s=30.0, max_consecutive_failures=1)
+    try:
+        h.batch([0])
+        h.clock.advance(INTERVAL)
+        h.resolver.failures = 100
+        for attempt in (1, 2):
+            assert h.batch([0]).stats.materializations_started == 1
+            with caplog.at_level(logging.WARNING):
+                h.executor.run_all()
+            assert h.task.materialization_stats().failed == attempt
+            assert h.batch([0]).stats.materializations_started == 0  # waits for the delay
+            h.clock.advance(30.0)
+        failures = [r for r in caplog.records if "failed (" in r.getMessage()]
+        assert [r.levelno for r in failures] == [logging.WARNING, logging.ERROR]
+        h.resolver.failures = 0
+        assert h.batch([0]).stats.materializations_started == 1
+        h.executor.run_all()
+        assert h.batch([0]).stats.materializations_adopted == 1
+        assert h.task.materialization_stats().completed == 1
+    finally:
+        h.task.close()
+
+
+def test_a_name_collision_is_a_failure_not_an_overwrite(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = harness.objects
+    objects.put("jobs/job/snapshots/fixed.snap", b"someone else's")
+    monkeypatch.setattr(
+        "gic_runtime.coordination.local_jobs.new_snapshot_uri",
+        lambda root, job, bucket: objects.uri_for("jobs/job/snapshots/fixed.snap"),
+    )
+    harness.batch([0])
+    harness.clock.advance(INTERVAL)
+    assert harness.batch([0]).stats.materializations_started == 1
+    harness.executor.run_all()
+    assert harness.task.materialization_stats().failed == 1
+    assert objects.get("jobs/job/snapshots/fixed.snap") == b"someone else's"
+    assert harness.records() == {}
+
+
+def test_a_snapshot_of_a_lineage_that_moved_on_is_never_adopted(harness: Harness) -> None:
+    completed = harness.batch()
+    harness.clock.advance(INTERVAL)
+
+    def overwrite(ctx: TaskContext) -> None:
+        state = ctx.backend.value_state("v")
+        for key in KEYS.values():
+            state.set(key, "abandoned")
+
+    abandoned = harness.task.checkpoint(overwrite)  # never reported complete
+    assert abandoned.stats.materializations_started == B
+    harness.executor.run_all()
+    tokens = {b: r.token for b, r in harness.records().items()}
+    assert tokens == {b: s.token for b, s in abandoned.states.items()}
+
+    ack = harness.batch([0])  # from the completed checkpoint, same attempt
+    assert ack.stats.materializations_adopted == 0
+    assert all(s.snapshot is None for s in ack.states.values())
+    assert all(ack.states[b].seq == completed.states[b].seq + (b == 0) for b in range(B))
+    state = harness.task.backend.value_state("v")
+    assert all(state.get(KEYS[b]) != "abandoned" for b in range(B))
+
+
+def test_jobs_cancelled_at_close_release_their_buckets(harness: Harness) -> None:
+    harness.batch()
+    harness.clock.advance(INTERVAL)
+    latest = harness.batch()
+    assert latest.stats.materializations_started == B
+    harness.task.close(wait=False)  # the queued jobs are cancelled
+    stats = harness.task.materialization_stats()
+    assert stats.cancelled == B and stats.in_flight == 0 and stats.failed == 0
+    assert list((harness.local / "job" / "materialized").glob("*.inflight")) == []
+    harness.executor = TestingManualExecutor()
+    harness.task = harness.new_task(max_in_flight=B)  # a new process takes over
+    harness.task.notify_checkpoint_complete(latest.states)
+    harness.clock.advance(INTERVAL)  # its first due times count from when it starts
+    harness.batch([])
+    harness.clock.advance(INTERVAL)
+    assert harness.batch([]).stats.materializations_started == B
+
+
+def test_a_snapshot_from_another_epoch_is_never_adopted(harness: Harness) -> None:
+    harness.batch()
+    harness.clock.advance(INTERVAL)
+    started = harness.batch()
+    assert harness.executor.run_all() == B
+    successor = StateTask(  # the next attempt, on the same executor
+        root=harness.objects.root_uri,
+        job_id="job",
+        epoch=2,
+        num_buckets=B,
+        store=InMemoryStore(),
+        resolver=harness.resolver,
+        local_dir=harness.local,
+        clock=harness.clock,
+    )
+    try:
+        successor.notify_checkpoint_complete(started.states)  # its start manifest
+        ack = successor.checkpoint()
+        assert ack.stats.restored == B
+        assert ack.stats.materializations_adopted == 0
+        assert all(s.snapshot is None for s in ack.states.values())
+    finally:
+        successor.close()
+
+
+def test_a_record_holds_the_view_taken_at_its_checkpoint(harness: Harness) -> None:
+    harness.batch()
+    harness.clock.advance(INTERVAL)
+    at = harness.batch()
+    harness.batch()  # changes after the views were taken
+    harness.executor.run_all()
+    records = harness.records()
+    assert set(records) == set(range(B))
+    for bucket, record in records.items():
+        assert record.seq == record.snapshot.seq == at.states[bucket].seq
+        assert record.token == at.states[bucket].token
+        key = record.snapshot.uri.removeprefix(harness.objects.root_uri + "/")
+        assert harness.objects.size(key) == record.snapshot.size

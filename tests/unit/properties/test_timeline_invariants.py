@@ -1,16 +1,29 @@
 """Property test: random job timelines against a simple reference model.
 
 Hypothesis drives a job through random sequences of state changes, checkpoints,
-materializations, savepoints (native and canonical), crashes (with and without uploads
-of an unfinished checkpoint) followed by recovery and orphan sweep, retention changes,
-and new jobs restored from savepoints or checkpoints in claim and no-claim mode. The
-reference model is a plain dict per committed checkpoint.
+batches that fail or whose manifest is never written, time passing and background
+materializations completing, savepoints (native and canonical), crashes (with and
+without uploads of an unfinished checkpoint) followed by recovery and orphan sweep,
+retention changes, and new jobs restored from savepoints or checkpoints in claim and
+no-claim mode. The reference model is a plain dict per committed checkpoint.
+
+Every batch runs through the task core Spark's executors run
+(:class:`~gic_runtime.coordination.task.StateTask` ->
+:func:`~gic_runtime.coordination.executor.execute`): restore or reuse of the expected
+lineage, adoption of background snapshots through the executor-local records, durable
+changelog, due materializations started through the production scheduler. Time is a
+:class:`~gic_runtime.testing.TestingClock` and background jobs run only when a rule says
+so (:class:`~gic_runtime.testing.TestingManualExecutor`), so every interleaving is
+reproducible. The executor-local directory survives crashes and job switches, as an
+executor's does.
 
 Pinned invariants (DESIGN §3):
 
 * 1 -- no file referenced by a retained checkpoint, a savepoint or a no-claim restore
   source is ever deleted (checked after every step);
-* 3 -- restored state always equals the reference of the checkpoint restored from;
+* 3 -- restored state always equals the reference of the checkpoint restored from: at
+  every job start, and every committed manifest restored from storage into a fresh
+  store;
 * 6 -- after the first checkpoint of a no-claim restore the manifest references nothing
   of the source, and deleting the source breaks nothing;
 * 9 -- an orphan sweep leaves exactly the referenced objects in the job's directory.
@@ -21,12 +34,12 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -38,18 +51,59 @@ from hypothesis.stateful import (
 
 from gic_runtime.checkpoint import RestoreMode, read_manifest
 from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
+from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.handles import BucketState
 from gic_runtime.layout import job_dir, manifest_uri, savepoint_dir
-from gic_runtime.materialization.scheduler import MaterializationSettings
-from gic_runtime.savepoint.canonical import restore_from_canonical, write_canonical_from_states
+from gic_runtime.materialization import MaterializationSettings
+from gic_runtime.savepoint.canonical import write_canonical_from_states
+from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage import LocalObjectStore, StoreResolver
-from gic_runtime.testing import TestingClock
+from gic_runtime.testing import TestingClock, TestingManualExecutor
+from gic_runtime.testing_changelog import TestingChangelogWriter
 
 BUCKETS = 4
 KEYS = st.integers(min_value=0, max_value=24)
+CHANGE = st.tuples(st.sampled_from(["set", "del", "app"]), KEYS, st.integers(-(2**31), 2**31))
+CHANGES = st.lists(CHANGE, min_size=1, max_size=12)
+FEW_CHANGES = st.lists(CHANGE, min_size=1, max_size=4)
 INTERVAL = 60.0
 
 Ref = dict[str, dict[int, Any]]
+Change = tuple[str, int, int]
+
+
+class InjectedFailureError(RuntimeError):
+    """A batch that fails on purpose, after applying its changes."""
+
+
+def apply_to_ref(ref: Ref, changes: list[Change]) -> None:
+    for op, key, val in changes:
+        if op == "set":
+            ref["value"][key] = val
+        elif op == "del":
+            ref["value"].pop(key, None)
+        else:
+            ref["list"].setdefault(key, []).append(val)
+
+
+def batch(changes: list[Change], *, fail: bool = False) -> Any:
+    """The task-core callback applying ``changes`` (then failing, with ``fail``)."""
+
+    def apply(ctx: TaskContext) -> None:
+        values = ctx.backend.value_state("v")
+        lists = ctx.backend.list_state("l")
+        for op, key, val in changes:
+            if op == "set":
+                values.set(key, val)
+            elif op == "del":
+                values.clear(key)
+            else:
+                lists.append(key, val)
+        if fail:
+            raise InjectedFailureError("injected failure inside a batch")
+
+    return apply
 
 
 def empty_ref() -> Ref:
@@ -69,6 +123,7 @@ class Job:
     epoch: int
     restore: RestoreRequest | None
     task: StateTask
+    executor: TestingManualExecutor
     timeline: CheckpointTimeline
     store: InMemoryStore
     committed: dict[int, Ref] = field(default_factory=dict)
@@ -77,14 +132,20 @@ class Job:
 class TimelineMachine(RuleBasedStateMachine):
     """One storage root; one running job at a time; the dict reference beside it."""
 
-    @initialize()
-    def setup(self) -> None:
+    @initialize(max_sections=st.sampled_from([1, 1, 3, 32]), max_in_flight=st.sampled_from([1, 2]))
+    def setup(self, max_sections: int, max_in_flight: int) -> None:
+        # max_sections=1: every changed bucket is growth-due after each checkpoint;
+        # 32: only time makes buckets due within an example.
+        self.materialization = MaterializationSettings(
+            interval_s=INTERVAL, max_in_flight=max_in_flight, max_sections=max_sections
+        )
         self.dir = Path(tempfile.mkdtemp(prefix="gic-prop-"))
         self.store = LocalObjectStore(self.dir)
         self.root = self.store.root_uri
         self.resolver = StoreResolver()
         self.resolver.register(self.store)
         self.clock = TestingClock()
+        self.local_dir = self.dir / "executor-local"
         self.jobs = 0
         self.next_checkpoint = 1
         self.savepoints: list[Savepoint] = []
@@ -104,19 +165,20 @@ class TimelineMachine(RuleBasedStateMachine):
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _new_task(self, job_id: str, epoch: int, store: InMemoryStore) -> StateTask:
+    def _new_task(
+        self, job_id: str, epoch: int, store: InMemoryStore, executor: TestingManualExecutor
+    ) -> StateTask:
         return StateTask(
             root=self.root,
             job_id=job_id,
             epoch=epoch,
-            bucket_range=range(BUCKETS),
             num_buckets=BUCKETS,
             store=store,
             resolver=self.resolver,
+            local_dir=self.local_dir,
             clock=self.clock,
-            settings=TaskSettings(
-                materialization=MaterializationSettings(interval_s=INTERVAL, seed=7)
-            ),
+            materialization_executor=executor,
+            settings=TaskSettings(materialization=self.materialization),
         )
 
     def _start_job(
@@ -143,13 +205,14 @@ class TimelineMachine(RuleBasedStateMachine):
             clock=self.clock,
         )
         store = store or InMemoryStore()
-        task = self._new_task(job_id, epoch, store)
+        executor = TestingManualExecutor()
+        task = self._new_task(job_id, epoch, store, executor)
         start = timeline.start
         if start.canonical_uri is not None:
-            restore_from_canonical(task.backend, start.canonical_uri, self.resolver)
+            task.restore_canonical(start.canonical_uri)
         else:
             task.restore(start.manifest)
-        job = Job(job_id, epoch, restore, task, timeline, store, committed or {})
+        job = Job(job_id, epoch, restore, task, executor, timeline, store, committed or {})
         if start.own:
             assert start.checkpoint_id is not None
             self.ref = copy.deepcopy(job.committed[start.checkpoint_id])
@@ -159,25 +222,52 @@ class TimelineMachine(RuleBasedStateMachine):
         return job
 
     def _assert_state_equals_ref(self, job: Job) -> None:
-        values = job.task.backend.value_state("v")
-        lists = job.task.backend.list_state("l")
+        self._assert_backend_equals_ref(job.task.backend)
+
+    def _assert_backend_equals_ref(self, backend: KeyedStateBackend) -> None:
+        values = backend.value_state("v")
+        lists = backend.list_state("l")
         for key in range(25):
             assert values.get(key) == self.ref["value"].get(key), f"value of key {key}"
             assert lists.get(key) == self.ref["list"].get(key, []), f"list of key {key}"
 
-    def _checkpoint(self) -> int:
+    def _assert_restores_to_ref(self, states: Mapping[int, BucketState]) -> None:
+        """The states, restored from storage alone into a fresh store, equal the model."""
+        fresh = KeyedStateBackend(
+            range(BUCKETS), BUCKETS, InMemoryStore(), TestingChangelogWriter()
+        )
+        summary = fresh.restore(states, self.resolver)
+        assert not summary.local_hits
+        self._assert_backend_equals_ref(fresh)
+
+    def _checkpoint(self, changes: list[Change]) -> int:
+        """A batch applying ``changes``, committed: manifest, completion, model."""
         job = self.job
-        states = job.task.checkpoint(self_contained=job.timeline.must_be_self_contained)
         cid = self.next_checkpoint
         self.next_checkpoint += 1
-        _stored, wait = job.timeline.commit(cid, states, engine={"offsets": cid})
-        job.task.notify_checkpoint_complete(states)
+        ack = job.task.checkpoint(
+            batch(changes),
+            checkpoint_id=cid,
+            self_contained=job.timeline.must_be_self_contained,
+        )
+        apply_to_ref(self.ref, changes)
+        event(f"checkpoint adopted background snapshots: {ack.stats.materializations_adopted > 0}")
+        event(f"checkpoint started materializations: {ack.stats.materializations_started > 0}")
+        _stored, wait = job.timeline.commit(cid, ack.states, engine={"offsets": cid})
+        job.task.notify_checkpoint_complete(ack.states)
         wait()
         job.committed[cid] = copy.deepcopy(self.ref)
+        self._assert_state_equals_ref(job)
+        self._assert_restores_to_ref(ack.states)
         lineage = job.timeline.lineage
         if lineage is not None and lineage.mode is RestoreMode.NO_CLAIM:
             assert lineage.released, "first checkpoint after a no-claim restore not released"
         return cid
+
+    def _abandoned_checkpoint(self, changes: list[Change]) -> None:
+        """A batch made durable whose manifest is never written: its changes are lost,
+        and the next batch starts from the last committed checkpoint (same attempt)."""
+        self.job.task.checkpoint(batch(changes), checkpoint_id=self.next_checkpoint)
 
     def _uris_exist(self, uris: frozenset[str]) -> None:
         for uri in uris:
@@ -186,42 +276,40 @@ class TimelineMachine(RuleBasedStateMachine):
 
     # --- rules -------------------------------------------------------------------------
 
-    @rule(
-        changes=st.lists(
-            st.tuples(st.sampled_from(["set", "del", "app"]), KEYS, st.integers(-(2**31), 2**31))
-        )
-    )
-    def write(self, changes: list[tuple[str, int, int]]) -> None:
-        values = self.job.task.backend.value_state("v")
-        lists = self.job.task.backend.list_state("l")
-        for op, key, val in changes:
-            if op == "set":
-                values.set(key, val)
-                self.ref["value"][key] = val
-            elif op == "del":
-                values.clear(key)
-                self.ref["value"].pop(key, None)
-            else:
-                lists.append(key, val)
-                self.ref["list"].setdefault(key, []).append(val)
+    @rule(changes=CHANGES)
+    def checkpoint(self, changes: list[Change]) -> None:
+        self._checkpoint(changes)
 
-    @rule()
-    def checkpoint(self) -> None:
-        self._checkpoint()
+    @rule(changes=FEW_CHANGES, finish=st.booleans())
+    def checkpoint_never_committed(self, changes: list[Change], finish: bool) -> None:
+        """With ``finish``, the background materializations it started (of a lineage
+        nobody continues) finish right away."""
+        self._abandoned_checkpoint(changes)
+        if finish:
+            self.job.executor.run_all()
 
-    @rule()
-    def materialize(self) -> None:
-        task = self.job.task
-        self.clock.advance(INTERVAL * 1.5)
-        deadline = time.monotonic() + 30
-        while True:
-            task.poll()
-            idle = not task.materializer.in_flight()
-            due = any(task.materializer.due_at(b) <= self.clock.monotonic() for b in range(BUCKETS))
-            if idle and not due:
-                break
-            assert time.monotonic() < deadline, "materialization did not finish"
-            time.sleep(0.002)
+    @rule(changes=CHANGES)
+    def failed_batch(self, changes: list[Change]) -> None:
+        try:
+            self.job.task.checkpoint(batch(changes, fail=True))
+        except InjectedFailureError:
+            pass
+        else:  # pragma: no cover - the callback always raises
+            raise AssertionError("a failing batch did not fail")
+
+    @rule(intervals=st.sampled_from([0.25, 0.5, 1.0, 1.5, 4.0]), finish=st.booleans())
+    def time_passes(self, intervals: float, finish: bool) -> None:
+        """Time passes; with ``finish`` every background materialization ends meanwhile."""
+        self.clock.advance(INTERVAL * intervals)
+        if finish:
+            self.job.executor.run_all()
+
+    @rule(jobs=st.sampled_from([1, 2]))
+    def background_jobs_run(self, jobs: int) -> None:
+        """The oldest ``jobs`` background materializations finish (write their snapshots
+        and records)."""
+        for _ in range(jobs):
+            self.job.executor.run_next()
 
     @rule(retain=st.integers(min_value=1, max_value=3))
     def change_retention(self, retain: int) -> None:
@@ -242,12 +330,14 @@ class TimelineMachine(RuleBasedStateMachine):
         ref = job.committed[latest.checkpoint_id]
         self.savepoints.append(Savepoint(directory, copy.deepcopy(ref)))
 
-    @rule(upload_first=st.booleans(), reuse_store=st.booleans())
-    def crash_and_recover(self, upload_first: bool, reuse_store: bool) -> None:
+    @rule(upload_first=st.booleans(), reuse_store=st.booleans(), changes=CHANGES)
+    def crash_and_recover(
+        self, upload_first: bool, reuse_store: bool, changes: list[Change]
+    ) -> None:
         job = self.job
         if upload_first:
             # Uploads of a checkpoint whose manifest is never written: future orphans.
-            job.task.checkpoint()
+            self._abandoned_checkpoint(changes)
         job.task.close(wait=False)
         job.timeline.close()
         self.job = self._start_job(
@@ -341,7 +431,7 @@ class TimelineMachine(RuleBasedStateMachine):
             self._checkpoint_refs[manifest_uri(self.root, old.job_id, cid)] = ref
         self.job = self._start_job(restore=request, source_ref=source_ref)
         # The first checkpoint of the new job: self-contained when no-claim.
-        self._checkpoint()
+        self._checkpoint([])
         lineage = self.job.timeline.lineage
         latest = self.job.timeline.latest()
         assert lineage is not None and latest is not None
