@@ -7,7 +7,7 @@ removes them only at the next driver start, so a job that runs for weeks on exec
 that come and go would collect them without bound. :class:`LiveSweeper` removes them
 while the driver runs, between batches (docs/architecture.md §13.9).
 
-Why it is safe without stopping anything (the orphan rule of invariant 9 for a live
+Why it is safe without stopping anything (the orphan rule, for a live
 attempt):
 
 * **Changelog segments.** A manifest names only segments its own batch's tasks uploaded
