@@ -134,6 +134,9 @@ def main() -> int:
     parser.add_argument("--kill", choices=["mid-batch", "between-batches"])
     parser.add_argument("--kill-batch", type=int, default=3)
     parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument(
+        "--local-root", type=Path, help="where executors' scratch directories are (default: D)"
+    )
     args = parser.parse_args()
     base: Path = args.dir
     src, out, scratch = base / "in", base / "out", base / "spark-local"
@@ -178,7 +181,8 @@ def main() -> int:
         make_counter(marker, args.kill_batch), OUTPUT
     )
     summary = query.to_parquet(str(out)).run(trigger="available-now", on_batch=on_batch)
-    local_dirs = sorted(str(p) for p in scratch.rglob("gic-local/wc-cluster/state"))
+    local_root = args.local_root or scratch
+    local_dirs = sorted(str(p) for p in local_root.rglob("gic-local/wc-cluster/state"))
     resolver = StoreResolver()
     referenced: set[str] = set()
     for stored in load_retained(resolver, settings.storage, settings.job_id):
