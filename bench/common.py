@@ -63,9 +63,15 @@ def bar_plot(name: str, title: str, series: Mapping[str, Mapping[str, float]], y
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
+    return save_figure(fig, RESULTS / f"{name}.png")
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay ``fig`` out, write it as a PNG at ``path`` (creating its directory) and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

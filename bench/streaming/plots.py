@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench import common
 from bench.streaming.records import BenchParams
 from bench.streaming.workloads import WorkloadSpec
 
@@ -86,11 +87,7 @@ def plot(
         f"rows/batch, {params.master}, {workload.partitions} partitions, "
         f"{params.measured} measured batches"
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def plot_modes(path: Path, title: str, modes: Mapping[str, Mapping[str, Any]]) -> Path:
@@ -142,8 +139,4 @@ def plot_modes(path: Path, title: str, modes: Mapping[str, Mapping[str, Any]]) -
     right.set_title("GIC rows/s / best Spark store of the mode (GIC local-hit ratio)")
     right.legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)

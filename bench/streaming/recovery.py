@@ -262,11 +262,7 @@ def plot(path: Path, title: str, systems: Mapping[str, Mapping[str, Any]]) -> Pa
     ax.set_ylabel("ms (medians)")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def main() -> None:

@@ -206,11 +206,7 @@ def plot(
     for ax in axes[1]:
         ax.set_xlabel("batch id")
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, path)
 
 
 def main() -> None:
