@@ -9,7 +9,7 @@ in-process :class:`~gic_runtime.coordination.task.StateTask` runs the same task 
 
 After a task's checkpoint (:func:`start_due_materializations`), on the task thread:
 
-* a bucket is *due* (:func:`_due`, the rules of
+* a bucket is *due* (the rules of
   :func:`~gic_runtime.materialization.scheduler.due`) when it changed beyond its base
   and beyond its newest record, and either
   - by *growth*: its changelog since its effective base (the newest record that fits the
@@ -34,6 +34,10 @@ After a task's checkpoint (:func:`start_due_materializations`), on the task thre
   and one start serves the range's whole growth backlog, so with every bucket gaining a
   section per batch, a bucket's count exceeds ``max_sections`` by at most the batches
   until the range's running growth job ends plus those its own job takes before it;
+* companions: a growth job also takes the range's buckets whose growth pressure reached
+  ``companion_pressure`` (after the growth-due ones). A changelog segment holds a
+  section of every bucket of its range and stays in storage until each has a newer
+  snapshot, so a range snapshotted together frees its segments together;
 * the views (LMDB read transactions, consistent with the lineage metadata just set)
   are taken on the task thread and the uploads run on the pool
   (:class:`~gic_runtime.coordination.local_jobs.MaterializationPool`: one per executor
@@ -88,7 +92,7 @@ from gic_runtime.coordination.materialization_record import (
 )
 from gic_runtime.errors import FormatError, GICError
 from gic_runtime.handles import BucketState, SnapshotHandle
-from gic_runtime.materialization.scheduler import Due, Newest, due
+from gic_runtime.materialization.scheduler import Due, Newest, due, pressure
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.storage.uri import StoreResolver
 
@@ -157,7 +161,8 @@ def start_due_materializations(
 ) -> int:
     """Start background materializations of the due buckets among ``states`` (the states
     the task just checkpointed and marked persisted): one growth job with every
-    growth-due bucket (highest pressure first) unless this range's growth lane is busy,
+    growth-due bucket (highest pressure first), then the range's companions (pressure at
+    least ``companion_pressure``), unless this range's growth lane is busy,
     then one job per time-due bucket (in bucket order) while the pool runs fewer than
     ``max_in_flight`` jobs. Returns how many buckets started."""
     pool = scope.pool
@@ -172,19 +177,28 @@ def start_due_materializations(
             return 0
         waiting = {b for (d, b), t in pool.retry_at.items() if d == directory and t > now}
     growth: list[tuple[float, int]] = []
+    companions: list[tuple[float, int]] = []
     timed: list[int] = []
     for bucket in sorted(states):
         state = states[bucket]
         if state.seq <= state.base or backend.seq(bucket) != state.seq or bucket in waiting:
             continue
-        reason = _due(scope, bucket, state, now, anchor)
+        newest = _newest(scope, bucket, state)
+        reason = due(s, scope.job_id, state, newest, now=now, anchor=anchor)
         if reason is not None and reason.by_growth:
             growth.append((-reason.pressure, bucket))
-        elif reason is not None:
+            continue
+        if reason is not None:
             timed.append(bucket)
+        current = reason.pressure if reason is not None else pressure(s, state, newest)
+        if current is not None and current >= s.companion_pressure:
+            companions.append((-current, bucket))
     started = 0
     if growth and lane_free:
-        taken = _take(scope, backend, [b for _, b in sorted(growth)], states)
+        joining = [b for _, b in sorted(companions)]
+        timed = [b for b in timed if b not in joining]
+        order = [b for _, b in sorted(growth)] + joining
+        taken = _take(scope, backend, order, states)
         if taken and submit_job(scope, taken, lane):
             started += len(taken)
     for bucket in timed:
@@ -235,21 +249,18 @@ def _read(scope: MaterializationScope, bucket: int) -> MaterializationRecord | N
         return None
 
 
-def _due(
-    scope: MaterializationScope, bucket: int, state: BucketState, now: float, anchor: float
-) -> Due | None:
-    """Whether ``bucket`` at ``state`` is due (:func:`~gic_runtime.materialization.scheduler.due`
-    with the bucket's newest record of this attempt); ``None`` when not due."""
+def _newest(scope: MaterializationScope, bucket: int, state: BucketState) -> Newest | None:
+    """The bucket's newest record of this attempt as the scheduler sees it
+    (:func:`~gic_runtime.materialization.scheduler.due`); ``None`` without one."""
     record = _read(scope, bucket)
-    newest: Newest | None = None
-    if record is not None and (record.root, record.job_id, record.epoch) == (
+    if record is None or (record.root, record.job_id, record.epoch) != (
         scope.root,
         scope.job_id,
         scope.epoch,
     ):  # another attempt's record does not count: schedule afresh
-        fits = usable_for(record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch)
-        newest = Newest(record.seq, record.snapshot.size, record.time, fits)
-    return due(scope.settings, scope.job_id, state, newest, now=now, anchor=anchor)
+        return None
+    fits = usable_for(record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch)
+    return Newest(record.seq, record.snapshot.size, record.time, fits)
 
 
 def _exists(resolver: StoreResolver, handle: SnapshotHandle) -> bool:

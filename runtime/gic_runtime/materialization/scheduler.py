@@ -36,7 +36,7 @@ from gic_runtime.errors import ConfigurationError
 from gic_runtime.handles import BucketState
 from gic_runtime.materialization.growth import growth_pressure
 
-__all__ = ["Due", "MaterializationSettings", "Newest", "due", "unit"]
+__all__ = ["Due", "MaterializationSettings", "Newest", "due", "pressure", "unit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +73,21 @@ class MaterializationSettings:
     benchmark) and a restore replays at most half a snapshot's worth of changes, for
     about twice the snapshot uploads of 1.0 (in the background)."""
 
-    changelog_floor_bytes: int = 16 * 1024
+    changelog_floor_bytes: int = 4 * 1024
     """The byte limit is never below this (and is this without a snapshot), so tiny
-    buckets are not snapshotted after every few changes. 16 KiB: a snapshot costs a
-    request or two, while a floor far above a bucket's snapshot would let its changelog
-    (and the segments it pins in storage) grow to many times the state."""
+    buckets are not snapshotted after every few changes. 4 KiB: a snapshot costs a
+    request or two, while a floor above a bucket's snapshot lets the floor, not the
+    ratio, decide, and the changelog (and the segments it pins in storage) grows to
+    several times the state: W1's 128 buckets of a 2 MB state are 16 KB each, and with
+    a 16 KiB floor the soak kept 3.4x its state instead of the ratio's bound."""
+
+    companion_pressure: float = 0.5
+    """When a task range's growth job starts, the range's buckets at least this far
+    toward a growth limit (:func:`~gic_runtime.materialization.growth.growth_pressure`)
+    join it. A segment holds a section of every bucket of its range and stays in
+    storage until each of them has a newer snapshot, so buckets snapshotted together
+    free their segments together instead of one straggler pinning them; 1.0 turns
+    companions off."""
 
     max_consecutive_failures: int = 3
     """Failures in a row of one bucket after which each further failure is logged as an
@@ -101,11 +111,13 @@ class MaterializationSettings:
             or not self.changelog_ratio > 0
             or self.changelog_ratio == float("inf")
             or self.changelog_floor_bytes < 1
+            or not 0 < self.companion_pressure <= 1
         ):
             raise ConfigurationError(
-                "materialization needs max_sections >= 1, a finite changelog_ratio > 0 and "
-                f"changelog_floor_bytes >= 1; got {self.max_sections}, "
-                f"{self.changelog_ratio}, {self.changelog_floor_bytes}"
+                "materialization needs max_sections >= 1, a finite changelog_ratio > 0, "
+                "changelog_floor_bytes >= 1 and 0 < companion_pressure <= 1; got "
+                f"{self.max_sections}, {self.changelog_ratio}, {self.changelog_floor_bytes}, "
+                f"{self.companion_pressure}"
             )
         if self.max_consecutive_failures < 0 or self.retry_delay_s < 0:
             raise ConfigurationError(
@@ -145,6 +157,23 @@ def unit(*parts: object) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
+def pressure(
+    settings: MaterializationSettings, state: BucketState, newest: Newest | None
+) -> float | None:
+    """The bucket's growth pressure since its effective base (the newest snapshot when
+    it fits the state's history, else the state's own snapshot); ``None`` when the
+    newest fitting snapshot already holds every change of ``state``."""
+    size: int | None
+    if newest is not None and newest.fits:
+        if newest.seq >= state.seq:
+            return None
+        base, size = newest.seq, newest.size  # the bucket's next task adopts it
+    else:
+        base = state.base
+        size = state.snapshot.size if state.snapshot is not None else None
+    return growth_pressure(state.changelog, base, size, settings)
+
+
 def due(
     settings: MaterializationSettings,
     job_id: str,
@@ -158,15 +187,10 @@ def due(
     how urgent its growth is; ``None`` when not due. ``newest`` is the bucket's newest
     snapshot of this attempt (``None``: none yet); ``anchor`` is when the attempt was
     first seen (first due times count from there)."""
-    size: int | None
-    if newest is not None and newest.fits:
-        if newest.seq >= state.seq:
-            return None  # nothing changed since the newest snapshot
-        base, size = newest.seq, newest.size  # the bucket's next task adopts it
-    else:
-        base = state.base
-        size = state.snapshot.size if state.snapshot is not None else None
-    result = Due(growth_pressure(state.changelog, base, size, settings))
+    current = pressure(settings, state, newest)
+    if current is None:
+        return None  # nothing changed since the newest snapshot
+    result = Due(current)
     if result.by_growth:
         return result
     bucket = state.bucket

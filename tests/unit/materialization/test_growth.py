@@ -172,6 +172,30 @@ def test_a_bucket_at_the_section_limit_starts_before_its_due_time(make: Any) -> 
     assert all(s.snapshot is not None for s in after.states.values())
 
 
+@pytest.mark.parametrize(("companion", "started"), [(0.5, 2), (1.0, 1)])
+def test_buckets_halfway_to_a_limit_join_their_range_growth_job(
+    make: Any, companion: float, started: int
+) -> None:
+    """A growth job also takes the range's buckets at ``companion_pressure`` or more, so
+    the range's segments are freed together; 1.0 turns companions off."""
+    h = make(interval_s=1e9, max_sections=4, companion_pressure=companion)
+    h.batch()  # every bucket 1 section
+    h.batch({0: 1, 1: 1})
+    h.batch({0: 2, 1: 2})  # buckets 0 and 1: 3 sections (0.75); 2 and 3: 1 (0.25)
+    ack = h.batch({0: 3})  # bucket 0 reaches 4 sections: due by growth
+    assert ack.stats.materializations_started == started
+    h.executor.run_all()
+    after = h.batch({})
+    snapshotted = {b for b, st in after.states.items() if st.snapshot is not None}
+    assert snapshotted == ({0, 1} if started == 2 else {0})
+
+
+def test_a_companion_pressure_outside_0_to_1_is_refused() -> None:
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigurationError, match="companion_pressure"):
+            MaterializationSettings(companion_pressure=bad)
+
+
 def test_a_growth_job_serves_the_buckets_furthest_over_the_limit_first(
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
