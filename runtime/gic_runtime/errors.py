@@ -56,6 +56,17 @@ class StoragePermissionError(StorageError):
     """Credentials are missing or do not allow the operation."""
 
 
+class UnsafePathError(StorageError):
+    """A local object path crosses a symbolic link (or is not a regular file), which the
+    local store refuses to follow: a link planted under the storage root must never make
+    a read, write or deletion reach outside it. ``path`` is the offending file system
+    path."""
+
+    def __init__(self, message: str, *, uri: str | None = None, path: str) -> None:
+        super().__init__(message, uri=uri)
+        self.path = path
+
+
 # --- file formats --------------------------------------------------------------------
 
 
@@ -77,6 +88,25 @@ class CorruptFileError(FormatError):
 
 class UnsupportedVersionError(FormatError):
     """The file was written by a format version this runtime does not know."""
+
+
+class ObjectTooLargeError(CorruptFileError):
+    """A stored file is larger than the limit for its kind, so it was not read.
+
+    Raised by :func:`gic_runtime.storage.base.read_bounded` before more than ``limit + 1``
+    bytes were transferred, so a reader's memory stays bounded whatever another party
+    wrote there. ``size`` is the object's size in bytes (``None`` when it could not be
+    determined), ``limit`` the largest size accepted. A subclass of
+    :class:`CorruptFileError` because no file the runtime writes comes near its limit:
+    callers that handle an unreadable file handle an oversized one alike.
+    """
+
+    def __init__(
+        self, message: str, *, uri: str | None = None, size: int | None, limit: int
+    ) -> None:
+        super().__init__(message, uri=uri)
+        self.size = size
+        self.limit = limit
 
 
 # --- state, checkpoints, lifecycle ---------------------------------------------------

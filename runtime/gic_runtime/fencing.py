@@ -2,37 +2,60 @@
 
 ::
 
-    <root>/jobs/<job_id>/epochs/epoch-<epoch:012d>     write-once marker (GICE record)
+    <root>/jobs/<job_id>/epochs/epoch-<epoch:012d>          write-once marker (GICE record)
+    <root>/jobs/<job_id>/epochs/epoch-<epoch:012d>.start    write-once start record (GICB)
 
 Claiming epoch ``E`` is creating its marker with create-if-absent, so two launches can
-never hold the same epoch. A driver holding ``E`` checks its :class:`Fence` before it
-writes a manifest (DESIGN §4 step 1): as soon as any marker above ``E`` exists, it has
-been superseded, raises :class:`~gic_runtime.errors.FencedError` and must stop without
-writing. Together with write-once manifests this means two drivers of one job never both
-complete a checkpoint (DESIGN §2, fencing epoch), and an orphan sweep after bumping the
-epoch knows the old driver will not start new checkpoints (DESIGN §3.9).
+never hold the same epoch. A driver holding ``E`` checks its :class:`Fence` before each
+batch, before it writes a manifest and again after the manifest landed
+(:class:`~gic_runtime.coordination.timeline.CheckpointTimeline`): as soon as any marker
+above ``E`` exists, it has been superseded, raises :class:`~gic_runtime.errors.FencedError`
+and stops -- after a manifest write, before registering, publishing or deleting
+anything for it.
+
+A check before a write cannot stop the write from landing later (a paused process, a PUT
+retried after a timeout). So a claim also records where the new launch starts: after
+the marker exists, the claimer lists the job's checkpoints and writes the start record
+holding the newest checkpoint that counts. A manifest of a lower epoch with a higher id
+landed after that listing and never counts (:mod:`gic_runtime.checkpoint.claims`), so
+a superseded driver's late manifest can never become a restore point, whatever order
+the writes land in. The post-write check closes the remaining window: a manifest whose
+writer saw no higher marker after it landed was present when any later claim listed the
+checkpoints, so it counts.
+
+Claim protocol for epoch ``E`` (:func:`claim_epoch`):
+
+1. create marker ``E`` (from now on every lower epoch is fenced at its next check);
+2. list ``epochs/`` and find the newest checkpoint that counts (``-1``: none);
+3. record that start for every lower claim that has no start record yet (its claimer
+   died or is slow), create-if-absent; if one appeared meanwhile, go back to 2;
+4. create ``E``'s start record; finding one there already (a later claimer recorded
+   it, or this is a retried claim) is fine: it was computed after ``E``'s marker.
 
 Invariants:
 
-* Epochs start at 1 (0 means "none claimed yet") and markers are never deleted or
-  rewritten, so the highest marker only ever grows.
+* Epochs start at 1 (0 means "none claimed yet") and markers and start records are
+  never deleted or rewritten, so the highest marker only ever grows.
 * :func:`claim_epoch` without an epoch returns one above every marker it saw, and
   distinct calls never return the same epoch. A given epoch must be above every
   existing marker; finding its marker already created by the same ``claimed_by`` is
   success (a retried claim whose first attempt landed), by anyone else is fencing.
   ``claimed_by`` must therefore identify the launch (e.g. pod name or host and pid).
-* Marker names are the truth: :meth:`Fence.check` is a single LIST of the epochs
-  prefix and reads no marker bodies (they record who claimed and when, for humans).
+* A claim that returned has a start record, and so has every lower claim whose marker
+  it listed.
+* Marker names are the truth for fencing: :meth:`Fence.check` is a single LIST of the
+  epochs prefix and reads no marker bodies (they record who claimed and when, for
+  humans).
 
 Thread-safety: stateless functions; a :class:`Fence` is immutable and may be shared.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from gic_runtime.checkpoint.catalog import resolve_prefix
+from gic_runtime.checkpoint.catalog import newest_counting_checkpoint, resolve_prefix
+from gic_runtime.checkpoint.claims import CLAIM_RECORD_MAX_BYTES, Claims, EpochStart
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.control.envelope import (
     decode_record,
@@ -48,9 +71,32 @@ from gic_runtime.errors import (
     FencedError,
     ObjectExistsError,
 )
-from gic_runtime.layout import job_dir, validate_id
-from gic_runtime.storage.uri import StoreResolver, join
+from gic_runtime.layout import (
+    epoch_marker_uri,
+    epoch_start_uri,
+    epochs_dir,
+    parse_epoch,
+    validate_id,
+)
+from gic_runtime.storage.base import read_bounded
+from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.storage.writes import create_once
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_CLAIM_ATTEMPTS",
+    "SUPPORTED_VERSIONS",
+    "EpochMarker",
+    "Fence",
+    "claim_epoch",
+    "epoch_marker_uri",
+    "epochs_dir",
+    "highest_epoch",
+    "list_epochs",
+    "parse_epoch",
+    "read_marker",
+]
 
 MAGIC = "GICE"
 FORMAT_VERSION = 1
@@ -58,22 +104,6 @@ SUPPORTED_VERSIONS = frozenset({1})
 #: Auto-claims give up after this many create collisions in a row (each one means
 #: another launch claimed the epoch just tried; so many in a row means a claim storm).
 MAX_CLAIM_ATTEMPTS = 64
-
-_MARKER = re.compile(r"epoch-(\d{12})")
-
-
-def epochs_dir(root: str, job_id: str) -> str:
-    return join(job_dir(root, job_id), "epochs")
-
-
-def epoch_marker_uri(root: str, job_id: str, epoch: int) -> str:
-    return join(epochs_dir(root, job_id), f"epoch-{epoch:012d}")
-
-
-def parse_epoch(name: str) -> int | None:
-    """Epoch from a marker's file name (or key/URI), or ``None`` if it is not one."""
-    m = _MARKER.fullmatch(name.rsplit("/", 1)[-1])
-    return int(m.group(1)) if m else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +163,8 @@ def read_marker(resolver: StoreResolver, root: str, job_id: str, epoch: int) -> 
     """The marker of ``epoch`` (raises ObjectNotFoundError if it was never claimed)."""
     uri = epoch_marker_uri(root, job_id, epoch)
     store, key = resolver.resolve(uri)
-    return EpochMarker.decode(store.get(key), uri)
+    data = read_bounded(store, key, CLAIM_RECORD_MAX_BYTES, what="fencing-epoch marker")
+    return EpochMarker.decode(data, uri)
 
 
 def claim_epoch(
@@ -149,7 +180,8 @@ def claim_epoch(
 
     ``epoch=None`` claims the next one above the highest existing marker (retrying when
     another launch takes it first). A given ``epoch`` (``>= 1``, e.g. assigned by the
-    operator) must be higher than every existing marker. Raises :class:`FencedError`
+    operator) must be higher than every existing marker. Either way the claim's start is
+    recorded (see the module docstring) before it returns. Raises :class:`FencedError`
     when a given epoch is not claimable, see the module docstring.
     """
     validate_id("job id", job_id)
@@ -157,10 +189,13 @@ def claim_epoch(
         raise ConfigurationError("claim_epoch needs claimed_by naming the launch (pod, host:pid)")
     now = (clock or SystemClock()).wall()
     if epoch is not None:
-        return _claim_given(resolver, root, job_id, epoch=epoch, claimed_by=claimed_by, now=now)
+        claimed = _claim_given(resolver, root, job_id, epoch=epoch, claimed_by=claimed_by, now=now)
+        _record_start(resolver, root, job_id, claimed, claimed_by=claimed_by, now=now)
+        return claimed
     for _ in range(MAX_CLAIM_ATTEMPTS):
         candidate = highest_epoch(resolver, root, job_id) + 1
         if _create(resolver, root, job_id, EpochMarker(candidate, now, claimed_by)):
+            _record_start(resolver, root, job_id, candidate, claimed_by=claimed_by, now=now)
             return candidate
     raise FencedError(
         f"could not claim a fencing epoch for job {job_id!r}: {MAX_CLAIM_ATTEMPTS} attempts in "
@@ -197,6 +232,32 @@ def _create(resolver: StoreResolver, root: str, job_id: str, marker: EpochMarker
     store, key = resolver.resolve(epoch_marker_uri(root, job_id, marker.epoch))
     try:
         create_once(store, key, marker.encode())
+    except ObjectExistsError:
+        return False
+    return True
+
+
+def _record_start(
+    resolver: StoreResolver, root: str, job_id: str, epoch: int, *, claimed_by: str, now: float
+) -> None:
+    """Steps 2-4 of the claim protocol for ``epoch``, whose marker exists."""
+    while True:
+        claims = Claims(resolver, root, job_id)
+        if epoch in claims.recorded:  # recorded by a later claimer, or a retried claim
+            return
+        start = newest_counting_checkpoint(resolver, root, job_id, claims)
+        lower = [e for e in claims.pending if e < epoch]
+        by = f"{claimed_by} (claiming epoch {epoch})"
+        if all(_create_start(resolver, root, job_id, EpochStart(e, start, by, now)) for e in lower):
+            _create_start(resolver, root, job_id, EpochStart(epoch, start, claimed_by, now))
+            return
+
+
+def _create_start(resolver: StoreResolver, root: str, job_id: str, record: EpochStart) -> bool:
+    """Create ``record``; ``False`` when that epoch's start was recorded already."""
+    store, key = resolver.resolve(epoch_start_uri(root, job_id, record.epoch))
+    try:
+        create_once(store, key, record.encode())
     except ObjectExistsError:
         return False
     return True

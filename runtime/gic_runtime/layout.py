@@ -4,9 +4,14 @@
 
     <root>/jobs/<job_id>/
         checkpoints/chk-<id:012d>.manifest     manifests, one per completed checkpoint
+        checkpoints/chk-<id:012d>.e<epoch:012d>.manifest
+                                               the same, when a superseded manifest holds
+                                               the usual name
         changelog/<epoch>/<uuid>.seg           changelog segments (DSTL uploads)
         snapshots/<bucket>/<uuid>.snap         materialized bucket snapshots
-        control/...                            durable control requests (later issues)
+        control/...                            durable control requests and outcomes
+        epochs/epoch-<epoch:012d>              fencing claim of a launch (marker)
+        epochs/epoch-<epoch:012d>.start        where that launch starts (claim start record)
     <root>/savepoints/<savepoint_id>/
         _savepoint.manifest                    manifest of a self-contained savepoint
         files/...                              copies of every file it references
@@ -49,9 +54,55 @@ def manifest_uri(root: str, job_id: str, checkpoint_id: int) -> str:
     return join(checkpoints_dir(root, job_id), f"chk-{checkpoint_id:012d}{MANIFEST_SUFFIX}")
 
 
+def alternate_manifest_uri(root: str, job_id: str, checkpoint_id: int, epoch: int) -> str:
+    """Where epoch ``epoch`` writes the manifest of ``checkpoint_id`` when the usual name
+    is taken by a superseded manifest (:mod:`gic_runtime.checkpoint.claims`)."""
+    name = f"chk-{checkpoint_id:012d}.e{epoch:012d}{MANIFEST_SUFFIX}"
+    return join(checkpoints_dir(root, job_id), name)
+
+
+_MANIFEST_NAME = re.compile(r"chk-(\d{12})(?:\.e(\d{12}))?" + re.escape(MANIFEST_SUFFIX))
+
+
 def parse_checkpoint_id(name: str) -> int | None:
-    """Checkpoint id from a manifest file name, or ``None`` if it is not one."""
-    m = re.fullmatch(r"chk-(\d{12})" + re.escape(MANIFEST_SUFFIX), name.rsplit("/", 1)[-1])
+    """Checkpoint id from a manifest file name (usual or alternate), or ``None`` if it is
+    not one."""
+    m = _MANIFEST_NAME.fullmatch(name.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
+
+
+def parse_manifest_epoch(name: str) -> int | None:
+    """The epoch an alternate manifest name carries, or ``None`` (usual name, or not a
+    manifest name)."""
+    m = _MANIFEST_NAME.fullmatch(name.rsplit("/", 1)[-1])
+    return int(m.group(2)) if m and m.group(2) else None
+
+
+_EPOCH_MARKER = re.compile(r"epoch-(\d{12})")
+_EPOCH_START = re.compile(r"epoch-(\d{12})\.start")
+
+
+def epochs_dir(root: str, job_id: str) -> str:
+    return join(job_dir(root, job_id), "epochs")
+
+
+def epoch_marker_uri(root: str, job_id: str, epoch: int) -> str:
+    return join(epochs_dir(root, job_id), f"epoch-{epoch:012d}")
+
+
+def epoch_start_uri(root: str, job_id: str, epoch: int) -> str:
+    return join(epochs_dir(root, job_id), f"epoch-{epoch:012d}.start")
+
+
+def parse_epoch(name: str) -> int | None:
+    """Epoch from a marker's file name (or key/URI), or ``None`` if it is not one."""
+    m = _EPOCH_MARKER.fullmatch(name.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
+
+
+def parse_epoch_start(name: str) -> int | None:
+    """Epoch from a claim start record's file name (or key/URI), or ``None``."""
+    m = _EPOCH_START.fullmatch(name.rsplit("/", 1)[-1])
     return int(m.group(1)) if m else None
 
 

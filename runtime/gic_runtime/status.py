@@ -14,6 +14,9 @@ Format: the text envelope of :mod:`gic_runtime.control.envelope` (magic ``GICT``
 version 1, CRC32C of the JSON body). Readers ignore fields they do not know, so a newer
 writer may add fields within version 1; missing optional parts read as ``None``.
 
+Readers read at most :data:`STATUS_MAX_BYTES` (the operator reads the record of every
+job on every reconcile, and the driver writing it runs tenant code).
+
 Values are frozen dataclasses (safe to share between threads); nested parts have
 ``to_json`` / ``from_json``. :func:`write_status` and :func:`read_status` are stateless.
 """
@@ -45,6 +48,7 @@ from gic_runtime.control.envelope import (
 from gic_runtime.control.model import Outcome
 from gic_runtime.errors import ConfigurationError, CorruptFileError, ObjectNotFoundError
 from gic_runtime.layout import job_dir
+from gic_runtime.storage.base import read_bounded
 from gic_runtime.storage.uri import StoreResolver, join
 
 _T = TypeVar("_T")
@@ -52,6 +56,9 @@ _T = TypeVar("_T")
 MAGIC = "GICT"
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
+STATUS_MAX_BYTES = 1024 * 1024
+"""Largest status record a reader accepts and a writer writes (real ones are a few KiB:
+the error text is cut to 500 characters by the driver)."""
 STATUS_NAME = "status.json"
 
 
@@ -348,23 +355,38 @@ def decode_status(data: bytes, uri: str) -> JobStatus:
 
 
 def write_status(resolver: StoreResolver, root: str, job_id: str, status: JobStatus) -> None:
-    """Publish ``status`` as the job's status record (replacing the previous one)."""
+    """Publish ``status`` as the job's status record (replacing the previous one).
+
+    Refuses (:class:`ConfigurationError`) a record over :data:`STATUS_MAX_BYTES`, which
+    no reader would accept.
+    """
     if status.job_id != job_id:
         raise ConfigurationError(
             f"status of job {status.job_id!r} cannot be written as the status of job "
             f"{job_id!r}; pass the job id the status belongs to"
         )
+    data = encode_status(status)
+    if len(data) > STATUS_MAX_BYTES:
+        raise ConfigurationError(
+            f"status record of job {job_id!r} would be {len(data)} bytes, more than the "
+            f"{STATUS_MAX_BYTES} readers accept; keep error texts and extra fields short"
+        )
     uri = status_uri(root, job_id)
     store, key = resolver.resolve(uri)
-    store.put(key, encode_status(status))
+    store.put(key, data)
 
 
 def read_status(resolver: StoreResolver, root: str, job_id: str) -> JobStatus | None:
-    """The job's status record, or ``None`` when no driver has written one yet."""
+    """The job's status record, or ``None`` when no driver has written one yet.
+
+    At most :data:`STATUS_MAX_BYTES` are read: a larger file raises
+    :class:`~gic_runtime.errors.ObjectTooLargeError` (a ``CorruptFileError``) before it
+    is downloaded, so a reader's memory stays bounded whatever the driver wrote.
+    """
     uri = status_uri(root, job_id)
     store, key = resolver.resolve(uri)
     try:
-        data = store.get(key)
+        data = read_bounded(store, key, STATUS_MAX_BYTES, what="job status record")
     except ObjectNotFoundError:
         return None
     status = decode_status(data, uri)

@@ -27,6 +27,12 @@ Only ``changelog/`` and ``snapshots/`` are listed, only objects the job owns are
 (the ownership policy protects restore sources and savepoints), and an unreadable
 retained manifest aborts the sweep before anything is deleted.
 
+A sweeper given its driver's ``epoch`` deletes only segments under
+``changelog/<epoch>/``: the driver's own batches uploaded those. A driver that was
+superseded but does not know it yet (a paused process) may still sweep once; its view
+of the retained checkpoints is stale, and without this rule it would delete segments
+the newer launch just uploaded. Older epochs' orphans are the start-up sweep's.
+
 Thread-safety: one sweeper per driver attempt, called from the batch thread only.
 """
 
@@ -39,7 +45,8 @@ from typing import Final
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
-from gic_runtime.storage.uri import StoreResolver
+from gic_runtime.layout import job_dir
+from gic_runtime.storage.uri import StoreResolver, join
 
 __all__ = ["ADOPTION_MAX_AGE_S", "LIVE_SWEPT_DIRS", "SNAPSHOT_GRACE_S", "LiveSweeper"]
 
@@ -55,9 +62,10 @@ LIVE_SWEPT_DIRS: Final = ("changelog", "snapshots")
 class LiveSweeper:
     """Periodic sweep of a running job's orphans (see the module docstring).
 
-    Invariant: an unreferenced snapshot is deleted only after this sweeper saw it
+    Invariants: an unreferenced snapshot is deleted only after this sweeper saw it
     unreferenced, continuously, for ``snapshot_grace_s``; a snapshot that became
-    referenced or vanished is forgotten.
+    referenced or vanished is forgotten. With ``epoch`` set, no segment outside
+    ``changelog/<epoch>/`` is deleted.
     """
 
     def __init__(
@@ -69,6 +77,7 @@ class LiveSweeper:
         interval_s: float,
         snapshot_grace_s: float = SNAPSHOT_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
+        epoch: int | None = None,
     ) -> None:
         if interval_s <= 0 or snapshot_grace_s < ADOPTION_MAX_AGE_S:
             raise ValueError(
@@ -81,6 +90,10 @@ class LiveSweeper:
         self._interval_s = interval_s
         self._grace_s = snapshot_grace_s
         self._clock = clock
+        self._epoch = epoch
+        self._own_segments = (
+            None if epoch is None else join(job_dir(root, job_id), "changelog", str(epoch)) + "/"
+        )
         self._last: float | None = None
         self._first_seen: dict[str, float] = {}
 
@@ -100,6 +113,9 @@ class LiveSweeper:
         unreferenced: set[str] = set()
 
         def defer(uri: str, subdir: str) -> bool:
+            if subdir == "changelog":
+                own = self._own_segments
+                return own is not None and not uri.startswith(own)
             if subdir != "snapshots":
                 return False
             unreferenced.add(uri)
@@ -114,6 +130,7 @@ class LiveSweeper:
             policy=policy,
             subdirs=LIVE_SWEPT_DIRS,
             defer=defer,
+            epoch=self._epoch,
         )
         self._first_seen = {
             u: t

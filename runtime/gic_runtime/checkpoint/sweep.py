@@ -2,15 +2,27 @@
 
 Orphans appear after crashes: uploads of a checkpoint that never completed, losers of
 hedged uploads whose deletion was lost, objects whose background deletion failed, the
-manifest of a checkpoint subsumed just before a crash. The sweep lists the job's data
+manifest of a checkpoint subsumed just before a crash, what only a superseded manifest
+(:mod:`gic_runtime.checkpoint.claims`) references. The sweep lists the job's data
 directories -- ``changelog/``, ``snapshots/`` and the manifest files in
 ``checkpoints/`` -- and deletes every object no retained manifest references. A retained
-checkpoint's manifest file counts as referenced. Everything else under the job
-directory (``control/`` intents, files other components keep there) is never looked at.
+checkpoint's manifest file counts as referenced. A superseded manifest file stays too
+unless its id is below the oldest retained one: its name must never be free to be
+written again (see :mod:`gic_runtime.checkpoint.catalog`); what it references goes.
+Everything else under the job directory (``control/`` intents, files other components
+keep there) is never looked at.
 
 Precondition (DESIGN §3.9), the caller's duty: no attempt of the job can still write --
 the old driver is gone and the epoch is bumped -- so an in-progress upload of a live
 attempt can never be mistaken for an orphan.
+
+A launch that claims the job while the sweep runs makes it stop: right before each
+deletion batch the sweep lists the job's claims again and raises
+:class:`~gic_runtime.errors.FencedError` when an epoch above the sweeper's (``epoch``;
+by default the highest claimed when the sweep started) exists. Every object of a
+deletion batch was listed before that check, so it was created before any launch the
+check did not see: a sweeper that was superseded without knowing it (a paused process
+whose retained view is stale) never deletes what a newer launch wrote.
 
 Safety: the retained manifests are read before anything is deleted, and an unreadable
 one aborts the sweep (its references are unknown). Only objects the ownership policy
@@ -26,9 +38,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gic_runtime.checkpoint.catalog import load_retained, read_manifest, resolve_prefix
+from gic_runtime.checkpoint.claims import Claims
 from gic_runtime.checkpoint.manifest import Manifest, StoredManifest
 from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy, delete_keys
-from gic_runtime.errors import GICError
+from gic_runtime.errors import FencedError, GICError
 from gic_runtime.layout import job_dir, parse_checkpoint_id
 from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
@@ -66,6 +79,8 @@ class SweepResult:
     orphans: tuple[str, ...] = ()
     deferred: int = 0
     """Orphans kept for now because the caller's ``defer`` said so (live sweeps)."""
+    superseded: int = 0
+    """Superseded manifest files kept (see the module docstring); counted as referenced."""
 
 
 def policy_for(
@@ -109,6 +124,7 @@ def sweep_orphans(
     progress: SweepProgress | None = None,
     subdirs: Sequence[str] = SWEPT_DIRS,
     defer: SweepDefer | None = None,
+    epoch: int | None = None,
 ) -> SweepResult:
     """Sweep ``jobs/<job_id>/`` under ``root`` (see the module docstring).
 
@@ -120,14 +136,19 @@ def sweep_orphans(
     job's real policy when it was restored, so source objects inside the job directory
     stay protected. With ``dry_run`` nothing is deleted. ``subdirs`` (a subset of
     :data:`SWEPT_DIRS`) limits what is listed, and ``defer`` keeps chosen orphans for now
-    (see :mod:`gic_runtime.checkpoint.live_sweep`).
+    (see :mod:`gic_runtime.checkpoint.live_sweep`). ``epoch`` is the caller's fencing
+    epoch: the sweep raises :class:`~gic_runtime.errors.FencedError` before deleting
+    anything more once a higher one is claimed (default: the highest claimed when the
+    sweep starts; see the module docstring).
     """
     unknown = sorted(set(subdirs) - set(SWEPT_DIRS))
     if unknown:
         raise ValueError(f"cannot sweep {unknown}: only {SWEPT_DIRS}")
     retained = tuple(manifests) if manifests is not None else load_retained(resolver, root, job_id)
     policy = policy or OwnershipPolicy.for_job(root, job_id)
+    guard = _ClaimGuard(resolver, root, job_id, epoch) if not dry_run else None
     referenced: set[str] = {s.uri for s in retained}
+    keep = _SupersededManifests(resolver, root, job_id, retained)
     for stored in retained:
         referenced |= stored.manifest.uris()
 
@@ -138,14 +159,17 @@ def sweep_orphans(
         store, prefix = resolve_prefix(resolver, join(base, sub))
         batch: list[str] = []
         for info in store.list(prefix):
-            if sub == "checkpoints" and parse_checkpoint_id(info.key) is None:
+            checkpoint_id = parse_checkpoint_id(info.key) if sub == "checkpoints" else None
+            if sub == "checkpoints" and checkpoint_id is None:
                 continue
             uri = store.uri_for(info.key)
             c.listed += 1
             c.listed_bytes += info.size
-            if uri in referenced:
+            kept = checkpoint_id is not None and uri not in referenced and keep(uri, checkpoint_id)
+            if kept or uri in referenced:
                 c.referenced += 1
                 c.referenced_bytes += info.size
+                c.superseded += kept
             elif policy.classify(uri) is not Owner.JOB:
                 c.protected += 1
             elif defer is not None and defer(uri, sub):
@@ -159,10 +183,10 @@ def sweep_orphans(
                     batch.append(info.key)
                     c.batch_bytes += info.size
                     if len(batch) >= batch_size:
-                        _flush(policy, store, batch, c, batch_size)
+                        _flush(policy, store, batch, c, batch_size, guard=guard)
             if progress is not None and c.listed % max(1, batch_size) == 0:
                 progress(c.listed, c.deleted)
-        _flush(policy, store, batch, c, batch_size)
+        _flush(policy, store, batch, c, batch_size, guard=guard)
     if progress is not None:
         progress(c.listed, c.deleted)
     return SweepResult(
@@ -179,6 +203,7 @@ def sweep_orphans(
         protected=c.protected,
         orphans=tuple(orphans),
         deferred=c.deferred,
+        superseded=c.superseded,
     )
 
 
@@ -192,14 +217,72 @@ class _Counts:
         self.deleted = self.deleted_bytes = 0
         self.protected = 0
         self.deferred = 0
+        self.superseded = 0
         self.batch_bytes = 0
 
 
+class _SupersededManifests:
+    """Decides whether an unretained manifest file must stay: superseded, and not below
+    the oldest retained id. Reads it (and the job's claims) only when some claim has a
+    start record; an unreadable one does not stay (as before claims existed)."""
+
+    def __init__(
+        self,
+        resolver: StoreResolver,
+        root: str,
+        job_id: str,
+        retained: Sequence[StoredManifest],
+    ) -> None:
+        self._resolver = resolver
+        self._oldest = min((s.checkpoint_id for s in retained), default=-1)
+        self._claims: Claims | None = None
+        self._args = (resolver, root, job_id)
+
+    def __call__(self, uri: str, checkpoint_id: int) -> bool:
+        if checkpoint_id < self._oldest:
+            return False
+        if self._claims is None:
+            self._claims = Claims(*self._args)
+        if not self._claims.recorded:
+            return False
+        try:
+            manifest = read_manifest(self._resolver, uri)
+        except GICError:
+            return False
+        return self._claims.superseded_by(manifest.epoch, checkpoint_id) is not None
+
+
+class _ClaimGuard:
+    """Raises :class:`FencedError` once an epoch above the sweeper's is claimed."""
+
+    def __init__(self, resolver: StoreResolver, root: str, job_id: str, epoch: int | None):
+        self._args = (resolver, root, job_id)
+        self.epoch = Claims(resolver, root, job_id).highest if epoch is None else epoch
+
+    def check(self) -> None:
+        highest = Claims(*self._args).highest
+        if highest > self.epoch:
+            raise FencedError(
+                f"the orphan sweep of job {self._args[2]!r} stopped: epoch {highest} claimed "
+                f"the job while it ran (the sweep runs for epoch {self.epoch}); what the "
+                "newer launch wrote is not this sweep's to judge, and that launch sweeps "
+                "at its own start"
+            )
+
+
 def _flush(
-    policy: OwnershipPolicy, store: ObjectStore, batch: list[str], c: _Counts, batch_size: int
+    policy: OwnershipPolicy,
+    store: ObjectStore,
+    batch: list[str],
+    c: _Counts,
+    batch_size: int,
+    *,
+    guard: _ClaimGuard | None,
 ) -> None:
     if not batch:
         return
+    if guard is not None:
+        guard.check()  # every key of the batch was listed before this check
     c.deleted += delete_keys(policy, store, batch, batch_size=batch_size)
     c.deleted_bytes += c.batch_bytes
     c.batch_bytes = 0

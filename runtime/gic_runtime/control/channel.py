@@ -23,7 +23,11 @@ Invariants:
 * An outcome is only written for a request that exists.
 
 Cost of one :meth:`ControlChannel.poll`: two LISTs plus one GET per pending request not
-seen before (requests and outcomes are immutable, so decoded ones are cached).
+seen before (requests and outcomes are immutable, so decoded ones are cached). A GET
+transfers at most :data:`CONTROL_RECORD_MAX_BYTES` + 1 bytes: a larger request or
+outcome raises :class:`~gic_runtime.errors.ObjectTooLargeError` unread (both ends of
+the channel may run code the other does not trust; the operator reads outcomes written
+by drivers).
 
 Thread-safety: a :class:`ControlChannel` may be shared between threads (the cache is
 guarded by a lock; storage writes are atomic).
@@ -55,6 +59,7 @@ from gic_runtime.control.model import (
 )
 from gic_runtime.errors import ConfigurationError, GICError, ObjectExistsError, ObjectNotFoundError
 from gic_runtime.layout import job_dir, savepoint_dir, validate_id
+from gic_runtime.storage.base import read_bounded
 from gic_runtime.storage.uri import StorageURI, StoreResolver, join
 from gic_runtime.storage.writes import create_once
 
@@ -62,6 +67,10 @@ _R = TypeVar("_R", SavepointRequest, StopRequest)
 
 REQUEST_SUFFIX = ".req"
 OUTCOME_SUFFIX = ".out"
+CONTROL_RECORD_MAX_BYTES = 64 * 1024
+"""Largest control request or outcome a reader accepts and a writer writes (real ones
+are under 1 KiB; a failed outcome's error text is cut to
+:data:`~gic_runtime.control.model.MAX_ERROR_CHARS`)."""
 
 
 class ControlTimeoutError(GICError):
@@ -97,6 +106,16 @@ class ControlEntry:
 
     request: ControlRequest
     outcome: Outcome | None
+
+
+def _bounded(data: bytes, what: str, uri: str) -> bytes:
+    """``data``, refused when no reader would accept it."""
+    if len(data) > CONTROL_RECORD_MAX_BYTES:
+        raise ConfigurationError(
+            f"control {what} {uri} would be {len(data)} bytes, more than the "
+            f"{CONTROL_RECORD_MAX_BYTES} readers accept; shorten its texts"
+        )
+    return data
 
 
 def _oldest_first(request: ControlRequest) -> tuple[float, str]:
@@ -172,7 +191,7 @@ class ControlChannel:
         uri = request_uri(self.root, self.job_id, request.request_id)
         store, key = self._resolver.resolve(uri)
         try:
-            create_once(store, key, encode_request(request))
+            create_once(store, key, _bounded(encode_request(request), "request", uri))
         except ObjectExistsError:
             existing = self.request(request.request_id)
             if isinstance(existing, type(request)) and request.same_intent(existing):
@@ -198,7 +217,7 @@ class ControlChannel:
         uri = request_uri(self.root, self.job_id, request_id)
         store, key = self._resolver.resolve(uri)
         try:
-            data = store.get(key)
+            data = read_bounded(store, key, CONTROL_RECORD_MAX_BYTES, what="control request")
         except ObjectNotFoundError:
             return None
         request = decode_request(data, uri)
@@ -215,7 +234,7 @@ class ControlChannel:
         uri = outcome_uri(self.root, self.job_id, request_id)
         store, key = self._resolver.resolve(uri)
         try:
-            data = store.get(key)
+            data = read_bounded(store, key, CONTROL_RECORD_MAX_BYTES, what="control outcome")
         except ObjectNotFoundError:
             return None
         outcome = decode_outcome(data, uri)
@@ -297,7 +316,7 @@ class ControlChannel:
         uri = outcome_uri(self.root, self.job_id, rid)
         store, key = self._resolver.resolve(uri)
         try:
-            create_once(store, key, encode_outcome(outcome))
+            create_once(store, key, _bounded(encode_outcome(outcome), "outcome", uri))
         except ObjectExistsError:
             existing = self.outcome(rid)
             if existing != outcome:

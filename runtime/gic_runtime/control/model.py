@@ -44,6 +44,9 @@ OUTCOME_MAGIC = "GICO"
 #: Version of both record kinds written by this runtime.
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
+MAX_ERROR_CHARS = 8000
+""":meth:`Outcome.failed` keeps at most this many characters of an error text, so an
+outcome stays far below the channel's record limit."""
 
 
 class RequestType(StrEnum):
@@ -209,7 +212,10 @@ class Outcome:
 
     @classmethod
     def failed(cls, request_id: str, error: str, **details: Any) -> Outcome:
-        """A failed outcome with ``error`` saying why; ``details`` are the other fields."""
+        """A failed outcome with ``error`` saying why (cut to :data:`MAX_ERROR_CHARS`);
+        ``details`` are the other fields."""
+        if len(error) > MAX_ERROR_CHARS:
+            error = error[: MAX_ERROR_CHARS - 15] + " [... cut off]"
         return cls(request_id=request_id, state=OutcomeState.FAILED, error=error, **details)
 
     def to_json(self) -> dict[str, Any]:

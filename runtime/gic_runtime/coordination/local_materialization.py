@@ -9,7 +9,7 @@ in-process :class:`~gic_runtime.coordination.task.StateTask` runs the same task 
 
 After a task's checkpoint (:func:`start_due_materializations`), on the task thread:
 
-* a bucket is *due* (the rules of
+* a bucket is *due* (:func:`_due`, the rules of
   :func:`~gic_runtime.materialization.scheduler.due`) when it changed beyond its base
   and beyond its newest record, and either
   - by *growth*: its changelog since its effective base (the newest record that fits the
@@ -184,7 +184,7 @@ def start_due_materializations(
         if state.seq <= state.base or backend.seq(bucket) != state.seq or bucket in waiting:
             continue
         newest = _newest(scope, bucket, state)
-        reason = due(s, scope.job_id, state, newest, now=now, anchor=anchor)
+        reason = due(s, scope.job_id, state, newest, now=now, anchor=anchor)  # as _due
         if reason is not None and reason.by_growth:
             growth.append((-reason.pressure, bucket))
             continue
@@ -247,6 +247,15 @@ def _read(scope: MaterializationScope, bucket: int) -> MaterializationRecord | N
     except (FormatError, OSError) as exc:
         _log.warning("ignoring unreadable materialization record of bucket %d: %s", bucket, exc)
         return None
+
+
+def _due(
+    scope: MaterializationScope, bucket: int, state: BucketState, now: float, anchor: float
+) -> Due | None:
+    """Whether ``bucket`` at ``state`` is due (:func:`~gic_runtime.materialization.scheduler.due`
+    with the bucket's newest record of this attempt); ``None`` when not due."""
+    newest = _newest(scope, bucket, state)
+    return due(scope.settings, scope.job_id, state, newest, now=now, anchor=anchor)
 
 
 def _newest(scope: MaterializationScope, bucket: int, state: BucketState) -> Newest | None:

@@ -27,15 +27,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from gic_runtime import crashpoints
+from gic_runtime.checkpoint.catalog import MANIFEST_MAX_BYTES
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
 from gic_runtime.coordination.timeline import CheckpointTimeline
-from gic_runtime.errors import GICError
+from gic_runtime.errors import GICError, ObjectNotFoundError
 from gic_runtime.layout import SAVEPOINT_MANIFEST
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
 from gic_runtime.savepoint.native import load_savepoint
+from gic_runtime.storage.base import read_bounded
 from gic_runtime.storage.uri import StoreResolver, join
 from gic_runtime.storage.writes import create_once
 
@@ -56,14 +58,15 @@ def write_engine_record(resolver: StoreResolver, directory: str, engine: Mapping
 
 
 def read_engine_record(resolver: StoreResolver, directory: str) -> dict[str, Any] | None:
-    """The engine record beside a canonical savepoint (``None`` if it has none)."""
+    """The engine record beside a canonical savepoint (``None`` if it has none); read
+    with the manifests' size limit (it holds what a manifest's ``engine`` field holds)."""
     uri = join(directory.rstrip("/"), ENGINE_RECORD)
     store, key = resolver.resolve(uri)
-    if not store.exists(key):
+    try:
+        data = read_bounded(store, key, MANIFEST_MAX_BYTES, what="engine record")
+    except ObjectNotFoundError:
         return None
-    _, body = decode_record(
-        store.get(key), _ENGINE_MAGIC, frozenset({1}), what="engine record", uri=uri
-    )
+    _, body = decode_record(data, _ENGINE_MAGIC, frozenset({1}), what="engine record", uri=uri)
     return body
 
 

@@ -15,6 +15,17 @@ Invariants:
 * Savepoints are never registered: they never enter the retained set, never drive
   deletions and are never a crash-recovery start point (DESIGN §3.5).
 * Deletions happen only through the ownership policy (DESIGN §3.1, §3.9).
+* Only manifests that count are a start point or retained: a manifest superseded by a
+  newer launch's claim (:mod:`gic_runtime.checkpoint.claims`) is ignored here; the
+  sweep deletes what only it references.
+* :meth:`commit` checks the fence right before the manifest write and again after it
+  landed; a driver superseded in between raises :class:`~gic_runtime.errors.FencedError`
+  with the manifest written but never registered: nothing is subsumed or deleted for
+  it, and the caller must not publish its output (it may not count).
+* A checkpoint id whose manifest name is held by a superseded manifest (a zombie's late
+  write of the same id) is written under the alternate name of this epoch; any other
+  existing manifest is :class:`~gic_runtime.errors.ManifestExistsError`. Nothing is
+  deleted to make room, so no manifest name is ever written twice.
 
 Thread-safety: one driver thread calls every method; deletions run on the registry's
 background thread.
@@ -27,7 +38,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gic_runtime.checkpoint.catalog import load_retained, read_manifest, write_manifest
+from gic_runtime.checkpoint.catalog import (
+    load_retained,
+    read_checkpoint,
+    read_manifest,
+    write_manifest,
+)
+from gic_runtime.checkpoint.claims import Claims
 from gic_runtime.checkpoint.manifest import (
     Manifest,
     RestoreLineage,
@@ -39,9 +56,15 @@ from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.registry import DeletionReport, SharedFileRegistry
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.clock import Clock, SystemClock
-from gic_runtime.errors import ObjectNotFoundError, RestoreError
+from gic_runtime.errors import ManifestExistsError, ObjectNotFoundError, RestoreError
+from gic_runtime.fencing import Fence
 from gic_runtime.handles import BucketState
-from gic_runtime.layout import MANIFEST_SUFFIX, SAVEPOINT_MANIFEST, manifest_uri
+from gic_runtime.layout import (
+    MANIFEST_SUFFIX,
+    SAVEPOINT_MANIFEST,
+    alternate_manifest_uri,
+    manifest_uri,
+)
 from gic_runtime.savepoint.canonical import INDEX_NAME
 from gic_runtime.savepoint.native import NativeSavepoint, load_savepoint, write_native_savepoint
 from gic_runtime.storage.uri import StoreResolver, join
@@ -72,7 +95,11 @@ class StartPoint:
 
 
 class CheckpointTimeline:
-    """The checkpoint timeline of attempt ``epoch`` of job ``job_id`` under ``root``."""
+    """The checkpoint timeline of attempt ``epoch`` of job ``job_id`` under ``root``.
+
+    ``fence`` is checked around every manifest write (default: the fence of ``epoch``;
+    without any claimed epoch it never fires).
+    """
 
     def __init__(
         self,
@@ -85,6 +112,7 @@ class CheckpointTimeline:
         retain: int = 3,
         restore: RestoreRequest | None = None,
         clock: Clock | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self._resolver = resolver
         self.root = root
@@ -92,6 +120,7 @@ class CheckpointTimeline:
         self.epoch = epoch
         self.num_buckets = num_buckets
         self._clock = clock or SystemClock()
+        self.fence = fence or Fence(resolver, root, job_id, epoch)
         retained = load_retained(resolver, root, job_id)
         self._lineage: RestoreLineage | None = None
         source: Manifest | None = None
@@ -197,12 +226,25 @@ class CheckpointTimeline:
                 )
             lineage = dataclasses.replace(lineage, released=lineage.released or not still)
             draft = dataclasses.replace(draft, restored_from=lineage)
-        stored = write_manifest(
-            self._resolver, manifest_uri(self.root, self.job_id, checkpoint_id), draft
-        )
+        self.fence.check()
+        stored = self._write(manifest_uri(self.root, self.job_id, checkpoint_id), draft)
+        self.fence.check()  # landed after a newer launch claimed the job: may not count
         self._lineage = lineage
         future = self.registry.register(stored)
         return stored, future.result
+
+    def _write(self, uri: str, draft: Manifest) -> StoredManifest:
+        """Write ``draft`` once at ``uri``, or under its alternate name when a superseded
+        manifest holds ``uri`` (see the class invariants)."""
+        try:
+            return write_manifest(self._resolver, uri, draft)
+        except ManifestExistsError:
+            occupant = read_checkpoint(self._resolver, uri)
+            claims = Claims(self._resolver, self.root, self.job_id)
+            if claims.superseded_by(occupant.manifest.epoch, occupant.checkpoint_id) is None:
+                raise
+        alternate = alternate_manifest_uri(self.root, self.job_id, draft.checkpoint_id, self.epoch)
+        return write_manifest(self._resolver, alternate, draft)
 
     def retained(self) -> tuple[StoredManifest, ...]:
         """Retained checkpoints, oldest first."""
@@ -255,6 +297,7 @@ class CheckpointTimeline:
             policy=self.policy,
             dry_run=dry_run,
             progress=progress,
+            epoch=self.epoch,
         )
 
     def close(self) -> None:

@@ -15,8 +15,11 @@ orphans, and lay Spark's checkpoint directory down from the start manifest.
    (:mod:`gic_runtime.spark.locality`; on a cluster), and collect one ack per task
    (``mapInArrow`` then ``collect``: the stateful stage runs once, nothing is
    recomputed);
-4. check fencing again, then write manifest N once (create-if-absent) carrying Spark's
-   progress for N and the staged output files;
+4. check fencing again, write manifest N once (create-if-absent) carrying Spark's
+   progress for N and the staged output files, and check fencing once more after it
+   landed (the timeline does both: a driver superseded meanwhile stops here, before
+   publishing or deleting anything for N, and its manifest never counts if it landed
+   after the newer launch listed the checkpoints);
 5. publish N's output (idempotent), delete its staging, let the registry subsume old
    checkpoints off the critical path; every ``orphan_sweep_interval_s`` delete what
    failed task attempts left (:mod:`gic_runtime.checkpoint.live_sweep`: safe here,
@@ -201,6 +204,7 @@ class Driver:
             num_buckets=s.num_buckets,
             retain=s.retained_checkpoints,
             restore=restore,
+            fence=self.fence,
         )
         self.timeline = timeline
         self.telemetry = Telemetry(self.resolver, s, epoch)
@@ -224,7 +228,11 @@ class Driver:
         self._part_keys = partition_keys(self.num_tasks)
         self.placement = StickyPlacement(self.spark, self.num_tasks)
         self._sweeper = LiveSweeper(
-            self.resolver, self.root, self.job_id, interval_s=s.orphan_sweep_interval_s
+            self.resolver,
+            self.root,
+            self.job_id,
+            interval_s=s.orphan_sweep_interval_s,
+            epoch=epoch,
         )
         self._sweeper.due()  # starts its interval
         lineage = timeline.lineage
@@ -309,7 +317,6 @@ class Driver:
             staged = [f for a in acks for f in a.outputs]
             engine = checkpoint_dir.capture(self.spark_dir, batch_id)
             sink_info = {**self.sink.describe(), "staged": [f.to_json() for f in staged]}
-            fence.check()
             manifest_started = time.perf_counter()
             stored, _ = timeline.commit(batch_id, states, engine=engine, sink=sink_info)
             manifest_ms = (time.perf_counter() - manifest_started) * 1000

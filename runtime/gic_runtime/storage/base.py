@@ -3,6 +3,10 @@
 Keys are ``/``-separated paths relative to the store's root URI. Objects are immutable
 once written: the runtime never overwrites an object it did not create in the same
 call, which is what makes server-side copies and hard links safe.
+
+:func:`read_bounded` reads a whole object whose size a reader must not trust (files
+that other parties -- drivers running tenant code -- write and the operator reads on
+every reconcile): it transfers at most ``limit + 1`` bytes, whatever the object's size.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from gic_runtime.errors import ObjectTooLargeError, StorageError
 
 #: Real S3 rejects a DeleteObjects request with more keys than this.
 MAX_DELETE_BATCH = 1000
@@ -81,3 +87,39 @@ class ObjectStore(Protocol):
         :class:`~gic_runtime.errors.ObjectExistsError`.
         """
         ...
+
+
+def read_bounded(store: ObjectStore, key: str, limit: int, *, what: str = "object") -> bytes:
+    """The whole object at ``key``, if it holds at most ``limit`` bytes.
+
+    One read of at most ``limit + 1`` bytes (``store.get(key, length=limit + 1)``: on a
+    filesystem a read of that many bytes, on S3 a ``GetObject`` with ``Range:
+    bytes=0-<limit>``), so no more than ``limit + 1`` bytes are ever transferred or held,
+    whatever the object's size. A larger object raises
+    :class:`~gic_runtime.errors.ObjectTooLargeError` naming the object, its size (one
+    extra ``size`` request, on that error path only) and the limit; ``what`` names the
+    kind of file in that message (e.g. ``"job status record"``). A missing object raises
+    :class:`~gic_runtime.errors.ObjectNotFoundError`, as ``get`` does.
+
+    Works with every :class:`ObjectStore` (it needs only ``get`` and ``size``).
+    Thread-safe when the store is.
+    """
+    if limit < 0:
+        raise ValueError(f"read_bounded needs a limit >= 0, got {limit}")
+    data = store.get(key, length=limit + 1)
+    if len(data) <= limit:
+        return data
+    uri = store.uri_for(key)
+    try:
+        size: int | None = store.size(key)
+    except StorageError:
+        size = None
+    shown = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    raise ObjectTooLargeError(
+        f"{what} is {shown}, more than the {limit} bytes one may have, so it was not "
+        "read; the runtime never writes one that large: inspect the file (another "
+        "process wrote it, or it was damaged) and delete or replace it",
+        uri=uri,
+        size=size,
+        limit=limit,
+    )
