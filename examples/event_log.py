@@ -3,9 +3,10 @@
 Reads JSON lines ``{"user": ..., "event": ...}`` from ``--input``; for every user keeps
 the list of all its events (list state: an append per batch, never a rewrite) and
 outputs, per batch, each touched user with its event count and latest event. Uses the
-vectorized path: Arrow ``group_by`` per task, then one list append per user.
+vectorized path: Arrow ``group_by`` per task, then one list append per user. The job id
+is ``event-log`` (the app name) unless ``--job-id`` / ``GIC_JOB_ID`` names another.
 
-    gic run examples/event_log.py -- --input in/ --output out/
+    gic run examples/event_log.py -- --input events/ --output event-log/
 """
 
 from __future__ import annotations

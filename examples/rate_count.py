@@ -6,10 +6,18 @@ values seen (``n``) and the largest (``hi``) in GIC keyed state and writes each 
 updated rows to a transactional Parquet sink. Because the input is a pure function of the
 batch id, the output can be checked exactly after any number of crashes and restarts:
 for every key ``k``, ``n == (hi - k) // K + 1`` (no value lost, none counted twice); see
-:func:`check_counts`. This is the job the operator's end-to-end tests run.
+:func:`check_counts`. This is the job the operator's end-to-end tests run. The job id
+is ``rate-count`` (the app name) unless ``--job-id`` / ``GIC_JOB_ID`` names another; the
+query runs until stopped (``--max-batches``, ``GIC_MAX_BATCHES``, a stop request).
 
-    gic run examples/rate_count.py -- --output out/ --batches 5
-    spark-submit --master local[2] examples/rate_count.py --output s3://bucket/out
+    gic run examples/rate_count.py --max-batches 5 -- --output rate-counts/
+    spark-submit --master local[2] --conf spark.sql.shuffle.partitions=4 \
+        examples/rate_count.py --output s3://bucket/out
+
+``spark-submit`` runs the driver and Spark's Python workers with ``python3`` from
+``PATH`` (or ``PYSPARK_PYTHON``), which must have ``gic`` installed. Each shuffle
+partition is a state task, so ``spark.sql.shuffle.partitions`` (Spark's default: 200)
+must not exceed the job's buckets (``GIC_NUM_BUCKETS``, default 128).
 """
 
 from __future__ import annotations

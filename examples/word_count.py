@@ -2,9 +2,11 @@
 
 Reads text files from ``--input`` as a stream (``--files-per-batch`` files per
 micro-batch), keeps one count per word in GIC keyed state (the vectorized aggregate
-path) and writes each batch's updated counts to a transactional Parquet sink.
+path) and writes each batch's updated counts to a transactional Parquet sink. The job
+id is ``word-count`` (the app name) unless ``--job-id`` / ``GIC_JOB_ID`` names another;
+running the command again resumes that job's latest checkpoint.
 
-    gic run examples/word_count.py -- --input in/ --output out/
+    gic run examples/word_count.py -- --input text/ --output word-counts/
 """
 
 from __future__ import annotations

@@ -5,28 +5,33 @@ only here): the ``gic`` CLI, the Spark driver and the operator all build one, an
 to a driver process as environment variables (:meth:`GICSettings.to_env`, read back by
 :meth:`GICSettings.from_env`).
 
-Sources and precedence (:meth:`GICSettings.load`): keyword overrides > environment
-(``GIC_<FIELD>``, e.g. ``GIC_NUM_BUCKETS``) > settings file (JSON, or YAML when pyyaml is
-installed; named by the argument or ``GIC_CONFIG_FILE``) > defaults. Overrides that are
+Sources and precedence (:meth:`GICSettings.load`, layered by pydantic-settings): keyword
+overrides > environment (``GIC_<FIELD>``, e.g. ``GIC_NUM_BUCKETS``) > settings file
+(JSON, or YAML when pyyaml is installed; named by the argument or ``GIC_CONFIG_FILE``) >
+caller defaults (``defaults=``; :meth:`GICJob.create <gic_runtime.spark.GICJob.create>`
+passes its app name as the default job id) > the defaults below. Overrides that are
 ``None`` count as not given (a CLI passes its unset options that way). In the
-environment an empty value of an optional setting means ``None``.
+environment an empty value of an optional setting means ``None``. Constructing
+``GICSettings(...)`` directly reads arguments and defaults only, never the environment.
 
 Invariants: an instance is frozen and always valid (unknown keys are refused, and each
 setting's range matches what the component it tunes accepts, so
 :meth:`GICSettings.task_settings` never fails). ``storage`` and ``restore_source`` are
 normalized to full URIs (a plain path becomes an absolute ``file://`` URI, resolved
-against the working directory at load time). Every validation failure is one
+against the working directory at load time). ``model_fields_set`` holds exactly the
+settings some source gave. Every validation failure is one
 :class:`~gic_runtime.errors.ConfigurationError` with one line per bad setting, naming
-where the value came from (argument, ``GIC_*`` variable, or file key) and what is
-accepted. S3 credentials never pass through here: they come from the environment via
-:meth:`gic_runtime.storage.S3Settings.from_env`, so they are never logged with settings.
+where the value came from (argument, ``GIC_*`` variable, file key, caller default) and
+what is accepted. S3 credentials never pass through here: they come from the environment
+via :meth:`gic_runtime.storage.S3Settings.from_env`, so they are never logged with
+settings.
 
-Thread-safety: instances are immutable; the loaders are stateless.
+Thread-safety: instances are immutable; the loaders are stateless (the sources of one
+load live in a context variable for the duration of that load).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -34,23 +39,37 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gic_runtime.changelog.segment import Codec
 from gic_runtime.changelog.upload_types import UploaderSettings
 from gic_runtime.changelog.writer import WriterSettings
 from gic_runtime.checkpoint.manifest import RestoreMode
+from gic_runtime.config_sources import (
+    CONFIG_FILE_ENV,
+    ENV_PREFIX,
+    LoadPlan,
+    describe_errors,
+    env_var,
+)
 from gic_runtime.coordination.task import TaskSettings
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.layout import validate_id
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.storage.uri import StorageURI
 
-ENV_PREFIX = "GIC_"
-CONFIG_FILE_ENV = "GIC_CONFIG_FILE"
+__all__ = [
+    "ACCEPTED",
+    "CONFIG_FILE_ENV",
+    "ENV_PREFIX",
+    "GICSettings",
+    "default_local_dir",
+    "env_var",
+]
+
 _MiB = 1024 * 1024
-#: Where each value being validated came from (set while a loader builds an instance).
-_SOURCES: ContextVar[Mapping[str, str] | None] = ContextVar("gic_settings_sources", default=None)
+_LOAD: ContextVar[LoadPlan | None] = ContextVar("gic_settings_load", default=None)
 
 
 def _default_storage() -> str:
@@ -73,10 +92,16 @@ def _normalize_uri(value: str) -> str:
         raise ValueError(str(exc)) from None
 
 
-class GICSettings(BaseModel):
+class GICSettings(BaseSettings):
     """Settings of one GIC job (see the module docstring for sources and precedence)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        case_sensitive=False,
+        frozen=True,
+        extra="forbid",
+        validate_default=True,
+    )
 
     job_id: str = Field(
         "gic-job",
@@ -141,7 +166,7 @@ class GICSettings(BaseModel):
         gt=0,
         allow_inf_nan=False,
         description="Changelog bytes since its last snapshot, as a multiple of that "
-        "snapshot's size (at least 16 KiB), that make a bucket due whatever the interval. "
+        "snapshot's size (at least 4 KiB), that make a bucket due whatever the interval. "
         "0.5 keeps the storage a job holds within about 3x its state (snapshots, the "
         "previous ones until subsumed, and the changelog since) and restores short.",
     )
@@ -247,8 +272,26 @@ class GICSettings(BaseModel):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            sources = _SOURCES.get() or {name: f"argument {name}" for name in values}
-            raise ConfigurationError(_describe(exc, sources, values)) from None
+            plan = _LOAD.get() or LoadPlan(overrides=frozenset(values))
+            raise ConfigurationError(
+                describe_errors(exc, plan, type(self).model_fields, ACCEPTED)
+            ) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Highest priority first: arguments, then (within :meth:`load`) the
+        environment, the settings file and the caller's defaults."""
+        plan = _LOAD.get()
+        if plan is None:
+            return (init_settings,)
+        return (init_settings, *plan.sources(settings_cls))
 
     # --- validators ------------------------------------------------------------------
 
@@ -322,40 +365,44 @@ class GICSettings(BaseModel):
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GICSettings:
         """Settings from ``GIC_<FIELD>`` variables of ``env``, defaults elsewhere."""
-        return cls._build([_env_layer(cls, env)])
+        return cls._build(LoadPlan(env=env), {})
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> GICSettings:
         """Settings from a JSON (``.json``) or YAML (``.yaml``/``.yml``) file whose top
         level maps setting names to values, defaults elsewhere."""
-        return cls._build([_file_layer(path)])
+        return cls._build(LoadPlan(file=Path(path)), {})
 
     @classmethod
     def load(
         cls,
         file: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] = os.environ,
+        *,
+        defaults: Mapping[str, tuple[Any, str]] | None = None,
         **overrides: Any,
     ) -> GICSettings:
-        """Settings from all sources: ``overrides`` > ``env`` > file > defaults. The file
-        is ``file``, else the one ``GIC_CONFIG_FILE`` names, else none."""
+        """Settings from all sources: ``overrides`` > ``env`` > file > ``defaults`` >
+        built-in defaults. The file is ``file``, else the one ``GIC_CONFIG_FILE`` names,
+        else none. ``defaults`` maps a setting to ``(value, where it came from)``; the
+        second part names the value in error messages."""
         path = file if file is not None else (env.get(CONFIG_FILE_ENV) or None)
-        layers = [] if path is None else [_file_layer(path)]
-        layers.append(_env_layer(cls, env))
-        layers.append({k: (v, f"argument {k}") for k, v in overrides.items() if v is not None})
-        return cls._build(layers)
+        given = {name: value for name, value in overrides.items() if value is not None}
+        load = LoadPlan(
+            env=env,
+            file=None if path is None else Path(path),
+            defaults=dict(defaults or {}),
+            overrides=frozenset(given),
+        )
+        return cls._build(load, given)
 
     @classmethod
-    def _build(cls, layers: list[dict[str, tuple[Any, str]]]) -> GICSettings:
-        merged: dict[str, tuple[Any, str]] = {}
-        for layer in layers:
-            merged.update(layer)
-        values = {name: value for name, (value, _) in merged.items()}
-        token = _SOURCES.set({name: source for name, (_, source) in merged.items()})
+    def _build(cls, load: LoadPlan, values: dict[str, Any]) -> GICSettings:
+        token = _LOAD.set(load)
         try:
             return cls(**values)
         finally:
-            _SOURCES.reset(token)
+            _LOAD.reset(token)
 
 
 #: What each setting accepts, for error messages.
@@ -389,11 +436,6 @@ ACCEPTED: Mapping[str, str] = {
 }
 
 
-def env_var(name: str) -> str:
-    """The environment variable of setting ``name`` (``GIC_`` + upper case)."""
-    return ENV_PREFIX + name.upper()
-
-
 def _env_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -402,87 +444,3 @@ def _env_text(value: Any) -> str:
     if hasattr(value, "value"):  # enums
         return str(value.value)
     return str(value)
-
-
-def _optional(cls: type[GICSettings], name: str) -> bool:
-    return not cls.model_fields[name].is_required() and cls.model_fields[name].default is None
-
-
-def _env_layer(cls: type[GICSettings], env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-    layer: dict[str, tuple[Any, str]] = {}
-    for name in cls.model_fields:
-        var = env_var(name)
-        if var not in env:
-            continue
-        raw = env[var]
-        value: Any = None if raw.strip() == "" and _optional(cls, name) else raw
-        layer[name] = (value, f"environment variable {var}")
-    return layer
-
-
-def _file_layer(path: str | os.PathLike[str]) -> dict[str, tuple[Any, str]]:
-    file = Path(path)
-    suffix = file.suffix.lower()
-    if suffix not in (".json", ".yaml", ".yml"):
-        raise ConfigurationError(
-            f"settings file {file} has an unknown extension {suffix!r}: name it *.json, "
-            "*.yaml or *.yml"
-        )
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(
-            f"cannot read settings file {file}: {exc.strerror or exc}; check the path "
-            f"(given directly or by {CONFIG_FILE_ENV})"
-        ) from exc
-    data = _parse_json(file, text) if suffix == ".json" else _parse_yaml(file, text)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigurationError(
-            f"settings file {file} must hold a mapping of setting names to values at its "
-            f"top level, not a {type(data).__name__}"
-        )
-    return {str(key): (value, f"file {file} key {key!r}") for key, value in data.items()}
-
-
-def _parse_json(file: Path, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise ConfigurationError(f"settings file {file} is not valid JSON: {exc}") from exc
-
-
-def _parse_yaml(file: Path, text: str) -> Any:
-    try:
-        import yaml
-    except ImportError:
-        raise ConfigurationError(
-            f"settings file {file} is YAML, but pyyaml is not installed: install it "
-            "(pip install pyyaml) or write the settings as JSON"
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"settings file {file} is not valid YAML: {exc}") from exc
-
-
-def _describe(exc: ValidationError, sources: Mapping[str, str], values: Mapping[str, Any]) -> str:
-    """One line per bad setting: where it came from, what is wrong, what is accepted."""
-    lines: dict[str, str] = {}
-    for error in exc.errors(include_url=False):
-        name = str(error["loc"][0]) if error["loc"] else "?"
-        if name in lines:
-            continue
-        source = sources.get(name, f"default of {name}")
-        if error["type"] == "extra_forbidden":
-            known = ", ".join(GICSettings.model_fields)
-            lines[name] = f"{source}: not a setting (known settings: {known})"
-            continue
-        message = str(error["msg"]).removeprefix("Value error, ")
-        shown = repr(values.get(name))
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        lines[name] = f"{source} = {shown}: {message}; accepted: {ACCEPTED.get(name, '?')}"
-    count = len(lines)
-    head = f"invalid GIC settings ({count} problem{'s' if count != 1 else ''}):"
-    return "\n".join([head, *(f"  - {line}" for line in lines.values())])

@@ -4,10 +4,13 @@
 
     gic run APP.py [-- app args]     run a job locally on local Spark
     gic savepoint [--stop]           take a savepoint (through the driver, or offline)
+    gic jobs [--json]                the jobs under the storage root
     gic checkpoints [--json]         retained checkpoints, status, pending requests
-    gic describe PATH [--json]       what a checkpoint or savepoint holds, who owns it
+    gic savepoints [--json]          savepoints under the root (or of one job)
+    gic describe ID|PATH [--json]    what a checkpoint or savepoint holds, who owns it
     gic gc [--dry-run] [--force]     orphan sweep of the job's directory
     gic demo                         the word-count demo (make run)
+    gic --version                    the installed version
 
 Error contract (:class:`GICGroup`): a :class:`~gic_runtime.errors.GICError` ends the
 command with one red line ``error: <message>`` on stderr and exit status 1 (or the
@@ -25,7 +28,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from importlib import metadata
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -35,8 +39,10 @@ from gic_runtime.cli import (
     cmd_demo,
     cmd_describe,
     cmd_gc,
+    cmd_jobs,
     cmd_run,
     cmd_savepoint,
+    cmd_savepoints,
 )
 from gic_runtime.cli.common import debug_enabled, print_error
 from gic_runtime.errors import GICError
@@ -105,9 +111,43 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def version() -> str:
+    """The installed version of the ``gic`` distribution (``unknown`` when it runs from
+    a source tree that was never installed)."""
+    try:
+        return metadata.version("gic")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"gic {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """GIC: generalized incremental checkpoints for Spark Structured Streaming."""
+
+
 app.command("run", help=cmd_run.HELP)(cmd_run.run)
 app.command("savepoint", help=cmd_savepoint.HELP)(cmd_savepoint.savepoint)
+app.command("jobs", help=cmd_jobs.HELP)(cmd_jobs.jobs)
 app.command("checkpoints", help=cmd_checkpoints.HELP)(cmd_checkpoints.checkpoints)
+app.command("savepoints", help=cmd_savepoints.HELP)(cmd_savepoints.savepoints)
 app.command("describe", help=cmd_describe.HELP)(cmd_describe.describe)
 app.command("gc", help=cmd_gc.HELP)(cmd_gc.gc)
 app.command("demo", help=cmd_demo.HELP)(cmd_demo.demo)

@@ -35,6 +35,7 @@ from gic_runtime.cli.common import (
     open_job,
     stdout_console,
 )
+from gic_runtime.cli.inventory import require_job
 from gic_runtime.cli.summary import bucket_totals, lineage_json
 from gic_runtime.control import ControlChannel, SavepointRequest
 from gic_runtime.control.model import ControlRequest
@@ -179,6 +180,10 @@ def _print_tables(ctx: JobContext, listing: _Listing) -> None:
     if listing.checkpoints or listing.unreadable:
         console.print(f"checkpoints of job {ctx.job_id} ({ctx.root}):", markup=False)
         console.print(_table(listing))
+        console.print(
+            f"describe one with: gic describe ID --storage {ctx.root} --job-id {ctx.job_id}",
+            markup=False,
+        )
         sources: dict[str, list[int]] = {}
         for stored in listing.checkpoints:
             lineage = stored.manifest.restored_from
@@ -238,6 +243,7 @@ def checkpoints(
     as_json: JsonOpt = False,
 ) -> None:
     ctx = open_job(storage, job_id, config)
+    require_job(ctx)
     listing = _collect(ctx)
     if as_json:
         doc = {

@@ -1,10 +1,13 @@
-"""``gic describe PATH``: what a checkpoint or savepoint holds and who owns its files.
+"""``gic describe ID|PATH``: what a checkpoint or savepoint holds and who owns its files.
 
-PATH may name a checkpoint manifest (``.../checkpoints/chk-N.manifest``), a native
+The argument may be a checkpoint id of the job (digits, or ``latest``; the job and
+storage come from ``--job-id`` / ``--storage`` / the settings, as ``gic checkpoints``
+lists them), a checkpoint manifest (``.../checkpoints/chk-N.manifest``), a native
 savepoint (its directory or ``_savepoint.manifest``) or a canonical savepoint (its
-directory or ``_canonical.json``); plain local paths become ``file://`` URIs. Every file
-read is verified (header, version, checksum): a damaged or foreign file ends the command
-with one line naming it.
+directory or ``_canonical.json``); plain local paths become ``file://`` URIs. An id that
+the job does not have (or a job that does not exist) is one error naming what exists.
+Every file read is verified (header, version, checksum): a damaged or foreign file ends
+the command with one line naming it.
 
 The storage root used to classify ownership is taken from the path itself when it lies
 in the standard layout (``<root>/jobs/<job>/checkpoints/`` or ``<root>/savepoints/<id>/``),
@@ -23,7 +26,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gic_runtime.checkpoint.catalog import read_manifest
+from gic_runtime.checkpoint.catalog import list_checkpoints, read_manifest
 from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.ownership import Owner
@@ -31,15 +34,18 @@ from gic_runtime.checkpoint.sweep import policy_for
 from gic_runtime.cli.common import (
     CLIError,
     ConfigOpt,
+    JobContext,
     JobIdOpt,
     JsonOpt,
     StorageOpt,
     human_bytes,
     iso,
     load_settings,
+    open_job,
     stdout_console,
     to_uri,
 )
+from gic_runtime.cli.inventory import require_job
 from gic_runtime.cli.summary import (
     OwnerGroup,
     bucket_totals,
@@ -51,7 +57,12 @@ from gic_runtime.layout import MANIFEST_SUFFIX, SAVEPOINT_MANIFEST
 from gic_runtime.savepoint.canonical import INDEX_NAME, read_canonical_index
 from gic_runtime.storage.uri import StoreResolver, join
 
-HELP = """Describe a checkpoint manifest, a native savepoint or a canonical savepoint.
+HELP = """Describe a checkpoint (by id of the job, or its manifest), a native savepoint or a
+canonical savepoint.
+
+  gic describe 7 --job-id word-count       checkpoint 7 of job word-count
+  gic describe latest --job-id word-count  its latest checkpoint
+  gic describe gic-data/savepoints/sp-...  a savepoint directory
 
 Shows kind, job, checkpoint id, epoch, creation time, buckets, per-bucket totals
 (snapshots, changelog handles, sequence numbers), the restore lineage, and which owner
@@ -77,7 +88,9 @@ sizes bytes; null where the kind has no such property):
 PathArg = Annotated[
     str,
     typer.Argument(
-        help="Checkpoint manifest, native savepoint or canonical savepoint (URI or local path).",
+        metavar="ID|PATH",
+        help="Checkpoint id of the job (or 'latest'), checkpoint manifest, native savepoint "
+        "or canonical savepoint (URI or local path).",
         show_default=False,
     ),
 ]
@@ -106,6 +119,21 @@ def _locate(resolver: StoreResolver, uri: str) -> tuple[str, str]:
         f"nothing to describe at {uri}: expected a checkpoint manifest (chk-N.manifest), "
         f"a native savepoint directory (with {SAVEPOINT_MANIFEST}) or a canonical "
         f"savepoint directory (with {INDEX_NAME}); check the path"
+    )
+
+
+def _checkpoint_uri(ctx: JobContext, wanted: str) -> str:
+    """The manifest URI of checkpoint ``wanted`` (digits or ``latest``) of the job."""
+    require_job(ctx)
+    refs = list_checkpoints(ctx.resolver, ctx.root, ctx.job_id)
+    ids = [ref.checkpoint_id for ref in refs]
+    match = refs[-1:] if wanted == "latest" else [r for r in refs if r.checkpoint_id == int(wanted)]
+    if match:
+        return match[0].uri
+    have = f"its checkpoints: {', '.join(map(str, ids))}" if ids else "it has no checkpoints"
+    raise CLIError(
+        f"job {ctx.job_id} has no checkpoint {wanted} under {ctx.root} ({have}); older "
+        "checkpoints are deleted once newer ones are retained"
     )
 
 
@@ -246,7 +274,12 @@ def describe(
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    uri = to_uri(path)
+    wanted = path.strip()
+    if wanted.isdigit() or wanted == "latest":
+        ctx = open_job(storage, job_id, config)
+        uri = _checkpoint_uri(ctx, wanted)
+    else:
+        uri = to_uri(path)
     resolver = StoreResolver()
 
     def root_of() -> str:

@@ -8,7 +8,8 @@ Deletes (or with ``--dry-run`` lists) the objects under ``jobs/<job>/changelog``
 Safety (DESIGN §3.9: sweep only when no attempt of the job can still write):
 
 * refused (exit 2) while the status record says the job is starting, running or
-  stopping and was updated within :data:`FRESH_S` seconds, unless ``--force``;
+  stopping and was updated within :data:`FRESH_S` seconds, unless ``--force``; a dry
+  run only reads, so it runs anyway (files of a batch in flight may show as orphans);
 * a real sweep first claims a new fencing epoch, *then* reads the retained manifests: a
   driver that is somehow still alive sees the higher epoch and stops before writing
   another manifest, and every manifest written before the claim is read;
@@ -46,6 +47,7 @@ from gic_runtime.cli.common import (
     stderr_console,
     stdout_console,
 )
+from gic_runtime.cli.inventory import require_job
 from gic_runtime.fencing import claim_epoch
 from gic_runtime.status import JobState, read_status
 
@@ -61,7 +63,7 @@ Safe only when no driver of the job can still write: refused (exit 2) while the 
 record says starting/running/stopping and is younger than 120 s, unless --force. A real
 sweep claims a new fencing epoch first, so a driver still alive stops itself before it
 writes another manifest; relaunching the job afterwards is normal (it claims the next
-epoch). --dry-run lists the orphans and changes nothing.
+epoch). --dry-run lists the orphans and changes nothing (allowed while the job runs).
 
 With --json, prints one JSON document: job_id, storage, dry_run, epoch (claimed, or
 null), listed, listed_bytes, referenced, referenced_bytes, orphaned, orphaned_bytes,
@@ -161,7 +163,8 @@ def gc(
     as_json: JsonOpt = False,
 ) -> None:
     ctx = open_job(storage, job_id, config)
-    if not force:
+    require_job(ctx)
+    if not force and not dry_run:
         _check_not_running(ctx, time.time())
     result, epoch = _sweep(ctx, dry_run)
     if as_json:

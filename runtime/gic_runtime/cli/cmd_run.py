@@ -8,13 +8,18 @@ Order of work, so bad input fails before Spark starts (which takes seconds):
 3. PySpark must be importable (it is not imported here: the app imports it);
 4. the settings are exported as ``GIC_*`` variables (every setting, unset ones as empty
    values, so the app's :meth:`GICJob.create <gic_runtime.spark.GICJob.create>` sees
-   exactly these), plus ``SPARK_LOCAL_IP=127.0.0.1`` and ``PYSPARK_PYTHON`` = this
-   interpreter unless already set;
+   exactly these; ``GIC_JOB_ID`` only when a source named the job, otherwise the app's
+   name is its id), plus the interpreter and Spark log of
+   :mod:`gic_runtime.cli.spark_env` (``PYSPARK_PYTHON`` = this interpreter unless set;
+   the JVM's output goes to a log file under the local directory, printed once);
 5. the app runs with :func:`runpy.run_path` as ``__main__``, ``sys.argv = [app, *args]``
-   and its directory first on ``sys.path``, like ``python APP.py args``.
+   and its directory first on ``sys.path``, like ``python APP.py args``; the runtime's
+   progress (job start, one line per committed batch, stop) is printed on stderr.
 
-The environment, ``sys.argv`` and ``sys.path`` are restored afterwards. The app's
-``SystemExit`` code becomes the command's exit code.
+The environment, ``sys.argv``, ``sys.path`` and logging are restored afterwards. The
+app's ``SystemExit`` code becomes the command's exit code; a GIC error (a failed batch,
+a Python worker that cannot import GIC) ends it with one line naming the root cause and
+Spark's log.
 
 Thread-safety: mutates process globals (environment, argv, path); one run at a time.
 """
@@ -22,11 +27,7 @@ Thread-safety: mutates process globals (environment, argv, path); one run at a t
 from __future__ import annotations
 
 import importlib.util
-import os
 import runpy
-import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -41,7 +42,17 @@ from gic_runtime.cli.common import (
     print_error,
     stderr_console,
 )
-from gic_runtime.config import GICSettings, env_var
+from gic_runtime.cli.spark_env import (
+    SPARK_LOG_ENV,
+    failure_line,
+    interpreter_env,
+    new_log_name,
+    process_state,
+    progress_lines,
+    spark_log_path,
+)
+from gic_runtime.config import GICSettings, default_local_dir, env_var
+from gic_runtime.errors import GICError
 
 HELP = """Run a GIC job (a PySpark app using gic_runtime.spark) locally, in this process.
 
@@ -49,7 +60,7 @@ Settings come from the options here, then GIC_* environment variables, the setti
 file, and defaults; they are validated before Spark starts and passed to the app as
 GIC_* variables. Arguments after -- go to the app:
 
-  gic run examples/word_count.py --job-id wc -- --input in/ --output out/
+  gic run examples/word_count.py --job-id wc -- --input text/ --output word-counts/
 """
 
 AppArg = Annotated[
@@ -96,37 +107,22 @@ LocalDirOpt = Annotated[
 ]
 
 
-def app_environment(settings: GICSettings) -> dict[str, str]:
-    """The variables the app runs with: every setting (unset ones empty), and Spark's
-    local defaults unless the environment already has them."""
+def app_environment(settings: GICSettings, log: Path) -> dict[str, str]:
+    """The variables the app runs with: every setting (unset ones empty; the job id only
+    when a source gave it), the interpreter and local-IP defaults, and the Spark log."""
     env = settings.to_env()
     for name in type(settings).model_fields:
         env.setdefault(env_var(name), "")
-    if "SPARK_LOCAL_IP" not in os.environ:
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    if "PYSPARK_PYTHON" not in os.environ:
-        env["PYSPARK_PYTHON"] = sys.executable
+    if "job_id" not in settings.model_fields_set:
+        del env[env_var("job_id")]  # GICJob.create names the job after the app
+    env.update(interpreter_env())
+    env[SPARK_LOG_ENV] = str(log)
     return env
 
 
-@contextmanager
-def _process_state(env: Mapping[str, str], argv: list[str], path0: str) -> Iterator[None]:
-    saved_env = dict(os.environ)
-    saved_argv = sys.argv[:]
-    saved_path = sys.path[:]
-    os.environ.update(env)
-    sys.argv = argv
-    sys.path.insert(0, path0)
-    try:
-        yield
-    finally:
-        for name in set(os.environ) - set(saved_env):
-            del os.environ[name]
-        for name, value in saved_env.items():
-            if os.environ.get(name) != value:
-                os.environ[name] = value
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
+def _log_path(settings: GICSettings, app: Path) -> Path:
+    local = Path(settings.local_dir or default_local_dir())
+    return spark_log_path(local / "logs", new_log_name(app.stem))
 
 
 def run(
@@ -147,7 +143,7 @@ def run(
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise CLIError(
             f"job file {app} {what}: pass the path of the job's Python file, e.g. "
-            "gic run examples/word_count.py -- --input in/ --output out/"
+            "gic run examples/word_count.py -- --input text/ --output word-counts/"
         )
     if restore_mode is not None and restore is None:
         raise CLIError(
@@ -169,20 +165,24 @@ def run(
             "gic run needs PySpark, which is not installed in this environment: install "
             "it with pip install 'gic[spark]'"
         )
-    env = app_environment(settings)
+    log = _log_path(settings, path)
+    env = app_environment(settings, log)
     restore_text = (
         f", restore {settings.restore_source} ({settings.restore_mode.value})"
         if settings.restore_source
         else ""
     )
-    stderr_console().print(
-        f"gic run: job {settings.job_id}, storage {settings.storage}{restore_text}",
+    job = settings.job_id if "job_id" in settings.model_fields_set else "named after the app"
+    console = stderr_console()
+    console.print(
+        f"gic run: job {job}, storage {settings.storage}{restore_text}; Spark's log: {log}",
         markup=False,
         soft_wrap=True,
     )
     resolved = path.resolve()
+    argv = [str(path), *(app_args or [])]
     try:
-        with _process_state(env, [str(path), *(app_args or [])], str(resolved.parent)):
+        with process_state(env, argv, str(resolved.parent)), progress_lines(console):
             runpy.run_path(str(resolved), run_name="__main__")
     except SystemExit as exc:
         code = exc.code
@@ -192,3 +192,9 @@ def run(
             raise typer.Exit(code) from None
         print_error(str(code))
         raise typer.Exit(1) from None
+    except GICError as exc:
+        raise CLIError(failure_line(str(exc), log)) from exc
+    except Exception:
+        where = f"; Spark's log: {log}" if log.is_file() else ""
+        print_error(f"the app {app} raised an exception (traceback below){where}")
+        raise

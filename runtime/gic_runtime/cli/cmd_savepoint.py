@@ -37,6 +37,7 @@ from gic_runtime.cli.common import (
     stdout_console,
     to_uri,
 )
+from gic_runtime.cli.inventory import require_job
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import new_request_id
 from gic_runtime.coordination.savepoints import directory_size, write_engine_record
@@ -219,6 +220,7 @@ def savepoint(
     timeout: TimeoutOpt = 600.0,
 ) -> None:
     ctx = open_job(storage, job_id, config)
+    require_job(ctx)
     fmt = SavepointFormat(format)
     target_uri = to_uri(target) if target else None
     status = read_status(ctx.resolver, ctx.root, ctx.job_id)

@@ -149,8 +149,20 @@ def to_uri(path: str) -> str:
 # --- output ------------------------------------------------------------------------------
 
 
+#: Width of tables on a stdout that is not a terminal (and ``COLUMNS`` is unset).
+PIPED_WIDTH = 200
+
+
 def stdout_console() -> Console:
-    return Console(highlight=False)
+    """The console for results. When stdout is not a terminal (piped, captured), text
+    lines are never wrapped, so a printed command or path stays on one line, and tables
+    get :data:`PIPED_WIDTH` columns (``COLUMNS`` wins) instead of rich's 80."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.soft_wrap = True
+        if not os.environ.get("COLUMNS"):
+            console.width = PIPED_WIDTH
+    return console
 
 
 def stderr_console() -> Console:

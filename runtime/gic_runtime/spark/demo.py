@@ -9,7 +9,10 @@
    files (state carried over, nothing lost or doubled); v2's manifests reference
    nothing in the savepoint; after deleting the savepoint, v2 still resumes exactly.
 
-Everything lives in one directory (default ``./gic-demo``, replaced on every run).
+Everything lives in one directory (default ``./gic-demo``, replaced on every run),
+including Spark's own output (``spark.log``, unless ``GIC_SPARK_LOG`` names another
+file). If job ``word-count`` fails (e.g. Spark's Python workers cannot import GIC), the
+demo ends at once with that job's error instead of waiting for a savepoint.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from gic_runtime.errors import GICError
 from gic_runtime.processing import count
 from gic_runtime.sinks import read_file_sink
 from gic_runtime.spark.driver import BatchReport
-from gic_runtime.spark.job import GICJob, RunSummary, local_spark
+from gic_runtime.spark.job import SPARK_LOG_ENV, GICJob, GICQuery, RunSummary, local_spark
 from gic_runtime.status import read_status
 from gic_runtime.storage.uri import StoreResolver
 
 MARKER = ".gic-demo"
+#: Seconds the demo waits for each of its steps (a healthy run needs a few).
+STEP_TIMEOUT_S = 300.0
 _WORDS = (
     "state",
     "changelog",
@@ -78,6 +83,47 @@ class DemoPaths:
 
     def output(self, job: str) -> Path:
         return self.base / "output" / job
+
+
+def spark_log(base: Path) -> Path:
+    """Where the demo's JVM writes its output: ``GIC_SPARK_LOG``, else
+    ``<base>/spark.log``."""
+    given = os.environ.get(SPARK_LOG_ENV)
+    return Path(given) if given else base.resolve() / "spark.log"
+
+
+class _Background:
+    """A query run on a thread; :meth:`check` re-raises its failure on the caller's."""
+
+    def __init__(self, query: GICQuery, name: str) -> None:
+        self.summary: RunSummary | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(query,), name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self, query: GICQuery) -> None:
+        try:
+            self.summary = query.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def check(self, *_: object) -> None:
+        """Raise the query's error once it has failed (also as a wait's progress hook)."""
+        if self.error is not None:
+            raise self.error
+        if not self.thread.is_alive() and self.summary is None:
+            raise GICError("the demo's first job ended without a result")
+
+    def wait_for_checkpoint(self, resolver: StoreResolver, paths: DemoPaths, last: int) -> None:
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self.check()
+            status = read_status(resolver, paths.storage, "word-count")
+            if status and status.last_checkpoint and status.last_checkpoint.id >= last:
+                return
+            if not self.thread.is_alive():
+                return
+            time.sleep(0.2)
 
 
 def _prepare(base: Path) -> DemoPaths:
@@ -138,44 +184,34 @@ def _settings(paths: DemoPaths, job_id: str, **extra: object) -> GICSettings:
 
 
 def run_demo(base: Path, console: Console | None = None) -> bool:
-    """Run the demo in ``base``; returns whether every check passed."""
+    """Run the demo in ``base``; returns whether every check passed. A failed job
+    raises its :class:`GICError` (the CLI adds where Spark's log is)."""
     out = console or Console()
     paths = _prepare(base.resolve())
     resolver = StoreResolver()
     _write_input(paths.input, 0, 6)
+    log = spark_log(paths.base)
     out.print(f"[bold]GIC demo[/] in {paths.base}")
-    out.print("starting local Spark (local[2], 4 partitions)...")
-    spark = local_spark("gic-demo")
+    out.print(f"starting local Spark (local[2], 4 partitions); its log: {log}", markup=False)
+    spark = local_spark("gic-demo", log_file=str(log))
     try:
         # 1. job word-count, stopped with a savepoint through the control channel
         job_a = GICJob(spark, _settings(paths, "word-count"))
         query_a = job_a.keyed(_words(spark, paths.input), key="word").aggregate(count=count())
-        runner_a = query_a.to_parquet(str(paths.output("word-count")))
-        result: dict[str, RunSummary | BaseException] = {}
-
-        def run_a() -> None:
-            try:
-                result["a"] = runner_a.run()
-            except BaseException as exc:
-                result["a"] = exc
-
-        thread = threading.Thread(target=run_a, name="gic-demo-word-count")
-        thread.start()
-        deadline = time.monotonic() + 300
-        while True:
-            status = read_status(resolver, paths.storage, "word-count")
-            done = status.last_checkpoint.id if status and status.last_checkpoint else -1
-            if done >= 5 or not thread.is_alive() or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        background = _Background(
+            query_a.to_parquet(str(paths.output("word-count"))), "gic-demo-word-count"
+        )
+        background.wait_for_checkpoint(resolver, paths, 5)
+        background.check()
         control = ControlChannel(resolver, paths.storage, "word-count")
         request = control.request_savepoint("stop", "native", requested_by="gic demo")
         out.print(f"requested stop-with-savepoint {request.request_id}")
-        outcome = control.wait(request.request_id, timeout_s=300)
-        thread.join(timeout=300)
-        summary_a = result.get("a")
-        if isinstance(summary_a, BaseException):
-            raise summary_a
+        outcome = control.wait(
+            request.request_id, timeout_s=STEP_TIMEOUT_S, progress=background.check
+        )
+        background.thread.join(timeout=STEP_TIMEOUT_S)
+        background.check()
+        summary_a = background.summary
         if summary_a is None or outcome.path is None:
             raise GICError("job word-count did not stop with a savepoint")
         out.print(_batch_table("job word-count", summary_a.batches))
@@ -240,7 +276,9 @@ def run_demo(base: Path, console: Console | None = None) -> bool:
             f"checkpointed batches over 2 jobs; storage: {paths.storage}"
         )
         out.print(
-            "inspect with: gic checkpoints --storage " + paths.storage + " --job-id word-count-v2"
+            f"inspect with: gic checkpoints --storage {paths.storage} --job-id word-count-v2",
+            markup=False,
+            soft_wrap=True,
         )
         return all(checks.values())
     finally:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark import SparkConf, SparkContext
 from pyspark.errors import StreamingQueryException
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.config import GICSettings
@@ -55,23 +58,45 @@ _log = logging.getLogger(__name__)
 
 #: Spark settings every GIC job needs (placement must not be rewritten by AQE).
 REQUIRED_CONF = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+#: What :func:`local_spark` adds for a local session.
+_LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "2g",
+}
+#: File for the output of a JVM that :func:`local_spark` starts (the ``gic`` CLI sets it).
+SPARK_LOG_ENV = "GIC_SPARK_LOG"
 
 
-def local_spark(app_name: str, *, partitions: int = 4, cores: int = 2) -> SparkSession:
-    """A local Spark session suited to GIC jobs (``local[cores]``, no UI)."""
-    builder = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(partitions))
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", "2g")
-    )
-    for key, value in REQUIRED_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+def local_spark(
+    app_name: str, *, partitions: int = 4, cores: int = 2, log_file: str | None = None
+) -> SparkSession:
+    """A local Spark session suited to GIC jobs (``local[cores]``, no UI).
+
+    The executors' Python workers run this interpreter unless ``PYSPARK_PYTHON`` is set
+    (likewise ``PYSPARK_DRIVER_PYTHON``; ``SPARK_LOCAL_IP`` defaults to ``127.0.0.1``):
+    they must import ``gic_runtime`` exactly as the driver does. When this call starts
+    the JVM and ``log_file`` (else ``$GIC_SPARK_LOG``) names a file, the JVM's stdout
+    and stderr (start-up lines, Spark's log at WARN, Python workers' tracebacks) go to
+    that file instead of the terminal; without one, Spark logs at ERROR only.
+    """
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        os.environ.setdefault(name, sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = SparkConf().setMaster(f"local[{cores}]").setAppName(app_name)
+    conf.setAll([*_LOCAL_CONF.items(), ("spark.sql.shuffle.partitions", str(partitions))])
+    conf.setAll(list(REQUIRED_CONF.items()))
+    log = log_file or os.environ.get(SPARK_LOG_ENV) or None
+    if log is not None and SparkContext._gateway is None:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            # pyspark's own launcher, with the JVM's output sent to the file
+            popen = {"stdout": out, "stderr": out}
+            gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+        SparkContext(conf=conf, gateway=gateway)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if log is not None else "ERROR")
     return spark
 
 
@@ -122,8 +147,14 @@ class GICJob:
     @classmethod
     def create(cls, app_name: str = "gic-job", *, settings: GICSettings | None = None) -> GICJob:
         """Settings from the environment / ``GIC_CONFIG_FILE`` unless given; the active
-        Spark session, else the one ``spark-submit`` configured, else a local one."""
-        resolved = settings or GICSettings.load()
+        Spark session, else the one ``spark-submit`` configured, else a local one.
+
+        ``app_name`` is also the job id unless the settings name one (``GIC_JOB_ID``,
+        the settings file, ``gic run --job-id``), so two example apps run from the same
+        directory keep separate checkpoints; it must then be a valid job id."""
+        resolved = settings or GICSettings.load(
+            defaults={"job_id": (app_name, "the app name given to GICJob.create")}
+        )
         spark = SparkSession.getActiveSession()
         if spark is None:
             # spark-submit hands a Python app its JVM gateway through these variables.
@@ -252,9 +283,11 @@ class GICQuery:
         def collect(report: BatchReport) -> None:
             reports.append(report)
             _log.info(
-                "batch %d: %d rows in, commit %.0f ms, %d bytes, local hits %.0f%%",
+                "batch %d: %d rows in, checkpoint %d committed in %.0f ms, %d bytes "
+                "uploaded, local hits %.0f%%",
                 report.batch_id,
                 report.rows_in,
+                report.batch_id,
                 report.commit_ms,
                 report.bytes_uploaded,
                 report.local_hit_ratio * 100,
@@ -274,6 +307,7 @@ class GICQuery:
         self.driver = driver
         started = time.perf_counter()
         start = driver.prepare()
+        _log.info("job %s started (epoch %d): %s", settings.job_id, start.epoch, _origin(start))
         summary = RunSummary(settings.job_id, start, reports)
         writer = (
             self.stream.df.writeStream.foreachBatch(driver.foreach_batch)
@@ -319,4 +353,20 @@ class GICQuery:
         finally:
             driver.close(error=error)
             summary.duration_s = time.perf_counter() - started
+        _log.info(
+            "job %s stopped after %d batch(es) in %.1f s: %s",
+            settings.job_id,
+            len(reports),
+            summary.duration_s,
+            summary.stop_reason,
+        )
         return summary
+
+
+def _origin(start: StartInfo) -> str:
+    """Where an attempt's state came from, for the log."""
+    if start.own and start.resumed_after is not None:
+        return f"resuming after its checkpoint {start.resumed_after}"
+    if start.restored_from is not None:
+        return f"restored from {start.restored_from}"
+    return "empty state"

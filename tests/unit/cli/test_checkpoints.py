@@ -92,12 +92,44 @@ def test_settings_come_from_the_environment(gic: Any, storage: Any) -> None:
 
 
 def test_a_job_without_checkpoints_says_so(gic: Any, storage: Any) -> None:
-    result = gic("checkpoints", "--storage", storage.root, "--job-id", "none")
+    storage.channel("starting").request_savepoint()  # the job exists, nothing checkpointed
+
+    result = gic("checkpoints", "--storage", storage.root, "--job-id", "starting")
 
     assert result.exit_code == 0, result.stderr
-    assert "no checkpoints for job none" in result.stdout
+    assert "no checkpoints for job starting" in result.stdout
     assert "status: no status record" in result.stdout
-    assert "pending control requests: none" in result.stdout
+    assert "pending control requests (1)" in result.stdout
+
+
+def test_an_unknown_job_is_an_error_naming_the_jobs_there(gic: Any, storage: Any) -> None:
+    storage.run_job("word-count", range(1, 2))
+    storage.run_job("event-log", range(1, 2))
+
+    result = gic("checkpoints", "--storage", storage.root, "--job-id", "wordcount")
+
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert gic.errors(result) == [
+        f"error: no job 'wordcount' under {storage.root} (jobs there: event-log, "
+        "word-count); check --job-id and --storage (gic jobs lists a root's jobs)"
+    ]
+
+
+def test_the_table_says_how_to_describe_a_checkpoint_on_one_line(gic: Any, storage: Any) -> None:
+    storage.run_job("a-job-with-a-rather-long-name", range(1, 3))
+
+    result = gic(
+        "checkpoints", "--storage", storage.root, "--job-id", "a-job-with-a-rather-long-name",
+        env={"COLUMNS": "60"},
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.stderr
+    hint = (
+        f"describe one with: gic describe ID --storage {storage.root} "
+        "--job-id a-job-with-a-rather-long-name"
+    )
+    assert hint in result.stdout.splitlines()  # not wrapped: stdout is not a terminal
 
 
 def test_an_unreadable_manifest_is_listed_and_fails_the_command(gic: Any, storage: Any) -> None:

@@ -151,3 +151,39 @@ def test_a_missing_path_is_one_line(gic: Any, tmp_path: Path) -> None:
         "_savepoint.manifest) or a canonical savepoint directory (with _canonical.json); "
         "check the path"
     ]
+
+
+def test_a_checkpoint_by_id_of_the_job(gic: Any, storage: Any) -> None:
+    written = storage.run_job("wc", range(1, 5))
+    job = ("--storage", storage.root, "--job-id", "wc")
+
+    by_id = gic.json("describe", "3", *job)
+    latest = gic.json("describe", "latest", *job)
+
+    assert by_id == gic.json("describe", written[2].uri)
+    assert (by_id["checkpoint_id"], by_id["job_id"]) == (3, "wc")
+    assert latest["checkpoint_id"] == 4
+    text = gic("describe", "3", *job, env={"GIC_STORAGE": storage.root}).stdout
+    assert "checkpoint" in text
+
+
+def test_an_id_the_job_does_not_have_lists_the_ones_it_has(gic: Any, storage: Any) -> None:
+    storage.run_job("wc", range(1, 6))  # retention 3: 3, 4, 5
+
+    result = gic("describe", "1", "--storage", storage.root, "--job-id", "wc")
+
+    assert result.exit_code == 1
+    [line] = gic.errors(result)
+    assert line.startswith(
+        f"error: job wc has no checkpoint 1 under {storage.root} (its checkpoints: 3, 4, 5)"
+    )
+
+
+def test_an_id_of_an_unknown_job_names_the_jobs_there(gic: Any, storage: Any) -> None:
+    storage.run_job("wc", range(1, 2))
+
+    result = gic("describe", "1", "--storage", storage.root, "--job-id", "gic-job")
+
+    assert result.exit_code == 1
+    [line] = gic.errors(result)
+    assert line.startswith(f"error: no job 'gic-job' under {storage.root} (jobs there: wc)")

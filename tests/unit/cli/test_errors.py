@@ -23,11 +23,12 @@ def test_usage_errors_are_one_line_with_status_2(gic: Any) -> None:
 
 
 def test_help_works_for_every_command(gic: Any) -> None:
-    for command in ("run", "savepoint", "checkpoints", "describe", "gc"):
+    for command in ("run", "savepoint", "jobs", "checkpoints", "savepoints", "describe", "gc"):
         result = gic(command, "--help")
         assert result.exit_code == 0, result.stderr
         assert "--storage" in result.stdout
     assert "pending_requests" in gic("checkpoints", "--help").stdout
+    assert "--version" in gic("--help").stdout
 
 
 def test_debug_shows_the_exception(gic: Any, tmp_path: Path) -> None:

@@ -68,7 +68,32 @@ def test_gc_is_refused_while_the_status_says_running(gic: Any, storage: Any) -> 
     assert "pass --force" in line
     assert storage.exists(orphan)
     assert highest_epoch(storage.resolver, storage.root, "wc") == 0
-    assert gic("gc", "--storage", storage.root, "--job-id", "wc", "--dry-run").exit_code == 2
+
+
+def test_dry_run_is_allowed_while_the_job_runs(gic: Any, storage: Any) -> None:
+    _, orphan = _with_orphan(storage)
+    storage.write_status("wc", JobState.RUNNING, age_s=5)
+
+    result = gic("gc", "--storage", storage.root, "--job-id", "wc", "--dry-run")
+
+    assert result.exit_code == 0, result.stderr
+    assert "dry run, nothing deleted" in result.stdout
+    assert f"  {orphan}" in result.stdout.splitlines()
+    assert storage.exists(orphan)
+    assert highest_epoch(storage.resolver, storage.root, "wc") == 0  # no epoch claimed
+
+
+def test_an_unknown_job_is_an_error_not_zeros(gic: Any, storage: Any) -> None:
+    _with_orphan(storage)
+
+    for extra in ((), ("--dry-run",)):
+        result = gic("gc", "--storage", storage.root, "--job-id", "nope", *extra)
+
+        assert result.exit_code == 1
+        [line] = gic.errors(result)
+        assert line.startswith(f"error: no job 'nope' under {storage.root} (jobs there: wc)")
+        assert result.stdout == ""
+    assert highest_epoch(storage.resolver, storage.root, "nope") == 0
 
 
 def test_force_sweeps_anyway(gic: Any, storage: Any) -> None:

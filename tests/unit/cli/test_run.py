@@ -136,3 +136,100 @@ def test_the_apps_exit_status_and_errors_pass_through(gic: Any, tmp_path: Path) 
     result = gic("run", str(fails))
     assert result.exit_code == 1
     assert gic.errors(result)[-1] == ("error: the source is gone: restore from another savepoint")
+
+
+ENV_APP = """
+import json, os
+print(json.dumps({k: os.environ.get(k) for k in (
+    "GIC_JOB_ID", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "GIC_SPARK_LOG")}))
+"""
+
+
+def test_the_job_id_is_exported_only_when_given(gic: Any, tmp_path: Path) -> None:
+    app = tmp_path / "env_app.py"
+    app.write_text(ENV_APP)
+    local = tmp_path / "local"
+
+    unnamed = gic("run", str(app), "--local-dir", str(local))
+    named = gic("run", str(app), "--job-id", "mine", "--local-dir", str(local))
+
+    assert unnamed.exit_code == 0, unnamed.stderr
+    env = _app_output(unnamed.stdout)
+    assert env["GIC_JOB_ID"] is None  # GICJob.create("...") names the job after the app
+    assert "gic run: job named after the app" in unnamed.stderr
+    assert _app_output(named.stdout)["GIC_JOB_ID"] == "mine"
+    assert "gic run: job mine," in named.stderr
+    # this interpreter for Spark's Python, and Spark's output in a log under local_dir
+    assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    log = Path(env["GIC_SPARK_LOG"])
+    assert log.parent == local / "logs"
+    assert log.name.startswith("env_app-") and log.suffix == ".log"
+    assert f"Spark's log: {log}" in unnamed.stderr
+    assert "GIC_SPARK_LOG" not in os.environ
+
+
+def test_a_users_spark_log_and_interpreters_are_kept(gic: Any, tmp_path: Path) -> None:
+    app = tmp_path / "env_app.py"
+    app.write_text(ENV_APP)
+    mine = {"GIC_SPARK_LOG": "/dev/stderr", "PYSPARK_DRIVER_PYTHON": "/opt/py"}
+
+    result = gic("run", str(app), env=mine)
+
+    assert result.exit_code == 0, result.stderr
+    env = _app_output(result.stdout)
+    assert env["GIC_SPARK_LOG"] == "/dev/stderr"
+    assert env["PYSPARK_DRIVER_PYTHON"] == "/opt/py"
+    assert env["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_the_runtimes_progress_lines_are_printed(gic: Any, tmp_path: Path) -> None:
+    app = tmp_path / "logs.py"
+    app.write_text(
+        "import logging\n"
+        "log = logging.getLogger('gic_runtime.spark.job')\n"
+        "log.info('batch %d: %d rows in, checkpoint %d committed in %.0f ms', 3, 10, 3, 12.0)\n"
+        "log.debug('not shown')\n"
+        "logging.getLogger('gic_runtime.spark.driver').warning('a warning')\n"
+        "logging.getLogger('elsewhere').info('not ours')\n"
+    )
+    import logging
+
+    result = gic("run", str(app))
+
+    assert result.exit_code == 0, result.stderr
+    lines = gic.errors(result)[1:]
+    assert lines == [
+        "  batch 3: 10 rows in, checkpoint 3 committed in 12 ms",
+        "  warning: a warning",
+    ]
+    assert logging.getLogger("gic_runtime").level == logging.NOTSET  # restored
+    assert not logging.getLogger("gic_runtime").handlers
+
+
+def test_a_worker_import_failure_is_one_line_with_what_to_do(gic: Any, tmp_path: Path) -> None:
+    app = tmp_path / "fails.py"
+    app.write_text(
+        "import os\n"
+        "from gic_runtime.errors import GICError\n"
+        "with open(os.environ['GIC_SPARK_LOG'], 'w') as log:\n"
+        "    log.write('java output')\n"
+        'raise GICError("the stateful stage failed: ModuleNotFoundError: No module named "\n'
+        "               \"'gic_runtime'\")\n"
+    )
+    local = tmp_path / "local"
+    (local / "logs").mkdir(parents=True)
+
+    result = gic(
+        "run", str(app), "--local-dir", str(local), env={"PYSPARK_PYTHON": "/usr/bin/python3"}
+    )
+
+    assert result.exit_code == 1
+    [line] = gic.errors(result)[1:]
+    [log] = (local / "logs").iterdir()
+    assert line == (
+        "error: the stateful stage failed: ModuleNotFoundError: No module named "
+        "'gic_runtime'; Spark's Python workers run /usr/bin/python3 (PYSPARK_PYTHON), which "
+        "must import gic_runtime and the job's modules: point PYSPARK_PYTHON at an "
+        f"interpreter with gic installed (this one is {sys.executable}) or unset it "
+        f"(Spark's log: {log})"
+    )

@@ -85,12 +85,25 @@ def test_offline_savepoint_into_an_existing_savepoint_is_refused(
 
 
 def test_offline_savepoint_without_checkpoints_is_an_error(gic: Any, storage: Any) -> None:
+    storage.write_status("empty", JobState.FAILED)
+
     result = gic("savepoint", "--storage", storage.root, "--job-id", "empty")
 
     assert result.exit_code == 1
     [line] = gic.errors(result)
     assert line.startswith("error: job empty has no completed checkpoint")
     assert storage.channel("empty").entries() == []
+
+
+def test_a_savepoint_of_an_unknown_job_is_an_error(gic: Any, storage: Any) -> None:
+    storage.run_job("wc", range(1, 2))
+
+    result = gic("savepoint", "--storage", storage.root, "--job-id", "typo")
+
+    assert result.exit_code == 1
+    [line] = gic.errors(result)
+    assert line.startswith(f"error: no job 'typo' under {storage.root} (jobs there: wc)")
+    assert storage.channel("typo").entries() == []
 
 
 def test_stop_of_a_job_that_is_not_running_is_an_error(gic: Any, storage: Any) -> None:
