@@ -3,18 +3,42 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Every Python dependency, transitive ones included, at exact versions with their hashes
+# (pip-compile --generate-hashes from pyproject.toml; regenerate with `make lock`).
+LOCK := requirements/dev.lock
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: setup jvm run test lint typecheck contracts unit bench clean
+.PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane cluster lock
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The locked versions only: --require-hashes refuses anything unpinned or unhashed, and the
+# project itself goes in without dependencies and without an isolated build environment
+# (its build backend comes from the lock as well).
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -e '.[dev,spark,operator]'
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip check || { echo "$(LOCK) lags pyproject.toml: run make lock" >&2; exit 1; }
 	touch $(STAMP)
+
+# Regenerate the lock files after changing dependencies in pyproject.toml (needs PyPI):
+# dev.lock for this venv and CI; operator.lock, runtime.lock and build.lock (the wheel
+# build) for the images. Locks are for CPython 3.11 on Linux (the images' and CI's).
+LOCK_TOOLS := $(or $(TMPDIR),/tmp)/gic-lock-tools
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" PIP_FIND_LINKS= $(LOCK_TOOLS)/bin/pip-compile \
+	--quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
+	--no-emit-index-url --upgrade
+lock:
+	$(PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/pip install --quiet pip-tools==7.6.2
+	$(PIP_COMPILE) --extra dev --extra spark --extra operator \
+		-o requirements/dev.lock pyproject.toml requirements/build.in
+	$(PIP_COMPILE) --extra operator -o requirements/operator.lock pyproject.toml
+	$(PIP_COMPILE) -o requirements/runtime.lock pyproject.toml
+	$(PIP_COMPILE) -o requirements/build.lock requirements/build.in
 
 # The placement helper (a small jar built with javac against PySpark's jars, cached by
 # source digest; the runtime builds it on demand too, see docs/architecture.md §13.2).
@@ -34,7 +58,17 @@ typecheck: setup
 contracts: setup
 	$(VENV)/bin/lint-imports
 
-unit: setup jvm
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, built from
+# Kubernetes' Go modules pinned in controlplane/go.mod into .cache/controlplane/<version>/bin
+# (reused when up to date; installs a Go toolchain into .cache/go when go is missing or old).
+controlplane:
+	PYTHON=$(PYTHON) controlplane/build.sh
+
+# A control plane with one process-kubelet node, in the foreground until Ctrl-C.
+cluster: setup controlplane
+	$(PY) -m tests.controlplane
+
+unit: setup jvm controlplane
 	$(PY) -m pytest tests
 
 test: lint typecheck contracts unit
