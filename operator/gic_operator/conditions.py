@@ -8,13 +8,21 @@ they appear in a status patch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+#: Latest time :func:`rfc3339` writes (the end of year 9999); later ones are clamped.
+MAX_TIME = 253402300799.0
+
 
 def rfc3339(ts: float) -> str:
-    """``ts`` (seconds since the epoch) as ``YYYY-MM-DDTHH:MM:SSZ``."""
+    """``ts`` (seconds since the epoch) as ``YYYY-MM-DDTHH:MM:SSZ``. A time outside
+    1970..9999 (or not a number: a driver may report anything) is clamped into it."""
+    if not math.isfinite(ts):
+        ts = MAX_TIME if ts > 0 else 0.0
+    ts = min(max(ts, 0.0), MAX_TIME)
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -23,8 +31,8 @@ def parse_time(text: str | None) -> float | None:
     if not text:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError):
         return None
 
 

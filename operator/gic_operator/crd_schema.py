@@ -20,7 +20,8 @@ A CustomResourceDefinition's ``openAPIV3Schema`` must be structural: every node 
 
 :func:`apply_defaults` reproduces the API server's structural defaulting (used to check that
 the CRD's defaults agree with the model's) and :func:`schema_errors` is a small validator for
-the subset of OpenAPI used here (types, enums, bounds, patterns, required, unknown fields).
+the subset of OpenAPI used here (types, enums, bounds, lengths and sizes, patterns, required,
+unknown fields).
 
 Everything here is a pure function over plain dicts: thread-safe, no state.
 """
@@ -52,6 +53,8 @@ _KEPT = frozenset(
         "maximum",
         "minItems",
         "maxItems",
+        "minProperties",
+        "maxProperties",
         "required",
         "x-kubernetes-preserve-unknown-fields",
     }
@@ -76,6 +79,8 @@ _ORDER = (
     "pattern",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "x-kubernetes-preserve-unknown-fields",
     "required",
     "items",
@@ -253,15 +258,30 @@ def schema_errors(schema: Schema, value: Any, path: str = "") -> list[str]:
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0):
             errors.append(f"{path}: shorter than {schema['minLength']}")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            errors.append(f"{path}: longer than {schema['maxLength']}")
         if "pattern" in schema and not re.search(schema["pattern"], value):
             errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
     if isinstance(value, int | float) and not isinstance(value, bool):
         errors.extend(_bound_errors(schema, value, path))
+    if isinstance(value, list | dict):
+        errors.extend(_size_errors(schema, len(value), path, isinstance(value, list)))
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
             errors.extend(schema_errors(schema["items"], item, f"{path}[{index}]"))
     if isinstance(value, dict):
         errors.extend(_object_errors(schema, value, path))
+    return errors
+
+
+def _size_errors(schema: Schema, size: int, path: str, is_list: bool) -> list[str]:
+    low, high = ("minItems", "maxItems") if is_list else ("minProperties", "maxProperties")
+    what = "items" if is_list else "entries"
+    errors = []
+    if size < schema.get(low, 0):
+        errors.append(f"{path}: fewer than {schema[low]} {what}")
+    if high in schema and size > schema[high]:
+        errors.append(f"{path}: more than {schema[high]} {what}")
     return errors
 
 

@@ -3,7 +3,8 @@
 Every error the operator raises on purpose derives from :class:`GICOperatorError`.
 Errors of the Kubernetes client are translated at the API seam (:mod:`gic_operator.kube`,
 ``raise ... from exc``) into :class:`KubeError`, and those worth retrying soon (HTTP 429,
-5xx, connection failures, timeouts) into :class:`TransientKubeError`, so reconcilers
+5xx, connection failures, timeouts) into :class:`TransientKubeError` (a stale
+``resourceVersion`` into :class:`ConflictError`), so reconcilers
 never import a client exception. Errors of the runtime (checkpoint storage) stay
 :class:`gic_runtime.errors.GICError`.
 """
@@ -30,5 +31,24 @@ class TransientKubeError(KubeError):
     server error, connection lost, timed out)."""
 
 
+class ConflictError(TransientKubeError):
+    """A write carried a ``resourceVersion`` the object no longer has (HTTP 409
+    ``Conflict``): someone changed it after it was read. Read it again and decide again."""
+
+
+class UntrustedInputError(GICOperatorError):
+    """Something a driver or a tenant wrote (a savepoint outcome, a Savepoint's status)
+    disagrees with what the operator derived itself; it is refused, never acted on."""
+
+
 class InvalidSpecError(GICOperatorError):
     """A resource's spec cannot be acted on; the message says what to change."""
+
+
+class StorageNotAllowedError(InvalidSpecError):
+    """A spec names storage or an S3 endpoint the operator's allowlist refuses."""
+
+
+class SavepointHeldError(GICOperatorError):
+    """A Savepoint's files are still needed by a job that restored from it and has not
+    released them; its deletion waits."""

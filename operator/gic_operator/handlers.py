@@ -8,7 +8,8 @@ Every handler finds the resource to reconcile and calls :class:`JobReconciler` o
   is what makes crash recovery start within a second of the pod failing;
 * a Savepoint changes or its timer fires (until it reaches a final state) -> reconcile it;
 * a Savepoint is deleted -> dispose of its files when asked (kopf's finalizer holds the
-  deletion until :meth:`SavepointReconciler.dispose` returns).
+  deletion until :meth:`SavepointReconciler.dispose` returns; while a job that restored
+  from it has not released it, every :data:`HELD_RETRY_DELAY_S`).
 
 Timers tick every second but a resource is reconciled by the timer at most once per
 ``reconcile_interval_s`` (event-driven reconciles are not rate limited).
@@ -26,6 +27,7 @@ from typing import Any
 
 import kopf
 
+from gic_operator.errors import SavepointHeldError
 from gic_operator.job_reconciler import JobReconciler
 from gic_operator.kube import KubernetesApi
 from gic_operator.metrics import OperatorMetrics, default_metrics
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: Savepoint disposal retry delay (seconds).
 DISPOSAL_RETRY_DELAY_S = 5.0
+#: How often a held Savepoint's deletion looks again whether it was released (seconds).
+HELD_RETRY_DELAY_S = 30.0
 _FINAL = frozenset(s.value for s in FINAL_STATES)
 
 
@@ -57,8 +61,13 @@ class _Runtime:
 
     def build(self) -> None:
         kube = KubernetesApi()
-        self._jobs = JobReconciler(kube, open_job_storage, metrics=self.metrics)
-        self._savepoints = SavepointReconciler(kube, open_job_storage)
+        allowlist = self.settings.allowlist
+        self._jobs = JobReconciler(
+            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
+        )
+        self._savepoints = SavepointReconciler(
+            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
+        )
 
     @property
     def jobs(self) -> JobReconciler:
@@ -183,6 +192,8 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
     def savepoint_delete(body: Mapping[str, Any], retry: int, **_: Any) -> str:
         try:
             return str(rt.savepoints.dispose(body, retry))
+        except SavepointHeldError as exc:
+            raise kopf.TemporaryError(str(exc), delay=HELD_RETRY_DELAY_S) from exc
         except Exception as exc:
             raise kopf.TemporaryError(
                 f"disposal failed ({exc}); retrying", delay=DISPOSAL_RETRY_DELAY_S

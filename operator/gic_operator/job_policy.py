@@ -6,30 +6,53 @@
 * ``spec.savepoints.intervalSeconds``: a periodic Savepoint (``disposeOnDelete: true``)
   each interval while the job runs;
 * ``spec.savepoints.retention``: deletes periodic Savepoints beyond ``maxCount`` (newest
-  kept) or older than ``maxAgeSeconds`` — only ones the policy created, never one a job
-  has claimed, never one still in progress.
+  kept) or older than ``maxAgeSeconds`` — only ones the policy created, never one still
+  in progress, never one a job still needs (claimed, or an unreleased restore source:
+  :func:`gic_operator.restore_sources.holders`).
+
+:func:`restart_delay` is the restart backoff, clamped so that no spec value (``1e300``)
+can overflow it.
 
 Thread-safety: used by one reconcile at a time (the job's lock).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gic_operator.conditions import parse_time, rfc3339
 from gic_operator.kube import KubeApi
 from gic_operator.models import API_VERSION, FINAL_STATES, GICJobSpec, JobPhase
+from gic_operator.models.gicjob import RestartPolicySpec
 from gic_operator.naming import (
     ANNOTATION_SAVEPOINT,
     LABEL_CREATED_BY,
     LABEL_JOB,
     label_value,
+    savepoint_dir,
+    savepoint_request_id,
     savepoint_resource_name,
 )
 from gic_operator.reconcile_context import Pass
+from gic_operator.restore_sources import holders
+from gic_operator.storage_view import normalize_uri
 
 CREATED_BY_ANNOTATION = "annotation"
 CREATED_BY_PERIODIC = "periodic"
+#: Longest restart delay whatever the spec says (seconds).
+MAX_RESTART_DELAY_S = 86400.0
+
+
+def restart_delay(policy: RestartPolicySpec, restarts: int) -> float:
+    """Seconds before restart number ``restarts + 1``: 0 for the first, then
+    ``backoffSeconds * 2^(restarts-1)``, capped at ``maxBackoffSeconds`` and at
+    :data:`MAX_RESTART_DELAY_S`; finite for any input."""
+    if restarts <= 0:
+        return 0.0
+    delay = policy.backoff_seconds * 2.0 ** min(restarts - 1, 64)
+    delay = min(delay, policy.max_backoff_seconds, MAX_RESTART_DELAY_S)
+    return delay if math.isfinite(delay) and delay >= 0 else MAX_RESTART_DELAY_S
 
 
 class SavepointPolicy:
@@ -110,11 +133,18 @@ class SavepointPolicy:
         ]
         owned.sort(key=lambda sp: str((sp.get("metadata") or {}).get("creationTimestamp", "")))
         owned.reverse()  # newest first
+        jobs = self.kube.list_objects("gicjobs", p.namespace) if owned else []
+        root = normalize_uri(self.spec.checkpointing.storage)
         for index, sp in enumerate(owned):
             status = sp.get("status") or {}
             if status.get("claimedBy") or status.get("state") not in {
                 s.value for s in FINAL_STATES
             }:
+                continue
+            meta = sp.get("metadata") or {}
+            rid = savepoint_request_id(str(meta.get("name")), str(meta.get("uid") or ""))
+            path = savepoint_dir(root, p.namespace, p.name, rid)
+            if holders(jobs, str(meta.get("name")), path):
                 continue
             created = parse_time((sp.get("metadata") or {}).get("creationTimestamp")) or p.now
             too_many = retention.max_count is not None and index >= retention.max_count

@@ -12,6 +12,17 @@ Durable intents: a multi-step action (upgrade, suspend, recovery) is recorded in
 (deterministic control request ids, pod names carrying the epoch, create-if-absent), so
 an operator restarted at any point carries on where the previous one stopped.
 
+Trust: the spec is trusted only as far as its schema and the administrator's storage
+allowlist (:class:`~gic_operator.settings.StorageAllowlist`) go: storage, restore path or
+S3 endpoint outside it make the job ``Invalid`` (``Ready=False`` / ``StorageNotAllowed``
+naming the field) before any storage is opened. The job id is derived from the namespace
+and name (and lineage), never read back from ``status.jobId``.
+
+Errors: an error a step meets does not escape the pass: it is reported
+(:mod:`gic_operator.problems`: ``Reconciled=False`` and ``status.message``, a gated
+Warning Event, ``gic_operator_errors_total``) and what the steps recorded before it is
+committed, so the next pass carries on.
+
 Invariants:
 
 * an invalid spec launches nothing (phase ``Invalid``, ``Ready=False`` with the message);
@@ -34,16 +45,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gic_operator.conditions import parse_time
-from gic_operator.errors import GICOperatorError
+from gic_operator.conditions import find_condition, parse_time
+from gic_operator.errors import GICOperatorError, KubeError
 from gic_operator.job_policy import SavepointPolicy
-from gic_operator.job_steps import JobSteps
+from gic_operator.job_steps import JobSteps, job_storage_id
 from gic_operator.kube import KubeApi
 from gic_operator.launcher import LaunchPlan, validate_launch
 from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import GICJobSpec, JobPhase, JobState
-from gic_operator.naming import job_id
+from gic_operator.problems import RECONCILED, Problem, ProblemReporter, describe
 from gic_operator.reconcile_context import KeyedLocks, Pass
+from gic_operator.restore_sources import restore_problem
+from gic_operator.settings import ENV_ALLOWED_S3_ENDPOINTS, ENV_ALLOWED_STORAGE, StorageAllowlist
 from gic_operator.storage_view import JobStorage
 from gic_operator.validation import describe_validation_error
 from gic_runtime.errors import GICError
@@ -53,6 +66,7 @@ log = logging.getLogger(__name__)
 PLURAL = "gicjobs"
 #: A running job without a completed checkpoint for this long is unhealthy (seconds).
 DEFAULT_HEALTH_WINDOW_S = 300.0
+STORAGE_NOT_ALLOWED = "StorageNotAllowed"
 
 StorageFactory = Callable[[GICJobSpec, str], JobStorage]
 
@@ -68,12 +82,15 @@ class JobReconciler:
         clock: Callable[[], float] = time.time,
         metrics: OperatorMetrics | None = None,
         health_window_s: float = DEFAULT_HEALTH_WINDOW_S,
+        allowlist: StorageAllowlist | None = None,
     ) -> None:
         self.kube = kube
         self.storage_for = storage_for
         self.clock = clock
         self.metrics = metrics
         self.health_window_s = health_window_s
+        self.allowlist = allowlist or StorageAllowlist()
+        self.problems = ProblemReporter(PLURAL[:-1], metrics)
         self._lock = KeyedLocks()
 
     def forget(self, namespace: str, name: str) -> None:
@@ -85,7 +102,11 @@ class JobReconciler:
     def reconcile_named(self, namespace: str, name: str) -> dict[str, Any] | None:
         """Reconcile the GICJob ``namespace/name`` read fresh from the API (if it exists)."""
         with self._lock(namespace, name):
-            body = self.kube.get_object(PLURAL, namespace, name)
+            try:
+                body = self.kube.get_object(PLURAL, namespace, name)
+            except KubeError as exc:
+                self._unrecorded(namespace, name, exc)
+                return None
             if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
                 return None
             return self._reconcile(body)
@@ -99,34 +120,107 @@ class JobReconciler:
         meta = body.get("metadata") or {}
         return self.reconcile_named(str(meta.get("namespace") or "default"), str(meta["name"]))
 
+    def _unrecorded(self, namespace: str, name: str, exc: KubeError) -> None:
+        """An API error where no status can be written: logged and counted."""
+        reason = describe(exc).reason
+        log.warning("gicjob %s/%s: %s: %s", namespace, name, reason, exc)
+        if self.metrics is not None:
+            self.metrics.count_error(PLURAL[:-1], reason)
+
     def _reconcile(self, body: Mapping[str, Any]) -> dict[str, Any]:
         p = Pass(self.kube, PLURAL, body, clock=self.clock)
+        old_error = find_condition(p.status.get("conditions") or [], RECONCILED) or {}
+        try:
+            self._pass(p, body)
+        except Exception as exc:
+            problem = describe(exc)
+            self.problems.report(p, problem, exc)
+            p.set(message=problem.message, phase=p.status.get("phase") or JobPhase.PENDING.value)
+            if p.status["phase"] != JobPhase.INVALID.value:
+                _conditions(p, problem.reason, self.health_window_s)
+        else:
+            if p.status.get("phase") != JobPhase.INVALID.value:
+                if old_error.get("status") == "False" and (
+                    p.status.get("message") == old_error.get("message")
+                ):
+                    p.set(message=None)  # the error is over; the phase says the rest
+                self.problems.resolved(p)
+        try:
+            patch = p.commit()
+        except KubeError as exc:
+            self._unrecorded(p.namespace, p.name, exc)
+            return {}
+        if p.conflicted:
+            self.problems.unposted(p)
+        return patch
+
+    def _pass(self, p: Pass, body: Mapping[str, Any]) -> None:
         try:
             spec = GICJobSpec.model_validate(body.get("spec") or {})
         except ValidationError as exc:
-            _invalid(p, describe_validation_error(exc, "spec"))
-            return p.commit()
-        problem = _launch_problem(p, spec)
+            self._invalid(p, describe_validation_error(exc, "spec"))
+            return
+        access = _access_problem(self.allowlist, p.namespace, spec)
+        if access is not None:
+            self._invalid(p, access, STORAGE_NOT_ALLOWED)
+            return
+        problem = restore_problem(spec) or _launch_problem(p, spec)
         if problem is not None:
-            _invalid(p, problem)
-            return p.commit()
-        steps = JobSteps(p, spec, self.storage_for, self.kube)
-        steps.observe()
+            self._invalid(p, problem)
+            return
         if p.status.get("phase") == JobPhase.INVALID.value:
             p.set(phase=JobPhase.PENDING.value, message=None)
             p.event("Normal", "SpecValid", "the spec is valid again")
-        pending = p.status.get("pending")
-        if pending:
-            steps.advance(pending)
-        else:
-            _steady(p, spec, steps)
-        if not steps.waiting_for_launch:
-            SavepointPolicy(p, spec, self.kube).apply()
-        _conditions(p, steps.not_ready_reason, self.health_window_s)
-        p.set(observedGeneration=p.generation)
-        if self.metrics is not None:
-            self.metrics.set_checkpoint_age(p.namespace, p.name, steps.checkpoint_age())
-        return p.commit()
+        steps = JobSteps(p, spec, self.storage_for, self.kube, self.allowlist)
+        try:
+            steps.observe()
+            pending = p.status.get("pending")
+            if pending and not isinstance(pending, dict):
+                pending = {"kind": repr(pending)[:40]}
+            if pending:
+                steps.advance(pending)
+            else:
+                _steady(p, spec, steps)
+            if not steps.waiting_for_launch:
+                SavepointPolicy(p, spec, self.kube).apply()
+            _conditions(p, steps.not_ready_reason, self.health_window_s)
+            p.set(observedGeneration=p.generation)
+        finally:
+            if self.metrics is not None:
+                self.metrics.set_checkpoint_age(p.namespace, p.name, steps.checkpoint_age())
+
+    def _invalid(self, p: Pass, message: str, reason: str = "InvalidSpec") -> None:
+        """Record an invalid spec: nothing is launched; a running driver is left alone."""
+        p.set(phase=JobPhase.INVALID.value, message=message, observedGeneration=p.generation)
+        p.condition("Ready", False, reason, message)
+        self.problems.report(p, Problem(reason, message))
+
+
+def _access_problem(allowlist: StorageAllowlist, namespace: str, spec: GICJobSpec) -> str | None:
+    """The first field of ``spec`` naming storage or an endpoint the allowlist refuses in
+    ``namespace`` (with what is allowed there), or ``None``."""
+    cp = spec.checkpointing
+    uses = [("spec.checkpointing.storage", cp.storage)]
+    if spec.restore is not None and spec.restore.path is not None:
+        uses.append(("spec.restore.path", spec.restore.path))
+    for field, uri in uses:
+        if not allowlist.storage_allowed(namespace, uri):
+            allowed = ", ".join(allowlist.storage_choices(namespace) or []) or "none"
+            return (
+                f"invalid spec: {field}: {uri} is not storage the operator may use in "
+                f"namespace {namespace} (allowed: {allowed}); use an allowed location, or "
+                f"ask the operator's administrator to allow it ({ENV_ALLOWED_STORAGE})"
+            )
+    endpoint = cp.s3_endpoint_url
+    if endpoint and not allowlist.endpoint_allowed(namespace, endpoint):
+        allowed = ", ".join(allowlist.endpoint_choices(namespace) or []) or "none"
+        return (
+            f"invalid spec: spec.checkpointing.s3EndpointUrl: {endpoint} is not an S3 endpoint "
+            f"the operator may use in namespace {namespace} (allowed: {allowed}); remove it "
+            f"to use the operator's own endpoint, or ask the operator's administrator to "
+            f"allow it ({ENV_ALLOWED_S3_ENDPOINTS})"
+        )
+    return None
 
 
 def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
@@ -146,7 +240,7 @@ def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
             name=p.name,
             uid=p.uid,
             spec=spec,
-            job_id=str(p.status.get("jobId") or job_id(p.namespace, p.name)),
+            job_id=job_storage_id(p),
             epoch=1,
             generation=p.generation,
         )
@@ -154,14 +248,6 @@ def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
     except (GICError, GICOperatorError) as exc:
         return f"invalid spec: {exc}"
     return None
-
-
-def _invalid(p: Pass, message: str) -> None:
-    """Record an invalid spec: nothing is launched; a running driver is left alone."""
-    if p.status.get("message") != message or p.status.get("phase") != JobPhase.INVALID.value:
-        p.event("Warning", "InvalidSpec", message)
-    p.set(phase=JobPhase.INVALID.value, message=message, observedGeneration=p.generation)
-    p.condition("Ready", False, "InvalidSpec", message)
 
 
 def _steady(p: Pass, spec: GICJobSpec, steps: JobSteps) -> None:

@@ -7,7 +7,14 @@ each side effect is idempotent so a repeated step (after an operator restart) is
 
 * control requests have deterministic ids (``naming.request_id``) and are create-once;
 * driver pods are named after their epoch and created if absent;
-* before a launch every other driver pod of the job is deleted and must be *gone*.
+* before a launch every other driver pod of the job is deleted and must be *gone*;
+* a recovery claims one epoch (recorded in ``status.pending.epoch``) however often its
+  later steps fail and are retried.
+
+Trust: the job id and every savepoint directory are derived (``naming``), never read back
+from the status or from what a driver wrote; a savepoint outcome naming another directory
+is refused; the restore source's release is judged from the job's manifests; the pod
+named in ``status.driverPod`` counts only when it carries the job's driver labels.
 
 Invariants: see :mod:`gic_operator.job_reconciler`.
 
@@ -17,17 +24,31 @@ Thread-safety: used by one reconcile at a time (the job's lock).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
 from gic_operator.conditions import parse_time, rfc3339
+from gic_operator.errors import ConflictError, UntrustedInputError
+from gic_operator.job_policy import restart_delay
 from gic_operator.kube import KubeApi, PodInfo
-from gic_operator.launcher import LaunchPlan, driver_pod, driver_service, validate_launch
+from gic_operator.launcher import (
+    LaunchPlan,
+    auth_secret,
+    driver_pod,
+    driver_service,
+    executor_template_config_map,
+    on_kubernetes,
+    validate_launch,
+)
 from gic_operator.models import GICJobSpec, JobPhase, RestoreMode, SavepointState, UpgradeMode
-from gic_operator.naming import ROLE_DRIVER, job_id, job_selector, request_id
+from gic_operator.naming import ROLE_DRIVER, job_id, job_selector, request_id, savepoint_dir
 from gic_operator.reconcile_context import Pass
-from gic_operator.storage_view import JobStorage
-from gic_runtime.errors import GICError
+from gic_operator.restore_sources import savepoint_place
+from gic_operator.settings import StorageAllowlist
+from gic_operator.storage_view import JobStorage, normalize_uri
+from gic_runtime.control.model import Outcome
+from gic_runtime.errors import FormatError, GICError
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +56,38 @@ log = logging.getLogger(__name__)
 STOP_SAVEPOINT_TIMEOUT_S = 600.0
 #: Seconds a driver may keep running after its terminal savepoint completed.
 STOP_GRACE_S = 60.0
+#: Largest number copied from a status or a driver's report (larger ones read as 0).
+MAX_NUMBER = 2**53
+
+
+def status_int(value: Any) -> int:
+    """A non-negative integer read from a status (anyone with status access may have
+    written it): anything else reads as 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return 0
+    try:
+        number = int(value)
+    except (ValueError, OverflowError):
+        return 0
+    return number if 0 <= number <= MAX_NUMBER else 0
+
+
+def job_storage_id(p: Pass) -> str:
+    """The job's id in storage, derived from its namespace, name and lineage (never
+    ``status.jobId``)."""
+    return job_id(p.namespace, p.name, status_int(p.status.get("lineage")))
+
+
+def checked_outcome_path(outcome: Outcome, target: str) -> str:
+    """The directory of completed ``outcome``: ``target`` (the derived directory the
+    request named). An outcome naming another directory is refused."""
+    if outcome.path is not None and normalize_uri(outcome.path) != target:
+        raise UntrustedInputError(
+            f"the driver reported savepoint {outcome.request_id} at {outcome.path}, but it "
+            f"was requested at {target}; the outcome is refused (nothing at that path is "
+            "used or deleted)"
+        )
+    return target
 
 
 class JobSteps:
@@ -46,12 +99,14 @@ class JobSteps:
         spec: GICJobSpec,
         storage_for: Callable[[GICJobSpec, str], JobStorage],
         kube: KubeApi,
+        allowlist: StorageAllowlist | None = None,
     ) -> None:
         self.p = p
         self.spec = spec
         self.kube = kube
         self.storage_for = storage_for
-        self.job_id = str(p.status.get("jobId") or job_id(p.namespace, p.name))
+        self.allowlist = allowlist or StorageAllowlist()
+        self.job_id = job_storage_id(p)
         self.storage = storage_for(spec, self.job_id)
         self.pod: PodInfo | None = None
         self.waiting_for_launch = False
@@ -60,43 +115,65 @@ class JobSteps:
 
     # --- observing --------------------------------------------------------------------
 
+    def savepoint_target(self, rid: str) -> str:
+        """The derived directory of this job's savepoint for control request ``rid``."""
+        return savepoint_dir(self.storage.root, self.p.namespace, self.p.name, rid)
+
     def observe(self) -> None:
-        """Read the driver pod and the runtime's status record into the status."""
+        """Read the driver pod, the runtime's status record and the restore source's
+        release into the status."""
         p = self.p
         p.set(jobId=self.job_id)
         name = p.status.get("driverPod")
-        self.pod = self.kube.get_pod(p.namespace, name) if name else None
+        pod = self.kube.get_pod(p.namespace, str(name)) if name else None
+        selector = job_selector(p.name).items()
+        # A pod without the job's driver labels is not its driver, whatever the status says.
+        self.pod = pod if pod is not None and selector <= pod.labels.items() else None
+        self._observe_release()
         runtime = self.storage.runtime_status()
         if runtime is None:
             return
         last = runtime.last_checkpoint
         if last is not None:
+            duration = last.duration_ms if math.isfinite(last.duration_ms) else 0.0
             p.set(
                 lastCheckpoint={
-                    "id": last.id,
+                    "id": status_int(last.id),
                     "time": rfc3339(last.created_at),
-                    "durationMs": round(last.duration_ms, 1),
-                    "bytes": last.bytes_uploaded,
+                    "durationMs": round(min(max(duration, 0.0), float(MAX_NUMBER)), 1),
+                    "bytes": status_int(last.bytes_uploaded),
                 }
             )
-        restored = p.status.get("restoredFrom")
-        if restored and runtime.restored_from is not None and runtime.restored_from.released:
-            if not restored.get("released"):
-                p.event(
-                    "Normal",
-                    "RestoreSourceReleased",
-                    f"no retained checkpoint references {restored.get('path')} any more",
-                )
-            p.set(restoredFrom={**restored, "released": True})
         sp = runtime.last_savepoint
+        mine = savepoint_dir(self.storage.root, p.namespace, p.name, "x")[: -len("x")]
         if sp is not None and sp.state == "completed" and sp.path:
-            ref: dict[str, Any] = {"path": sp.path}
+            path = normalize_uri(sp.path) if "://" in sp.path else ""
+            if not path.startswith(mine):
+                return  # not one of this job's savepoint directories: not shown
+            ref: dict[str, Any] = {"path": path}
             if sp.finished_at is not None:
                 ref["time"] = rfc3339(sp.finished_at)
             old = p.status.get("lastSavepoint") or {}
-            if old.get("path") == sp.path and old.get("name"):
+            if old.get("path") == path and old.get("name"):
                 ref["name"] = old["name"]
             p.set(lastSavepoint=ref)
+
+    def _observe_release(self) -> None:
+        """Mark a NoClaim restore source released once the job's manifests no longer
+        reference it (the driver's report is not consulted)."""
+        p = self.p
+        restored = p.status.get("restoredFrom")
+        if not isinstance(restored, dict) or restored.get("released") or not restored.get("path"):
+            return
+        if restored.get("mode") != RestoreMode.NO_CLAIM.value:
+            return
+        if self.storage.restore_released(str(restored["path"])):
+            p.event(
+                "Normal",
+                "RestoreSourceReleased",
+                f"no retained checkpoint references {restored.get('path')} any more",
+            )
+            p.set(restoredFrom={**restored, "released": True})
 
     def pod_state(self) -> str:
         """``none`` (no driver recorded), ``gone`` (recorded but missing), ``deleting``,
@@ -144,13 +221,16 @@ class JobSteps:
 
     def _restore_source(self) -> tuple[str, str, str | None] | None:
         """``(path, runtime mode, savepoint name)`` for a first launch, else ``None``.
-        Raises :class:`_NotReadyError` when the named Savepoint cannot be used (yet)."""
+        Raises :class:`_NotReadyError` when the named Savepoint cannot be used (yet).
+        A Claim is recorded on the Savepoint here, before anything is launched."""
         restore = self.spec.restore
         if restore is None or self.storage.has_checkpoint():
             return None
         mode = "claim" if restore.mode is RestoreMode.CLAIM else "no-claim"
         if restore.path is not None:
-            return self.storage.resolve_restore_path(restore.path), mode, None
+            if restore.mode is RestoreMode.CLAIM:  # the spec check refuses it first
+                raise UntrustedInputError("a restore path is never claimed")
+            return self.storage.resolve_restore_path(restore.path), "no-claim", None
         assert restore.savepoint is not None
         body = self.kube.get_object("savepoints", self.p.namespace, restore.savepoint)
         if body is None:
@@ -171,7 +251,23 @@ class JobSteps:
                 f"Savepoint {restore.savepoint!r} is already claimed by {claimed}; restore "
                 "from it with mode NoClaim, or from another savepoint"
             )
-        return str(status["path"]), mode, restore.savepoint
+        place = savepoint_place(self.kube, self.allowlist, self.p.namespace, body)
+        if restore.mode is RestoreMode.CLAIM and claimed != me:
+            version = (body.get("metadata") or {}).get("resourceVersion")
+            try:
+                self.kube.patch_status(
+                    "savepoints",
+                    self.p.namespace,
+                    restore.savepoint,
+                    {"claimedBy": me},
+                    resource_version=str(version) if version else None,
+                )
+            except ConflictError:
+                raise _NotReadyError(
+                    f"Savepoint {restore.savepoint!r} changed while this job claimed it; "
+                    "trying again"
+                ) from None
+        return place.path, mode, restore.savepoint
 
     def launch(self, *, reason: str, restore_from: str | None = None) -> bool:
         """Launch a driver for the current spec (after clearing old ones); True if done."""
@@ -189,7 +285,7 @@ class JobSteps:
             return False
         # Above every claimed epoch and above the last launch's (its driver may have died
         # before claiming it): pod names never repeat and fencing always moves forward.
-        epoch = max(self.storage.highest_epoch(), int(p.status.get("epoch") or 0)) + 1
+        epoch = max(self.storage.highest_epoch(), status_int(p.status.get("epoch"))) + 1
         plan = LaunchPlan(
             namespace=p.namespace,
             name=p.name,
@@ -209,6 +305,9 @@ class JobSteps:
             p.event("Warning", "InvalidSpec", message)
             return False
         self.kube.apply_service(p.namespace, driver_service(p.namespace, p.name, p.uid))
+        if on_kubernetes(plan.spec):  # executors: their pod template and the RPC secret
+            self.kube.create_secret(p.namespace, auth_secret(p.namespace, p.name, p.uid))
+            self.kube.apply_config_map(p.namespace, executor_template_config_map(plan))
         self.kube.create_pod(p.namespace, driver_pod(plan))
         p.set(
             driverPod=plan.pod_name,
@@ -229,9 +328,6 @@ class JobSteps:
             }
             if savepoint:
                 restored["savepoint"] = savepoint
-                if mode == "claim":
-                    me = f"{p.namespace}/{p.name}"
-                    self.kube.patch_status("savepoints", p.namespace, savepoint, {"claimedBy": me})
             p.set(restoredFrom=restored)
             text += f", restoring from {path} ({restored['mode']})"
         p.event("Normal", "DriverLaunched", text)
@@ -255,7 +351,7 @@ class JobSteps:
         """The driver failed or vanished: schedule a recovery, or give up."""
         p = self.p
         policy = self.spec.restart_policy
-        restarts = int(p.status.get("restarts") or 0)
+        restarts = status_int(p.status.get("restarts"))
         summary = self.pod_summary()
         if restarts >= policy.max_restarts:
             message = (
@@ -265,8 +361,7 @@ class JobSteps:
             p.set(phase=JobPhase.FAILED.value, message=message, runningSince=None)
             p.event("Warning", "JobFailed", message)
             return
-        delay = 0.0 if restarts == 0 else policy.backoff_seconds * 2 ** (restarts - 1)
-        delay = min(delay, policy.max_backoff_seconds)
+        delay = restart_delay(policy, restarts)
         p.set(
             phase=JobPhase.RECOVERING.value,
             runningSince=None,
@@ -307,7 +402,12 @@ class JobSteps:
         rid = request_id("suspend", p.name, f"g{p.generation}", p.uid[:8])
         p.set(
             phase=JobPhase.SUSPENDING.value,
-            pending={"kind": "suspend", "started": rfc3339(p.now), "requestId": rid},
+            pending={
+                "kind": "suspend",
+                "started": rfc3339(p.now),
+                "requestId": rid,
+                "targetGeneration": p.generation,
+            },
             message="stopping with a savepoint",
         )
         p.event("Normal", "SuspendStarted", "stopping the job with a savepoint")
@@ -335,40 +435,57 @@ class JobSteps:
             p.set(phase=JobPhase.RECOVERING.value, message="waiting for the old driver to go")
             self.waiting_for_launch = True
             return
-        epoch = self.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}")
-        result = self.storage.sweep_orphans()
-        p.set(
-            lastSweep={
-                "time": rfc3339(p.now),
-                "files": result.deleted,
-                "bytes": result.deleted_bytes,
-                "epoch": epoch,
-            }
-        )
-        p.event(
-            "Normal",
-            "OrphansSwept",
-            f"fenced at epoch {epoch}, then deleted {result.deleted} orphaned objects "
-            f"({result.deleted_bytes} bytes) of job {self.job_id}",
-        )
-        restarts = int(p.status.get("restarts") or 0) + 1
-        p.set(restarts=restarts, lastRestartTime=rfc3339(p.now), nextRestartTime=None)
+        epoch = status_int(pending.get("epoch"))
+        if not epoch or self.storage.highest_epoch() != epoch:
+            # One epoch per recovery: recorded before the sweep, so a sweep or a launch
+            # that fails and is retried by later passes claims no further epochs.
+            epoch = self.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}")
+            pending = {**pending, "epoch": epoch}
+            restarts = status_int(p.status.get("restarts")) + 1
+            p.set(
+                pending=pending,
+                restarts=restarts,
+                lastRestartTime=rfc3339(p.now),
+                nextRestartTime=None,
+            )
+        if (p.status.get("lastSweep") or {}).get("epoch") != epoch:
+            result = self.storage.sweep_orphans()
+            p.set(
+                lastSweep={
+                    "time": rfc3339(p.now),
+                    "files": result.deleted,
+                    "bytes": result.deleted_bytes,
+                    "epoch": epoch,
+                }
+            )
+            p.event(
+                "Normal",
+                "OrphansSwept",
+                f"fenced at epoch {epoch}, then deleted {result.deleted} orphaned objects "
+                f"({result.deleted_bytes} bytes) of job {self.job_id}",
+            )
+        restarts = status_int(p.status.get("restarts"))
         self.launch(reason=f"recovery {restarts} after: {pending.get('reason', 'failure')}")
 
     def _stop_with_savepoint(self, pending: dict[str, Any], what: str) -> str | None:
         """Drive a terminal savepoint; the savepoint path once the old driver is gone,
         ``""`` when it failed (recorded), ``None`` while in progress."""
         p = self.p
-        rid = str(pending["requestId"])
+        rid = self._pending_request_id(pending, what)
+        target = self.savepoint_target(rid)
         if not pending.get("requested"):
             self.storage.request_savepoint(
                 rid,
                 kind="terminal",
                 format=self.spec.savepoints.format.value,
                 requested_by=f"gic-operator {what} {p.namespace}/{p.name}",
+                target=target,
             )
             p.set(pending={**pending, "requested": True})
-        outcome = self.storage.outcome(rid)
+        try:
+            outcome = self.storage.outcome(rid)
+        except FormatError as exc:  # write-once: it never becomes readable
+            return self._savepoint_failed(what, f"its outcome is unreadable: {exc}")
         started = parse_time(pending.get("started")) or p.now
         alive = self.pod_state() in ("running", "pending")
         if outcome is None:
@@ -384,14 +501,25 @@ class JobSteps:
                     return self._savepoint_failed(what, error)
             else:
                 return None
-        if outcome.error is not None or not outcome.path:
-            return self._savepoint_failed(what, outcome.error or "no path")
-        p.set(lastSavepoint={"path": outcome.path, "time": rfc3339(outcome.finished_at)})
+        if outcome.error is not None:
+            return self._savepoint_failed(what, outcome.error)
+        try:
+            path = checked_outcome_path(outcome, target)
+        except UntrustedInputError as exc:
+            return self._savepoint_failed(what, str(exc))
+        p.set(lastSavepoint={"path": path, "time": rfc3339(outcome.finished_at)})
         if alive:
             if p.now - outcome.finished_at > STOP_GRACE_S and self.pod is not None:
                 self.kube.delete_pod(p.namespace, self.pod.name, 30)
             return None
-        return outcome.path
+        return path
+
+    def _pending_request_id(self, pending: dict[str, Any], what: str) -> str:
+        """The request id of an upgrade or suspend, derived again (never taken from the
+        status: it names a file in the job's control channel)."""
+        p = self.p
+        generation = status_int(pending.get("targetGeneration")) or p.generation
+        return request_id(what, p.name, f"g{generation}", p.uid[:8])
 
     def _savepoint_failed(self, what: str, error: str) -> str:
         p = self.p
@@ -416,7 +544,7 @@ class JobSteps:
                 return
             reason = f"upgrade ({mode.value})"
             if mode is UpgradeMode.STATELESS:
-                lineage = int(p.status.get("lineage") or 0) + 1
+                lineage = status_int(p.status.get("lineage")) + 1
                 self.job_id = job_id(p.namespace, p.name, lineage)
                 self.storage = self.storage_for(self.spec, self.job_id)
                 p.set(lineage=lineage, jobId=self.job_id, restoredFrom=None, lastCheckpoint=None)

@@ -10,11 +10,15 @@ in memory, for unit tests of the reconcilers.
 Contract of every implementation:
 
 * creating what already exists and deleting what is gone are not errors (reconcilers
-  repeat themselves after crashes): ``create_pod``/``apply_service`` leave the existing
-  object, ``create_object`` returns ``False``, deletes and ``patch_status`` of a missing
+  repeat themselves after crashes): ``create_pod``/``apply_service``/``create_secret``
+  leave the existing object (a Secret is never read back), ``apply_config_map`` replaces
+  it, ``create_object`` returns ``False``, deletes and ``patch_status`` of a missing
   object do nothing;
 * ``patch_status`` is a JSON merge patch of ``status`` (RFC 7386: a ``None`` value
-  deletes the key, lists are replaced whole);
+  deletes the key, lists are replaced whole); with ``resource_version`` it applies only
+  to that version of the object and raises :class:`~gic_operator.errors.ConflictError`
+  when the object changed since (optimistic concurrency: a status derived from a read
+  never overwrites a newer one);
 * every other failure raises :class:`~gic_operator.errors.KubeError` saying which call
   failed and why; :class:`~gic_operator.errors.TransientKubeError` when a retry may
   succeed (HTTP 429, 409 conflicts, 5xx, connection errors, timeouts);
@@ -35,7 +39,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gic_operator.conditions import rfc3339 as format_time
-from gic_operator.errors import KubeError, TransientKubeError
+from gic_operator.errors import ConflictError, KubeError, TransientKubeError
 from gic_operator.kube_events import EventCache, event_body, event_key
 from gic_operator.models.base import API_VERSION, GROUP, VERSION
 from gic_operator.naming import MANAGED_BY
@@ -129,6 +133,10 @@ class KubeApi(Protocol):
 
     def apply_service(self, namespace: str, manifest: Mapping[str, Any]) -> None: ...
 
+    def apply_config_map(self, namespace: str, manifest: Mapping[str, Any]) -> None: ...
+
+    def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None: ...
+
     def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     def list_objects(
@@ -140,7 +148,13 @@ class KubeApi(Protocol):
     def delete_object(self, plural: str, namespace: str, name: str) -> None: ...
 
     def patch_status(
-        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> None: ...
 
     def event(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> None: ...
@@ -177,6 +191,8 @@ def translate_error(what: str, exc: Exception) -> KubeError:
             text += f": {message}"
         transient = status is not None and (status in (409, 429) or 500 <= status <= 599)
         cls = TransientKubeError if transient else KubeError
+        if status == 409 and reason != "AlreadyExists":
+            cls = ConflictError
         return cls(text, status=status, reason=reason)
     if isinstance(exc, (OSError, TimeoutError)) or _is_urllib3_error(exc):
         return TransientKubeError(
@@ -303,6 +319,35 @@ class KubernetesApi:
         body = self._model(V1Service, what, manifest)
         self._call(what, self._core.create_namespaced_service, namespace, body, ok={409: None})
 
+    def apply_config_map(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        from kubernetes.client import V1ConfigMap
+
+        name = str((manifest.get("metadata") or {}).get("name"))
+        what = f"creating configmap {namespace}/{name}"
+        body = self._model(V1ConfigMap, what, manifest)
+        created = self._call(
+            what, self._core.create_namespaced_config_map, namespace, body, ok={409: False}
+        )
+        if created is False:
+            self._call(
+                f"replacing configmap {namespace}/{name}",
+                self._core.replace_namespaced_config_map,
+                name,
+                namespace,
+                body,
+            )
+
+    def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        from kubernetes.client import V1Secret
+
+        name = (manifest.get("metadata") or {}).get("name")
+        what = f"creating secret {namespace}/{name}"
+        try:
+            body = V1Secret.model_validate(dict(manifest))
+        except ValueError:  # the error would quote the data: never put it in a message
+            raise KubeError(f"{what} failed: the manifest is not valid") from None
+        self._call(what, self._core.create_namespaced_secret, namespace, body, ok={409: None})
+
     # --- custom objects --------------------------------------------------------------
 
     def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -360,8 +405,19 @@ class KubernetesApi:
         )
 
     def patch_status(
-        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> None:
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            # A merge patch carrying metadata.resourceVersion is a precondition: the API
+            # server answers 409 Conflict when the object has another version.
+            body["metadata"] = {"resourceVersion": resource_version}
         self._call(
             f"patching the status of {plural}/{name} in {namespace}",
             self._custom.patch_namespaced_custom_object_status,
@@ -370,7 +426,7 @@ class KubernetesApi:
             namespace,
             plural,
             name,
-            {"status": dict(status)},
+            body,
             _content_type="application/merge-patch+json",
             ok={404: None},
         )

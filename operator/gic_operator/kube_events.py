@@ -7,11 +7,18 @@ message) within :data:`EVENT_AGGREGATE_S` raises the count of the one already po
 instead of posting another, so a reconciler repeating itself every few seconds does not
 flood the namespace. :class:`EventCache` remembers what was posted recently.
 
-Invariants: messages longer than :data:`EVENT_MESSAGE_MAX` characters are cut (ending
-in ``...``); the cache holds at most its ``size`` entries (least recently used dropped).
+Errors a reconcile meets are reported on every pass that meets them, but posted as a
+Warning Event only when they change: :class:`ErrorEventGate` lets one through when the
+resource's error (reason, message) differs from the last one posted for it, or when
+:data:`ERROR_REPEAT_S` passed since; a repeat then says how often the error was met in
+between.
 
-Thread-safety: the functions are pure; an :class:`EventCache` may be shared between
-threads (guarded by a lock).
+Invariants: messages longer than :data:`EVENT_MESSAGE_MAX` characters are cut (ending
+in ``...``); the cache and the gate hold at most their ``size`` entries (least recently
+used dropped).
+
+Thread-safety: the functions are pure; an :class:`EventCache` and an
+:class:`ErrorEventGate` may be shared between threads (guarded by a lock).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from typing import Any
 EVENT_MESSAGE_MAX = 1024
 #: Repeats within this many seconds raise the count of the Event already posted.
 EVENT_AGGREGATE_S = 600.0
+#: An unchanged error of a resource is posted again at most this often (seconds).
+ERROR_REPEAT_S = 600.0
 
 EventKey = tuple[str, ...]
 
@@ -120,3 +129,53 @@ class EventCache:
             self._recent.move_to_end(key)
             while len(self._recent) > self._size:
                 self._recent.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class _ErrorSeen:
+    reason: str
+    message: str
+    posted_at: float
+    since_post: int
+
+
+class ErrorEventGate:
+    """Decides which errors become Warning Events (see the module docstring)."""
+
+    def __init__(
+        self,
+        size: int = 2048,
+        repeat_s: float = ERROR_REPEAT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._size = size
+        self._repeat_s = repeat_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, ...], _ErrorSeen] = OrderedDict()
+
+    def admit(self, key: tuple[str, ...], reason: str, message: str) -> str | None:
+        """The Event message to post for error ``reason``/``message`` of resource ``key``
+        met now, or ``None`` when it is a recent repeat (only counted)."""
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.get(key)
+            same = seen is not None and (seen.reason, seen.message) == (reason, message)
+            if seen is not None and same and now - seen.posted_at < self._repeat_s:
+                self._seen[key] = _ErrorSeen(reason, message, seen.posted_at, seen.since_post + 1)
+                self._seen.move_to_end(key)
+                return None
+            repeats = seen.since_post if seen is not None and same else 0
+            self._seen[key] = _ErrorSeen(reason, message, now, 0)
+            self._seen.move_to_end(key)
+            while len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+        if repeats:
+            minutes = max(1, round(self._repeat_s / 60))
+            return f"{message} (met {repeats + 1} times in the last {minutes} min)"
+        return message
+
+    def clear(self, key: tuple[str, ...]) -> None:
+        """The resource's error is gone: its next error is posted at once."""
+        with self._lock:
+            self._seen.pop(key, None)

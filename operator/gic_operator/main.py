@@ -16,6 +16,7 @@ import argparse
 import importlib
 import logging
 import math
+import os
 import re
 import secrets
 import sys
@@ -25,7 +26,13 @@ from typing import Any
 
 from gic_operator.metrics import default_metrics
 from gic_operator.probes import HealthServer
-from gic_operator.settings import OperatorSettings
+from gic_operator.settings import (
+    ENV_ALLOWED_S3_ENDPOINTS,
+    ENV_ALLOWED_STORAGE,
+    OperatorSettings,
+    StorageAllowlist,
+)
+from gic_runtime.errors import ConfigurationError
 
 _log = logging.getLogger(__name__)
 
@@ -130,6 +137,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     interval = args.reconcile_interval
     if not (math.isfinite(interval) and interval > 0):
         problems.append(f"--reconcile-interval {interval} must be a positive number of seconds")
+    try:
+        args.allowlist = StorageAllowlist.from_env(os.environ)
+    except ConfigurationError as exc:
+        problems.append(f"{exc} (format: comma-separated VALUE or NAMESPACE=VALUE entries)")
     if problems:
         parser.error("; ".join(problems))
     args.namespace = list(dict.fromkeys(args.namespace))
@@ -143,6 +154,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         peering=None if args.standalone else (args.peering or DEFAULT_PEERING),
         namespaces=tuple(args.namespace),
         all_namespaces=bool(args.all_namespaces),
+        allowlist=getattr(args, "allowlist", None) or StorageAllowlist(),
     )
 
 
@@ -206,6 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     scope = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
     _log.info("gic-operator watching %s (peering: %s)", scope, settings.peering or "standalone")
+    if not settings.allowlist.configured:
+        _log.warning(
+            "no storage allowlist: GICJobs may name any storage and S3 endpoint, which the "
+            "operator then uses with its own credentials; set %s (and %s) to restrict them",
+            ENV_ALLOWED_STORAGE,
+            ENV_ALLOWED_S3_ENDPOINTS,
+        )
     try:
         kopf.run(
             clusterwide=settings.all_namespaces,

@@ -2,7 +2,10 @@
 
 Metrics (all prefixed ``gic_operator_``):
 
-* ``reconciles_total{resource}``, ``reconcile_errors_total{resource}`` -- counters;
+* ``reconciles_total{resource}``, ``reconcile_errors_total{resource}`` -- counters
+  (a reconcile error: the reconcile raised, e.g. the API was unreachable);
+* ``errors_total{resource,reason}`` -- counter: errors reconciles met and recorded in
+  the resource's status, one per pass that met one (``InternalError`` is a bug);
 * ``reconcile_seconds{resource}`` -- histogram of reconcile durations;
 * ``savepoints{state}`` -- gauge: Savepoint resources per state (a state missing from
   the latest count reads 0);
@@ -56,6 +59,12 @@ class OperatorMetrics:
             ["resource"],
             registry=self.registry,
         )
+        self.errors = Counter(
+            "gic_operator_errors",
+            "Errors reconciles met and recorded in the status, by resource kind and reason.",
+            ["resource", "reason"],
+            registry=self.registry,
+        )
         self.reconcile_seconds = Histogram(
             "gic_operator_reconcile_seconds",
             "Duration of reconciles in seconds, by resource kind.",
@@ -88,6 +97,10 @@ class OperatorMetrics:
         self.reconcile_seconds.labels(resource).observe(seconds)
         if error:
             self.reconcile_errors.labels(resource).inc()
+
+    def count_error(self, resource: str, reason: str) -> None:
+        """Count one error of ``reason`` a reconcile of ``resource`` met."""
+        self.errors.labels(resource, reason).inc()
 
     @contextmanager
     def time_reconcile(self, resource: str) -> Iterator[None]:

@@ -10,6 +10,8 @@ Invariants (checked by property tests):
 * :func:`driver_pod_name` is a DNS-1123 label (it is also the pod's hostname) and
   :func:`driver_service_name` a DNS-1035 label, both at most 63 characters;
 * :func:`savepoint_resource_name` is a DNS-1123 subdomain of at most 253 characters;
+* :func:`savepoint_dir` of one job never lies under another job's: the directory is
+  ``<root>/savepoints/<namespace>.<job>/<request id>``, both parts validated ids;
 * label values are valid Kubernetes label values (at most 63 characters);
 * a name is shortened or sanitized only together with a hash of the original input, so
   two different inputs never share a name because of truncation or sanitizing.
@@ -149,3 +151,18 @@ def savepoint_resource_name(job: str, nonce: str) -> str:
     if len(full) <= DNS_SUBDOMAIN_MAX:
         return full
     return _shorten(full, "", DNS_SUBDOMAIN_MAX, f"{job}\n{nonce}", "-.")
+
+
+def savepoint_request_id(savepoint: str, uid: str) -> str:
+    """``gsp-<savepoint>-<uid8>``: the control request id of Savepoint resource
+    ``savepoint`` with uid ``uid`` (derived, never read back from its status)."""
+    return request_id("gsp", savepoint, uid[:8])
+
+
+def savepoint_dir(root: str, namespace: str, job: str, request: str) -> str:
+    """``<root>/savepoints/<namespace>.<job>/<request>``: where the operator asks the
+    driver of GICJob ``namespace/job`` to write the savepoint of control request
+    ``request``. ``root`` is the job's normalized storage URI. The job part is the
+    lineage-0 job id, so a savepoint's place does not change with stateless upgrades."""
+    rid = validate_id("request id", request)
+    return f"{root.rstrip('/')}/savepoints/{job_id(namespace, job)}/{rid}"

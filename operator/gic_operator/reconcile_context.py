@@ -3,11 +3,15 @@
 A :class:`Pass` is created per reconcile call. Steps read ``body``/``status`` and write to
 ``status`` (a plain camelCase dict, the status subresource); :meth:`Pass.commit` then
 sends one merge patch with exactly the keys that changed (a removed key is sent as
-``null``) and posts the events the steps queued. Nothing is written when nothing changed,
-so a reconcile triggered by its own status patch ends quietly.
+``null``), carrying the ``resourceVersion`` the body was read at, and posts the events the
+steps queued. Nothing is written when nothing changed, so a reconcile triggered by its own
+status patch ends quietly.
 
-Invariant: events are posted only after the status patch succeeded, so an event never
-announces a transition the status does not show.
+Invariants: events are posted only after the status patch succeeded, so an event never
+announces a transition the status does not show; a status derived from a read never
+overwrites a newer one: when the object changed since the read (HTTP 409 ``Conflict``),
+nothing is written and no event is posted, and the next pass (the change itself triggers
+one) reads it again and decides again.
 
 Thread-safety: a pass belongs to one thread.
 """
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gic_operator.conditions import set_condition
+from gic_operator.errors import ConflictError
 from gic_operator.kube import KubeApi
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,8 @@ class Pass:
     _events: list[tuple[str, str, str]] = field(init=False, default_factory=list)
     _old: dict[str, Any] = field(init=False)
     now: float = field(init=False)
+    #: Set by :meth:`commit` when the object changed since it was read (nothing written).
+    conflicted: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self._old = copy.deepcopy(dict(self.body.get("status") or {}))
@@ -85,6 +92,11 @@ class Pass:
     @property
     def generation(self) -> int:
         return int(self.meta.get("generation") or 1)
+
+    @property
+    def resource_version(self) -> str | None:
+        version = self.meta.get("resourceVersion")
+        return str(version) if version else None
 
     @property
     def annotations(self) -> Mapping[str, str]:
@@ -135,10 +147,28 @@ class Pass:
         return patch
 
     def commit(self) -> dict[str, Any]:
-        """Patch the status (when it changed) then post the queued events; return the patch."""
+        """Patch the status (when it changed) then post the queued events; return the
+        patch (empty when the object changed since it was read: nothing was written)."""
         patch = self.changed()
         if patch:
-            self.kube.patch_status(self.plural, self.namespace, self.name, patch)
+            try:
+                self.kube.patch_status(
+                    self.plural,
+                    self.namespace,
+                    self.name,
+                    patch,
+                    resource_version=self.resource_version,
+                )
+            except ConflictError:
+                log.info(
+                    "%s %s/%s changed while it was reconciled; it is read again on the next pass",
+                    self.plural,
+                    self.namespace,
+                    self.name,
+                )
+                self._events.clear()
+                self.conflicted = True
+                return {}
         for type_, reason, message in self._events:
             log.info("%s/%s %s %s: %s", self.namespace, self.name, type_, reason, message)
             self.kube.event(self.body, type_, reason, message)

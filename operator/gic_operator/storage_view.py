@@ -1,75 +1,144 @@
 """What the operator reads and writes in a job's checkpoint storage.
 
-The operator never interprets checkpoint data itself: it uses the runtime's core
-(status record, manifests, fencing epochs, control channel, orphan sweep) on the job's
-directory ``<storage>/jobs/<job_id>/``. :class:`JobStorage` bundles those calls for one
-job.
+The operator never interprets checkpoint data itself: it uses the runtime's formats and
+core (status record, manifests, fencing epochs, control records, orphan sweep,
+ownership) on the job's directory ``<storage>/jobs/<job_id>/``. :class:`JobStorage`
+bundles those calls for one job.
 
-Invariants:
+Everything in that directory was written by the job's driver, which runs the tenant's
+code: it is input, not truth. So:
 
+* every read of a file a driver writes is bounded: the status record and control
+  records go through :func:`read_bounded`, manifests (the job's and a restore
+  source's) through the runtime's readers, which bound them the same way; a larger
+  object is refused instead of loaded;
 * deletions stay inside what the operator owns: :meth:`JobStorage.sweep_orphans` only
-  deletes unreferenced objects the job's ownership policy classifies as the job's own
-  (never a savepoint, another job or a restore source), and
-  :meth:`JobStorage.dispose_savepoint` only objects under ``<storage>/savepoints/<id>/``;
-* control requests are idempotent by id (the runtime's control channel), so a
-  reconciler repeating itself after a crash never asks twice;
+  deletes unreferenced objects it lists under ``jobs/<job_id>/`` that the job's
+  ownership policy classifies as the job's own (never a savepoint, another job or a
+  restore source), and :meth:`JobStorage.dispose_savepoint` only objects under
+  ``<storage>/savepoints/``, at a path the caller derived;
+* control requests are idempotent by id, and a request already stored under an id with
+  another intent (e.g. another target) is refused, never adopted;
 * S3 credentials come only from the operator's own environment
   (:meth:`gic_runtime.storage.S3Settings.from_env`), never from a job's Secret; a job
-  may override only the endpoint.
+  may override only the endpoint, and only one the allowlist admits (checked by the
+  reconcilers before any storage is opened). At most :data:`MAX_RESOLVERS` resolvers
+  (one per endpoint) are kept.
 
-Thread-safety: a :class:`JobStorage` may be shared between threads (the resolver and
-the control channel are thread-safe; the rest is immutable). The module's resolver
-cache is guarded by a lock.
+Thread-safety: a :class:`JobStorage` may be shared between threads (the resolver is
+thread-safe; the rest is immutable). The module's caches are guarded by a lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
+import time
+from collections import OrderedDict
 
 from gic_operator.models.gicjob import GICJobSpec
-from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained
-from gic_runtime.checkpoint.manifest import StoredManifest
+from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
+from gic_runtime.checkpoint.codec import manifest_base_dir
+from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import SweepResult, policy_for, sweep_orphans
-from gic_runtime.control import ControlChannel, Outcome
-from gic_runtime.control.model import OutcomeState
+from gic_runtime.control.channel import outcome_uri, request_uri
+from gic_runtime.control.model import (
+    ControlRequest,
+    Outcome,
+    OutcomeState,
+    SavepointRequest,
+    StopRequest,
+    decode_outcome,
+    decode_request,
+    encode_outcome,
+    encode_request,
+    parse_savepoint_format,
+    parse_savepoint_type,
+)
 from gic_runtime.coordination.savepoints import directory_size
 from gic_runtime.errors import (
     ConfigurationError,
+    CorruptFileError,
     FormatError,
+    GICError,
+    ObjectExistsError,
+    ObjectNotFoundError,
     RestoreError,
 )
 from gic_runtime.fencing import claim_epoch, highest_epoch
 from gic_runtime.layout import validate_id
-from gic_runtime.status import JobStatus, read_status
+from gic_runtime.status import JobStatus, decode_status, status_uri
 from gic_runtime.storage.base import MAX_DELETE_BATCH
+from gic_runtime.storage.base import read_bounded as store_read_bounded
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StorageURI, StoreResolver, join
+from gic_runtime.storage.writes import create_once
 
 _log = logging.getLogger(__name__)
 
-_resolvers: dict[str | None, StoreResolver] = {}
-_resolvers_lock = threading.Lock()
+#: Largest status record the operator reads (bytes).
+MAX_STATUS_BYTES = 1 << 20
+#: Largest control request or outcome the operator reads (bytes).
+MAX_CONTROL_BYTES = 256 << 10
+#: Most resolvers (one per S3 endpoint) kept at once.
+MAX_RESOLVERS = 32
+_CACHE_SIZE = 1024
+
+_resolvers: OrderedDict[str | None, StoreResolver] = OrderedDict()
+_released: OrderedDict[tuple[str, ...], bool] = OrderedDict()
+_warned: OrderedDict[str, str] = OrderedDict()
+_lock = threading.Lock()
+
+
+def read_bounded(resolver: StoreResolver, uri: str, limit: int, what: str) -> bytes | None:
+    """The object at ``uri`` if it holds at most ``limit`` bytes; ``None`` when absent.
+
+    At most ``limit + 1`` bytes are transferred (the runtime's
+    :func:`gic_runtime.storage.base.read_bounded`): a larger object raises
+    :class:`~gic_runtime.errors.ObjectTooLargeError` (a ``CorruptFileError``) naming it
+    and the limit. The operator's reads of status and control records go through here.
+    """
+    store, key = resolver.resolve(uri)
+    try:
+        return store_read_bounded(store, key, limit, what=what)
+    except ObjectNotFoundError:
+        return None
+
+
+def _remember(cache: OrderedDict[tuple[str, ...], bool], key: tuple[str, ...], value: bool) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
 
 
 def resolver_for(endpoint_url: str | None) -> StoreResolver:
     """The process's resolver for S3 endpoint ``endpoint_url`` (``None``: the one the
-    environment names), with credentials from the environment; one per endpoint."""
-    with _resolvers_lock:
+    environment names), with credentials from the environment; one per endpoint, at most
+    :data:`MAX_RESOLVERS` kept (least recently used dropped)."""
+    with _lock:
         resolver = _resolvers.get(endpoint_url)
         if resolver is None:
             settings = S3Settings.from_env()
             if endpoint_url:
                 settings = dataclasses.replace(settings, endpoint_url=endpoint_url)
             resolver = _resolvers[endpoint_url] = StoreResolver(settings)
+            while len(_resolvers) > MAX_RESOLVERS:
+                _resolvers.popitem(last=False)
+        _resolvers.move_to_end(endpoint_url)
         return resolver
 
 
 def normalize_uri(uri: str) -> str:
     """``uri`` as the runtime writes URIs: a full URI without a trailing ``/``."""
     return str(StorageURI.parse(uri.strip())).rstrip("/")
+
+
+def _inside(uri: str, directory: str) -> bool:
+    return uri == directory or uri.startswith(directory.rstrip("/") + "/")
 
 
 class JobStorage:
@@ -80,7 +149,6 @@ class JobStorage:
         self.resolver = resolver
         self.root = normalize_uri(root)
         self.job_id = validate_id("job id", job_id)
-        self._control = ControlChannel(resolver, self.root, self.job_id)
 
     @classmethod
     def open(cls, storage: str, job_id: str, *, endpoint_url: str | None = None) -> JobStorage:
@@ -92,12 +160,31 @@ class JobStorage:
 
     def runtime_status(self) -> JobStatus | None:
         """The driver's status record; ``None`` when there is none or it cannot be
-        read (logged as a warning: it is a report, not a source of truth)."""
+        read (logged as a warning when that changes: it is a report, not a source of
+        truth)."""
+        uri = status_uri(self.root, self.job_id)
         try:
-            return read_status(self.resolver, self.root, self.job_id)
+            data = read_bounded(self.resolver, uri, MAX_STATUS_BYTES, "status record")
+            if data is None:
+                return None
+            status = decode_status(data, uri)
+            if status.job_id != self.job_id:
+                raise CorruptFileError(
+                    f"it holds the status of job {status.job_id!r}, not {self.job_id!r}", uri=uri
+                )
         except FormatError as exc:
-            _log.warning("status record of job %s is unreadable: %s", self.job_id, exc)
+            self._warn_once(f"status record of job {self.job_id} is unreadable: {exc}")
             return None
+        return status
+
+    def _warn_once(self, message: str) -> None:
+        with _lock:
+            if _warned.get(self.job_id) == message:
+                return
+            _warned[self.job_id] = message
+            while len(_warned) > _CACHE_SIZE:
+                _warned.popitem(last=False)
+        _log.warning("%s", message)
 
     def has_checkpoint(self) -> bool:
         """Whether the job has completed a checkpoint (one LIST, no reads)."""
@@ -107,6 +194,46 @@ class JobStorage:
         """Id of the newest checkpoint manifest (unread), ``None`` when there is none."""
         refs = list_checkpoints(self.resolver, self.root, self.job_id)
         return refs[-1].checkpoint_id if refs else None
+
+    def restore_released(self, source: str) -> bool:
+        """Whether no retained checkpoint of the job references an object of restore
+        source ``source`` (the URI the operator passed to the driver), judged from the
+        job's manifests and the source's manifest, never from the driver's report.
+        ``False`` while that cannot be told (no checkpoint yet, a manifest unreadable,
+        the manifests naming another source)."""
+        source = normalize_uri(source)
+        refs = list_checkpoints(self.resolver, self.root, self.job_id)
+        if not refs:
+            return False
+        key = (self.root, self.job_id, source, *(ref.uri for ref in refs))
+        with _lock:
+            known = _released.get(key)
+        if known is not None:
+            return known
+        try:
+            retained = load_retained(self.resolver, self.root, self.job_id)
+            released = bool(retained) and self._released(source, retained)
+        except GICError as exc:
+            self._warn_once(f"cannot tell whether job {self.job_id} released {source}: {exc}")
+            return False
+        with _lock:
+            _remember(_released, key, released)
+        return released
+
+    def _released(self, source: str, retained: tuple[StoredManifest, ...]) -> bool:
+        lineage = retained[-1].manifest.restored_from
+        if lineage is None:
+            base = manifest_base_dir(source) if source.endswith(".manifest") else source
+            return not any(_inside(u, base) for s in retained for u in s.manifest.uris())
+        if lineage.mode is RestoreMode.CLAIM or not _inside(lineage.source_uri, source):
+            return False  # a claimed source is the job's own: never released
+        uris: frozenset[str] = frozenset()
+        if lineage.source_checkpoint_id >= 0:
+            # Deleted by its owner: what lies under its directory still counts.
+            with contextlib.suppress(ObjectNotFoundError):
+                uris = read_manifest(self.resolver, lineage.source_uri).uris()
+        policy = OwnershipPolicy.for_job(self.root, self.job_id, restore=lineage, source=uris)
+        return all(not policy.source_references(s.manifest) for s in retained)
 
     # --- fencing and orphans ---------------------------------------------------------
 
@@ -152,38 +279,87 @@ class JobStorage:
 
     # --- control requests ------------------------------------------------------------
 
+    def _request(self, request_id: str) -> ControlRequest | None:
+        uri = request_uri(self.root, self.job_id, request_id)
+        data = read_bounded(self.resolver, uri, MAX_CONTROL_BYTES, "control request")
+        return None if data is None else decode_request(data, uri)
+
+    def _submit(self, request: SavepointRequest | StopRequest) -> ControlRequest:
+        """Write ``request`` once; an existing one with the same intent is returned, one
+        with another intent refused (:class:`~gic_runtime.errors.ConfigurationError`)."""
+        rid = request.request_id
+        existing = self._request(rid)
+        if existing is None:
+            store, key = self.resolver.resolve(request_uri(self.root, self.job_id, rid))
+            try:
+                create_once(store, key, encode_request(request))
+                return request
+            except ObjectExistsError:
+                existing = self._request(rid)
+        if existing is not None and request.same_intent(existing):
+            return existing
+        raise ConfigurationError(
+            f"request id {rid!r} of job {self.job_id!r} already names a different request "
+            f"({existing!r}); it was not written by the operator for this intent and is "
+            "not acted on"
+        )
+
     def request_savepoint(
-        self, request_id: str, *, kind: str, format: str, requested_by: str
+        self, request_id: str, *, kind: str, format: str, requested_by: str, target: str
     ) -> str:
         """Ask the driver for a savepoint (``kind``: ``intermediate`` or ``terminal``)
-        into ``<storage>/savepoints/<request_id>``; return that URI. Asking again with
+        into ``target`` (a directory the caller derived); return it. Asking again with
         the same id and intent returns the same target."""
-        request = self._control.request_savepoint(
-            kind, format, request_id=request_id, requested_by=requested_by
+        request = SavepointRequest(
+            request_id=validate_id("request id", request_id),
+            kind=parse_savepoint_type(kind),
+            format=parse_savepoint_format(format),
+            target=normalize_uri(target),
+            requested_at=time.time(),
+            requested_by=requested_by,
         )
-        return request.target
+        stored = self._submit(request)
+        assert isinstance(stored, SavepointRequest)
+        return stored.target
 
     def request_stop(self, request_id: str, requested_by: str) -> None:
         """Ask the driver to stop without a savepoint (idempotent by id)."""
-        self._control.request_stop(request_id=request_id, requested_by=requested_by)
+        self._submit(StopRequest(request_id, requested_at=time.time(), requested_by=requested_by))
 
     def abandon_request(self, request_id: str, reason: str) -> Outcome:
         """Record a failed outcome for a request no driver served, so no later driver
         serves it (a stale stop request would stop the next launch). If a driver wrote
         an outcome first, that one stands and is returned."""
+        existing = self.outcome(request_id)
+        if existing is not None:
+            return existing
+        outcome = Outcome(request_id, OutcomeState.FAILED, error=f"abandoned: {reason}")
+        store, key = self.resolver.resolve(outcome_uri(self.root, self.job_id, request_id))
         try:
-            return self._control.complete(
-                Outcome(request_id, OutcomeState.FAILED, error=f"abandoned: {reason}")
-            )
-        except ConfigurationError:
-            existing = self._control.outcome(request_id)
+            create_once(store, key, encode_outcome(outcome))
+        except ObjectExistsError:
+            existing = self.outcome(request_id)
             if existing is None:
                 raise
             return existing
+        return outcome
 
     def outcome(self, request_id: str) -> Outcome | None:
-        """How request ``request_id`` ended, ``None`` while it is pending (or unknown)."""
-        return self._control.outcome(request_id)
+        """How request ``request_id`` ended, ``None`` while it is pending (or unknown).
+        An outcome that cannot be read (too large, corrupt, another request's) raises
+        :class:`~gic_runtime.errors.FormatError`: outcomes are write-once, so it never
+        becomes readable later."""
+        uri = outcome_uri(self.root, self.job_id, request_id)
+        data = read_bounded(self.resolver, uri, MAX_CONTROL_BYTES, "control outcome")
+        if data is None:
+            return None
+        outcome = decode_outcome(data, uri)
+        if outcome.request_id != request_id:
+            raise CorruptFileError(
+                f"the outcome of request {request_id!r} names request {outcome.request_id!r}",
+                uri=uri,
+            )
+        return outcome
 
     # --- savepoints --------------------------------------------------------------------
 
@@ -194,9 +370,9 @@ class JobStorage:
     def dispose_savepoint(self, path: str) -> int:
         """Delete every object under savepoint directory ``path``; return how many.
 
-        Refuses (:class:`~gic_runtime.errors.ConfigurationError`) unless ``path`` lies
-        under ``<storage>/savepoints/`` of this job's storage: savepoints elsewhere were
-        not made by the operator and are never deleted by it.
+        ``path`` must be one the caller derived (never a path read from a status or an
+        outcome). Refuses (:class:`~gic_runtime.errors.ConfigurationError`) unless it
+        lies under ``<storage>/savepoints/`` of this job's storage.
         """
         target = normalize_uri(path)
         base = join(self.root, "savepoints") + "/"
@@ -225,6 +401,7 @@ class JobStorage:
 
 
 def open_job_storage(spec: GICJobSpec, job_id: str) -> JobStorage:
-    """The storage of a GICJob with ``spec`` and job id ``job_id``."""
+    """The storage of a GICJob with ``spec`` and job id ``job_id``. The caller has
+    checked ``spec`` against the storage allowlist."""
     cp = spec.checkpointing
     return JobStorage.open(cp.storage, job_id, endpoint_url=cp.s3_endpoint_url)

@@ -1,6 +1,7 @@
 """The gic-operator Helm chart: its plain files, its values and comments, the operator's
-command line, least-privilege RBAC; and, where Helm's template engine is importable
-(``helm-python-sdk``), the rendered manifests in cluster-wide and namespaced mode."""
+command line, least-privilege RBAC (exactly :mod:`gic_operator.permissions`); and, where
+Helm's template engine is importable (``helm-python-sdk``), the rendered manifests in the
+default (release namespace), namespaced and cluster-wide modes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import crdgen
-from gic_operator.models.gicjob import DEFAULT_SPARK_SERVICE_ACCOUNT
+from gic_operator import crdgen, permissions
+from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gic-operator"
@@ -31,7 +32,7 @@ COMMON_ARGS = [
     "--log-level=info",
 ]
 
-#: Everything the operator may do in a namespace it watches: (apiGroup, resource, verb).
+#: A permission: (apiGroup, resource, verb).
 Grant = tuple[str, str, str]
 
 
@@ -39,27 +40,10 @@ def _grants(group: str, resources: list[str], verbs: list[str]) -> set[Grant]:
     return {(group, r, v) for r in resources for v in verbs}
 
 
-OPERATOR_NAMESPACED = (
-    _grants(
-        "gic.io",
-        ["gicjobs", "savepoints"],
-        ["get", "list", "watch", "patch", "update", "create", "delete"],
-    )
-    | _grants("gic.io", ["gicjobs/status", "savepoints/status"], ["get", "patch", "update"])
-    | _grants("gic.io", ["gicjobs/finalizers", "savepoints/finalizers"], ["update"])
-    | _grants("", ["pods"], ["get", "list", "watch", "create", "delete", "patch"])
-    | _grants("", ["services"], ["get", "list", "watch", "create", "delete"])
-    | _grants("", ["events"], ["create", "patch"])
-    | _grants("events.k8s.io", ["events"], ["create", "patch"])
-)
-CRD_READ = _grants("apiextensions.k8s.io", ["customresourcedefinitions"], ["get", "list", "watch"])
-SPARK_DRIVER = _grants(
-    "", ["pods"], ["create", "get", "list", "watch", "delete", "deletecollection"]
-) | _grants(
-    "",
-    ["services", "configmaps", "persistentvolumeclaims"],
-    ["create", "get", "list", "watch", "delete"],
-)
+#: Everything the operator may do in a namespace it watches, and cluster-wide.
+OPERATOR_NAMESPACED, OPERATOR_CLUSTER = permissions.operator_rules(cluster_wide=False)
+OPERATOR_ALL_NAMESPACES = set().union(*permissions.operator_rules(cluster_wide=True))
+SPARK_DRIVER = set(permissions.SPARK_DRIVER_GRANTS)
 
 
 # --- plain files ---------------------------------------------------------------------------
@@ -144,15 +128,16 @@ def test_readme_lists_every_value() -> None:
     assert "helm install" in readme
 
 
-def test_spark_service_account_matches_the_model_default() -> None:
-    assert VALUES["spark"]["serviceAccount"]["name"] == DEFAULT_SPARK_SERVICE_ACCOUNT
+def test_spark_service_account_is_the_models() -> None:
+    helpers = (TEMPLATES / "_helpers.tpl").read_text()
+    block = helpers[helpers.index('define "gic-operator.sparkServiceAccount"') :]
+    assert block.split("\n")[1] == SPARK_SERVICE_ACCOUNT
 
 
-def test_rbac_templates_grant_no_wildcards_and_no_secrets() -> None:
+def test_rbac_templates_grant_no_wildcards() -> None:
     for name in ("rbac.yaml", "_helpers.tpl"):
         text = (TEMPLATES / name).read_text()
         assert '"*"' not in text and "'*'" not in text, name
-        assert "secrets" not in text, name
 
 
 def test_deployment_passes_the_operator_options() -> None:
@@ -160,6 +145,7 @@ def test_deployment_passes_the_operator_options() -> None:
     assert 'command: ["gic-operator"]' in text
     for expected in [
         '"--all-namespaces"',
+        'include "gic-operator.watchNamespaces" . | fromJsonArray',
         'printf "--namespace=%s" .',
         'printf "--peering=%s" .Values.peering.name',
         'printf "--metrics-port=%v" .Values.metrics.port',
@@ -215,14 +201,14 @@ def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_lint_finds_no_errors(helm: ModuleType) -> None:
-    for values in ({}, {"watchNamespaces": ["team-a"]}):
+    for values in ({}, {"watchNamespaces": ["team-a"]}, {"clusterWide": True}):
         report = helm.lint(str(CHART), values, strict=True)
         errors = [m for m in report["messages"] if m["severity"] >= 2]
         assert errors == [] and report["errors"] == [], report
 
 
 def test_cluster_wide_render(helm: ModuleType) -> None:
-    docs = _render(helm)
+    docs = _render(helm, {"clusterWide": True})
     for doc in docs:
         assert doc["apiVersion"] and doc["metadata"]["name"], doc
     container = _container(docs)
@@ -243,9 +229,7 @@ def test_cluster_wide_render(helm: ModuleType) -> None:
     assert not [d for d in docs if d["kind"] in ("KopfPeering",)]
     assert _one(docs, "ClusterKopfPeering")["metadata"]["name"] == "gic-operator"
     cluster_role = _one(docs, "ClusterRole")
-    assert _rule_grants(cluster_role) == OPERATOR_NAMESPACED | CRD_READ | _grants(
-        "kopf.dev", ["clusterkopfpeerings"], ["get", "list", "watch", "patch"]
-    )
+    assert _rule_grants(cluster_role) == OPERATOR_ALL_NAMESPACES
     binding = _one(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
     assert binding["subjects"] == [
@@ -267,6 +251,36 @@ def test_cluster_wide_render(helm: ModuleType) -> None:
     )
 
 
+def test_default_render_handles_the_release_namespace_only(helm: ModuleType) -> None:
+    docs = _render(helm)
+    assert _container(docs)["args"] == [f"--namespace={RELEASE_NS}", *COMMON_ARGS]
+    assert not [
+        d for d in docs if d["kind"] == "ClusterRoleBinding" and "scan" not in d["metadata"]["name"]
+    ]
+    [cluster_role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert _rule_grants(cluster_role) == OPERATOR_CLUSTER
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
+    assert {r["metadata"]["namespace"] for r in roles.values()} == {RELEASE_NS}
+    assert _rule_grants(roles["gic-gic-operator"]) == OPERATOR_NAMESPACED
+    assert _rule_grants(roles["gic-gic-operator-spark"]) == SPARK_DRIVER
+    [peering] = [d for d in docs if d["kind"] == "KopfPeering"]
+    assert peering["metadata"]["namespace"] == RELEASE_NS
+
+
+def test_cluster_wide_and_namespaces_exclude_each_other(helm: ModuleType) -> None:
+    with pytest.raises(Exception, match="not both"):
+        _render(helm, {"clusterWide": True, "watchNamespaces": ["team-a"]})
+
+
+def test_spark_service_account_annotations(helm: ModuleType) -> None:
+    role_arn = {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/gic"}
+    docs = _render(helm, {"spark": {"serviceAccount": {"annotations": role_arn}}})
+    [account] = [
+        d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "gic-spark"
+    ]
+    assert account["metadata"]["annotations"] == role_arn
+
+
 def test_namespaced_render(helm: ModuleType) -> None:
     namespaces = ["team-a", "team-b"]
     docs = _render(
@@ -279,13 +293,14 @@ def test_namespaced_render(helm: ModuleType) -> None:
     )
     container = _container(docs)
     assert container["image"] == "gic-operator:dev"
+    digest = "sha256:" + "a" * 64
+    pinned = _container(_render(helm, {"image": {"tag": "dev", "digest": digest}}))
+    assert pinned["image"] == f"gic-operator@{digest}"
     assert container["args"] == [f"--namespace={ns}" for ns in namespaces] + COMMON_ARGS
     assert {"name": "GIC_X", "value": "1"} in container["env"]
 
     [cluster_role] = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert _rule_grants(cluster_role) == CRD_READ | _grants(
-        "", ["namespaces"], ["get", "list", "watch"]
-    )
+    assert _rule_grants(cluster_role) == OPERATOR_CLUSTER
     operator_roles = {
         d["metadata"]["namespace"]: d
         for d in docs
@@ -293,9 +308,7 @@ def test_namespaced_render(helm: ModuleType) -> None:
     }
     assert sorted(operator_roles) == namespaces
     for role in operator_roles.values():
-        assert _rule_grants(role) == OPERATOR_NAMESPACED | _grants(
-            "kopf.dev", ["kopfpeerings"], ["get", "list", "watch", "patch"]
-        )
+        assert _rule_grants(role) == OPERATOR_NAMESPACED
     bindings = [d for d in docs if d["kind"] == "RoleBinding"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(namespaces * 2)
     peerings = [d for d in docs if d["kind"] == "KopfPeering"]
@@ -309,17 +322,20 @@ def test_namespaced_render(helm: ModuleType) -> None:
     assert spark_accounts == namespaces
 
 
-@pytest.mark.parametrize("namespaces", [[], ["team-a"]])
-def test_rendered_rbac_has_no_wildcards_and_no_secrets(
-    helm: ModuleType, namespaces: list[str]
+@pytest.mark.parametrize(
+    "values", [{}, {"watchNamespaces": ["team-a"]}, {"clusterWide": True}], ids=str
+)
+def test_rendered_rbac_has_no_wildcards_and_reads_no_secrets(
+    helm: ModuleType, values: dict[str, Any]
 ) -> None:
-    docs = _render(helm, {"watchNamespaces": namespaces})
+    docs = _render(helm, values)
     roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
     assert roles
     for role in roles:
         for group, resource, verb in _rule_grants(role):
             assert "*" not in (group, resource, verb), role["metadata"]["name"]
-            assert resource != "secrets", role["metadata"]["name"]
+            if resource == "secrets":  # each job's Spark authentication Secret
+                assert verb == "create", role["metadata"]["name"]
 
 
 def test_switches_turn_parts_off(helm: ModuleType) -> None:
@@ -331,6 +347,7 @@ def test_switches_turn_parts_off(helm: ModuleType) -> None:
             "spark": {"serviceAccount": {"create": False}},
             "peering": {"create": False},
             "metrics": {"service": {"enabled": False}},
+            "networkPolicy": {"enabled": False},
         },
     )
     assert sorted(d["kind"] for d in docs) == ["Deployment"]

@@ -258,11 +258,16 @@ def test_translations_of_json_schema_constructs() -> None:
     assert (interval["minimum"], interval["exclusiveMinimum"]) == (0, True)
     assert checkpointing["changelog"]["default"] == {}
     application = spec["application"]["properties"]
-    assert application["sparkConf"]["additionalProperties"] == {"type": "string"}
+    assert application["sparkConf"]["additionalProperties"] == {"type": "string", "maxLength": 4096}
     assert application["sparkConf"]["default"] == {}
+    assert application["sparkConf"]["maxProperties"] == 256
+    assert application["env"]["maxItems"] == 128
+    value_from = application["env"]["items"]["properties"]["valueFrom"]["properties"]
+    assert sorted(value_from) == ["configMapKeyRef", "fieldRef", "secretKeyRef"]
+    assert "serviceAccount" not in application  # drivers always run as gic-spark
     assert application["imagePullPolicy"]["enum"] == ["Always", "IfNotPresent", "Never"]
     assert application["imagePullPolicy"]["description"] == "Pull policy for the image."
-    assert application["driver"]["properties"]["memory"]["pattern"] == r"^[0-9]+[kmgtKMGT]?$"
+    assert application["driver"]["properties"]["memory"]["pattern"] == r"^[0-9]{1,9}[kmgtKMGT]?$"
     assert application["image"]["minLength"] == 1
     assert spec["restore"]["nullable"] is True
     assert "default" not in spec["restore"]  # an empty restore would be invalid
@@ -272,6 +277,7 @@ def test_translations_of_json_schema_constructs() -> None:
         "type": "integer",
         "nullable": True,
         "minimum": 1,
+        "maximum": 10_000,
     }
     assert _schema("GICJob")["properties"]["spec"]["required"] == ["application", "checkpointing"]
 
@@ -390,6 +396,24 @@ def test_crd_validation_catches_bad_values() -> None:
         ".spec.application: required",
         ".spec.checkpointing: required",
     ]
+    huge = {
+        "application": {"image": "i", "mainFile": "m", "sparkConf": {"spark.x": "v" * 5000}},
+        "checkpointing": {"storage": "s3://b"},
+        "restartPolicy": {"backoffSeconds": 1e300},
+    }
+    errors = schema_errors(spec_schema, huge, ".spec")
+    assert ".spec.application.sparkConf.spark.x: longer than 4096" in errors
+    assert ".spec.restartPolicy.backoffSeconds: 1e+300 is above the maximum 3600" in errors
+
+
+def test_every_number_in_the_spec_is_bounded() -> None:
+    """Each integer and number of a spec has a minimum and a maximum in the CRD, so the API
+    server refuses out-of-range values before the operator computes with them."""
+    for kind in MODELS:
+        spec = _schema(kind)["properties"]["spec"]
+        for path, node in _nodes(spec, ".spec"):
+            if node.get("type") in ("integer", "number"):
+                assert "minimum" in node and "maximum" in node, f"{kind} {path}"
 
 
 # --- the converter on small models ---------------------------------------------------------

@@ -41,6 +41,23 @@ app.kubernetes.io/part-of: gic
 {{- end }}
 {{- end }}
 
+{{/* The Spark driver service account (fixed: GICJobs cannot choose theirs). */}}
+{{- define "gic-operator.sparkServiceAccount" -}}
+gic-spark
+{{- end }}
+
+{{/* Namespaces the operator watches, as a JSON list (empty when it watches all of them). */}}
+{{- define "gic-operator.watchNamespaces" -}}
+{{- if and .Values.clusterWide .Values.watchNamespaces }}
+{{- fail "give watchNamespaces or clusterWide: true, not both" }}
+{{- end }}
+{{- if .Values.clusterWide }}
+{{- list | toJson }}
+{{- else }}
+{{- .Values.watchNamespaces | default (list .Release.Namespace) | toJson }}
+{{- end }}
+{{- end }}
+
 {{/* Namespaces that get the Spark driver service account, as a JSON list. */}}
 {{- define "gic-operator.sparkNamespaces" -}}
 {{- .Values.spark.namespaces | default .Values.watchNamespaces | default (list .Release.Namespace) | toJson }}
@@ -48,28 +65,33 @@ app.kubernetes.io/part-of: gic
 
 {{/*
 Rules the operator needs in every namespace it watches (a Role there, or the ClusterRole when
-it watches all namespaces). No access to Secrets: pods get credentials by secretKeyRef.
+it watches all namespaces): exactly what gic_operator/permissions.py lists (the chart tests
+compare the two). Secrets: create only (each job's Spark authentication Secret); the
+operator reads none, pods get credentials by secretKeyRef.
 */}}
 {{- define "gic-operator.namespacedRules" -}}
 - apiGroups: ["gic.io"]
-  resources: ["gicjobs", "savepoints"]
-  verbs: ["get", "list", "watch", "patch", "update", "create", "delete"]
+  resources: ["gicjobs"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["gic.io"]
+  resources: ["savepoints"]
+  verbs: ["get", "list", "watch", "patch", "create", "delete"]
 - apiGroups: ["gic.io"]
   resources: ["gicjobs/status", "savepoints/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
 - apiGroups: ["gic.io"]
-  resources: ["gicjobs/finalizers", "savepoints/finalizers"]
+  resources: ["gicjobs/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
-- apiGroups: [""]
-  resources: ["services"]
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
-  resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
+  resources: ["services", "secrets"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "update"]
+- apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end }}
@@ -78,5 +100,12 @@ it watches all namespaces). No access to Secrets: pods get credentials by secret
 {{- define "gic-operator.scanRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/* Labels of the pods of GIC jobs (drivers and executors) in NetworkPolicy selectors. */}}
+{{- define "gic-operator.jobPodSelector" -}}
+matchExpressions:
+  - key: gic.io/job
+    operator: Exists
 {{- end }}

@@ -11,19 +11,40 @@ message and nothing is launched):
 
 * ``restore`` names exactly one of a Savepoint resource or a path;
 * ``checkpointing.storage`` is an ``s3://bucket[/prefix]`` or ``file:///absolute`` URI;
-* numbers are in range (buckets 1..32768, budgets and intervals positive).
+* numbers are in range: every count, size, interval and timeout has a lower and an upper
+  bound (buckets 1..32768, intervals up to a week, timeouts up to a day ...), so no value
+  overflows what the operator computes from it (restart delays, deadlines);
+* ``application.sparkConf`` names only allowed Spark settings
+  (:mod:`gic_operator.validation`), and ``application.env`` takes each variable either
+  from a value or from a Secret key, a ConfigMap key or a field of the pod.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gic_operator.models.base import Condition, KubeModel, StatusPart
+from gic_operator.validation import SPARK_CONF_VALUE_MAX, check_spark_conf
 
-DEFAULT_SPARK_SERVICE_ACCOUNT = "gic-spark"
+#: Service account of every driver pod (the Helm chart creates it in each Spark namespace
+#: with exactly the rights ``spark-submit`` needs to manage executor pods). A GICJob cannot
+#: choose another one: the author of a job runs code of their choice in the driver, so a
+#: free choice would hand them any service account of the namespace.
+SPARK_SERVICE_ACCOUNT = "gic-spark"
+
+#: Upper bounds of numbers in the spec (the lower ones are at each field).
+MAX_CORES = 256
+MAX_EXECUTORS = 1000
+MAX_SECONDS_DAY = 86_400
+MAX_SECONDS_WEEK = 7 * MAX_SECONDS_DAY
+MAX_SECONDS_YEAR = 366 * MAX_SECONDS_DAY
+MAX_SECONDS_10_YEARS = 10 * MAX_SECONDS_YEAR
+#: Spark memory sizes: a number of at most 9 digits and an optional unit.
+MEMORY_PATTERN = r"^[0-9]{1,9}[kmgtKMGT]?$"
 
 
 class JobState(StrEnum):
@@ -63,25 +84,105 @@ class ImagePullPolicy(StrEnum):
     NEVER = "Never"
 
 
-class EnvVar(KubeModel):
-    """A plain environment variable for the driver (secrets belong in a Secret)."""
+class SecretKeySelector(KubeModel):
+    """A key of a Secret in the job's namespace."""
 
-    name: str = Field(min_length=1, description="Variable name.")
-    value: str = Field("", description="Variable value.")
+    name: str = Field(min_length=1, max_length=253, description="Name of the Secret.")
+    key: str = Field(min_length=1, max_length=253, description="Key in the Secret.")
+    optional: bool | None = Field(
+        None, description="Start the pod even when the Secret or the key is missing."
+    )
+
+
+class ConfigMapKeySelector(KubeModel):
+    """A key of a ConfigMap in the job's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the ConfigMap.")
+    key: str = Field(min_length=1, max_length=253, description="Key in the ConfigMap.")
+    optional: bool | None = Field(
+        None, description="Start the pod even when the ConfigMap or the key is missing."
+    )
+
+
+#: Pod fields a variable may take its value from (Kubernetes' downward API for env).
+FIELD_PATH_PATTERN = (
+    r"^(metadata\.(name|namespace|uid)"
+    r"|metadata\.(labels|annotations)\['[A-Za-z0-9./_-]{1,317}'\]"
+    r"|spec\.(nodeName|serviceAccountName)|status\.(hostIP|hostIPs|podIP|podIPs))$"
+)
+
+
+class ObjectFieldSelector(KubeModel):
+    """A field of the pod itself (each pod gets its own value)."""
+
+    field_path: str = Field(
+        pattern=FIELD_PATH_PATTERN,
+        description="metadata.name, metadata.namespace, metadata.uid, "
+        "metadata.labels['<key>'], metadata.annotations['<key>'], spec.nodeName, "
+        "spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP or status.podIPs.",
+    )
+    api_version: str | None = Field(
+        None, description="Version of the schema fieldPath is written in (default v1)."
+    )
+
+
+class EnvVarSource(KubeModel):
+    """Where a variable's value comes from: exactly one of the three."""
+
+    secret_key_ref: SecretKeySelector | None = Field(
+        None, description="A key of a Secret (the value never appears in the pod spec)."
+    )
+    config_map_key_ref: ConfigMapKeySelector | None = Field(
+        None, description="A key of a ConfigMap."
+    )
+    field_ref: ObjectFieldSelector | None = Field(None, description="A field of the pod.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EnvVarSource:
+        given = [self.secret_key_ref, self.config_map_key_ref, self.field_ref]
+        if sum(source is not None for source in given) != 1:
+            raise ValueError(
+                "valueFrom needs exactly one of secretKeyRef, configMapKeyRef or fieldRef"
+            )
+        return self
+
+
+class EnvVar(KubeModel):
+    """An environment variable of the driver and the executors (secrets: valueFrom)."""
+
+    # A plain value is readable by anyone who may read the GICJob or its pods, so anything
+    # secret comes from a Secret through valueFrom.secretKeyRef.
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$",
+        description="Variable name.",
+    )
+    value: str = Field("", max_length=32768, description="Variable value (plain text).")
+    value_from: EnvVarSource | None = Field(
+        None, description="Take the value from a Secret, a ConfigMap or the pod (not with value)."
+    )
+
+    @model_validator(mode="after")
+    def _value_or_source(self) -> EnvVar:
+        if self.value and self.value_from is not None:
+            raise ValueError(f"env {self.name}: give value or valueFrom, not both")
+        return self
 
 
 class DriverSpec(KubeModel):
     """Resources of the Spark driver pod."""
 
-    cores: int = Field(1, ge=1, description="CPU cores requested for the driver.")
+    cores: int = Field(1, ge=1, le=MAX_CORES, description="CPU cores requested for the driver.")
     memory: str = Field(
         "1g",
-        pattern=r"^[0-9]+[kmgtKMGT]?$",
+        pattern=MEMORY_PATTERN,
         description="Driver JVM memory (Spark syntax: 512m, 2g).",
     )
     memory_overhead: str = Field(
         "512m",
-        pattern=r"^[0-9]+[kmgtKMGT]?$",
+        pattern=MEMORY_PATTERN,
         description="Memory added to the pod's limit for Python workers and native memory.",
     )
 
@@ -89,10 +190,10 @@ class DriverSpec(KubeModel):
 class ExecutorSpec(KubeModel):
     """Spark executors (pods Spark itself creates on Kubernetes)."""
 
-    instances: int = Field(1, ge=1, description="Executor pods.")
-    cores: int = Field(1, ge=1, description="CPU cores per executor.")
+    instances: int = Field(1, ge=1, le=MAX_EXECUTORS, description="Executor pods.")
+    cores: int = Field(1, ge=1, le=MAX_CORES, description="CPU cores per executor.")
     memory: str = Field(
-        "1g", pattern=r"^[0-9]+[kmgtKMGT]?$", description="Executor JVM memory (Spark syntax)."
+        "1g", pattern=MEMORY_PATTERN, description="Executor JVM memory (Spark syntax)."
     )
 
 
@@ -113,12 +214,21 @@ class ApplicationSpec(KubeModel):
         "absolute path); it uses gic_runtime.spark and reads its settings from GIC_* "
         "variables the operator sets.",
     )
-    arguments: list[str] = Field(default_factory=list, description="Arguments for the main file.")
-    spark_conf: dict[str, str] = Field(
+    arguments: list[str] = Field(
+        default_factory=list, max_length=256, description="Arguments for the main file."
+    )
+    spark_conf: Annotated[
+        dict[str, Annotated[str, Field(max_length=SPARK_CONF_VALUE_MAX)]],
+        AfterValidator(check_spark_conf),
+    ] = Field(
         default_factory=dict,
-        description="Extra Spark configuration (spark.* keys). spark.master defaults to the "
-        "cluster's API server (k8s://https://kubernetes.default.svc); the operator's own keys "
-        "(driver host, pod names) are set last.",
+        max_length=256,
+        description="Extra Spark configuration, from an allowlist of settings (SQL and "
+        "streaming tuning, memory, scheduling, serialization, executor CPU requests and node "
+        "selectors ...; docs/operations.md lists it). Settings that would change the pods "
+        "Spark creates (volumes, pod templates, service accounts, images, secrets) or its "
+        "authentication are refused, as are those the operator sets itself. spark.master "
+        "may be local[...] or the cluster's API server (the default).",
     )
     driver: DriverSpec = Field(
         default_factory=lambda: DriverSpec.model_validate({}), description="Driver resources."
@@ -126,14 +236,11 @@ class ApplicationSpec(KubeModel):
     executor: ExecutorSpec = Field(
         default_factory=lambda: ExecutorSpec.model_validate({}), description="Executors."
     )
-    service_account: str = Field(
-        DEFAULT_SPARK_SERVICE_ACCOUNT,
-        min_length=1,
-        description="Service account of the driver pod; it needs to manage executor pods "
-        "(the Helm chart creates gic-spark with exactly that).",
-    )
     env: list[EnvVar] = Field(
-        default_factory=list, description="Extra plain environment variables for the driver."
+        default_factory=list,
+        max_length=128,
+        description="Extra environment variables of the driver and the executors: a value, "
+        "or valueFrom a Secret key, a ConfigMap key or a field of the pod.",
     )
 
 
@@ -143,10 +250,11 @@ class ChangelogSpec(KubeModel):
     preemptive_upload_bytes: int = Field(
         4 * 1024 * 1024,
         ge=1,
+        le=1024 * 1024 * 1024,
         description="Buffered changelog bytes that trigger an upload before the checkpoint.",
     )
     max_hedges: int = Field(
-        1, ge=0, description="Extra upload attempts started when one is slow (0: off)."
+        1, ge=0, le=8, description="Extra upload attempts started when one is slow (0: off)."
     )
 
 
@@ -173,10 +281,12 @@ class CheckpointingSpec(KubeModel):
         le=32768,
         description="Key buckets (units of rescaling), fixed for the life of the state.",
     )
-    retained_checkpoints: int = Field(3, ge=1, description="Completed checkpoints kept.")
+    retained_checkpoints: int = Field(3, ge=1, le=1000, description="Completed checkpoints kept.")
     materialization_interval_seconds: float = Field(
         120.0,
         gt=0,
+        le=MAX_SECONDS_WEEK,
+        allow_inf_nan=False,
         description="Seconds between materializations of one bucket; bounds restore replay.",
     )
     changelog: ChangelogSpec = Field(
@@ -224,10 +334,13 @@ class RetentionSpec(KubeModel):
     """Retention of savepoints the policy created (never of ones a user or annotation made)."""
 
     max_count: int | None = Field(
-        None, ge=1, description="Keep at most this many policy savepoints (newest first)."
+        None,
+        ge=1,
+        le=10_000,
+        description="Keep at most this many policy savepoints (newest first).",
     )
     max_age_seconds: int | None = Field(
-        None, ge=1, description="Delete policy savepoints older than this."
+        None, ge=1, le=MAX_SECONDS_10_YEARS, description="Delete policy savepoints older than this."
     )
 
 
@@ -240,7 +353,10 @@ class SavepointPolicySpec(KubeModel):
         "annotation).",
     )
     interval_seconds: int | None = Field(
-        None, ge=60, description="Take an intermediate savepoint this often; unset: never."
+        None,
+        ge=60,
+        le=MAX_SECONDS_YEAR,
+        description="Take an intermediate savepoint this often; unset: never.",
     )
     retention: RetentionSpec = Field(
         default_factory=lambda: RetentionSpec.model_validate({}),
@@ -249,6 +365,7 @@ class SavepointPolicySpec(KubeModel):
     timeout_seconds: int = Field(
         600,
         ge=10,
+        le=MAX_SECONDS_DAY,
         description="A triggered Savepoint resource not completed after this is marked "
         "Failed (upgrade and suspend savepoints allow 600 s).",
     )
@@ -260,18 +377,31 @@ class RestartPolicySpec(KubeModel):
     max_restarts: int = Field(
         5,
         ge=0,
+        le=1000,
         description="Restarts allowed before the job is Failed; the count resets after "
         "resetAfterSeconds of healthy running.",
     )
     backoff_seconds: float = Field(
         2.0,
         ge=0,
+        le=3600,
+        allow_inf_nan=False,
         description="The first restart is immediate; the second waits this long and each "
         "further one twice as long as the one before.",
     )
-    max_backoff_seconds: float = Field(300.0, ge=0, description="Cap on the restart delay.")
+    max_backoff_seconds: float = Field(
+        300.0,
+        ge=0,
+        le=MAX_SECONDS_DAY,
+        allow_inf_nan=False,
+        description="Cap on the restart delay.",
+    )
     reset_after_seconds: float = Field(
-        600.0, gt=0, description="Running this long without a failure resets the restart count."
+        600.0,
+        gt=0,
+        le=MAX_SECONDS_WEEK,
+        allow_inf_nan=False,
+        description="Running this long without a failure resets the restart count.",
     )
 
 

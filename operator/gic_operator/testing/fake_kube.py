@@ -3,10 +3,13 @@
 :class:`TestingKubeApi` keeps pods, services, custom objects and Events in dicts and
 follows the contract of :mod:`gic_operator.kube` exactly: creating what exists and
 deleting what is gone are no-ops, ``patch_status`` is a JSON merge patch (``None``
-deletes a key, lists are replaced), reads return copies (a caller mutating a result
-never changes the store), and ``event`` never raises. Pods are read through the same
-:func:`~gic_operator.kube.pod_info` as the real implementation, so a test drives a pod
-by setting the fields a kubelet would (:meth:`TestingKubeApi.set_pod_phase`).
+deletes a key, lists are replaced) that, given a ``resource_version``, raises
+:class:`~gic_operator.errors.ConflictError` when the object has another one (every write
+of a custom object gives it a new ``metadata.resourceVersion``), reads return copies (a
+caller mutating a result never changes the store), and ``event`` never raises. Pods are
+read through the same :func:`~gic_operator.kube.pod_info` as the real implementation, so
+a test drives a pod by setting the fields a kubelet would
+(:meth:`TestingKubeApi.set_pod_phase`).
 
 Test controls beyond the protocol:
 
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gic_operator.errors import ConflictError
 from gic_operator.kube import DRIVER_CONTAINER, PodInfo, pod_info, rfc3339, with_kind
 
 PodKey = tuple[str, str]
@@ -82,11 +86,20 @@ class TestingKubeApi:
         self._lock = threading.RLock()
         self.pods: dict[PodKey, dict[str, Any]] = {}
         self.services: dict[PodKey, dict[str, Any]] = {}
+        self.config_maps: dict[PodKey, dict[str, Any]] = {}
+        self.secrets: dict[PodKey, dict[str, Any]] = {}
         self.objects: dict[ObjectKey, dict[str, Any]] = {}
         self.events: list[RecordedEvent] = []
         self.calls: list[tuple[str, ...]] = []
         self.hold_deletions = False
         self._failures: dict[str, list[Exception]] = {}
+        self._version = 0
+
+    def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Give ``obj`` a new resource version (every write of a custom object does)."""
+        self._version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._version)
+        return obj
 
     # --- test controls -------------------------------------------------------------------
 
@@ -170,7 +183,7 @@ class TestingKubeApi:
                 obj["metadata"]["generation"] = generation + 1 if changed else generation
                 if "status" in old:
                     obj["status"] = old["status"]
-            self.objects[key] = obj
+            self.objects[key] = self._bump(obj)
             return copy.deepcopy(obj)
 
     def update_object(
@@ -197,6 +210,7 @@ class TestingKubeApi:
                 meta["labels"] = merge_patch(meta.get("labels") or {}, labels)
             if annotations is not None:
                 meta["annotations"] = merge_patch(meta.get("annotations") or {}, annotations)
+            self._bump(obj)
             return copy.deepcopy(obj)
 
     def reasons(self, name: str | None = None) -> list[str]:
@@ -266,6 +280,23 @@ class TestingKubeApi:
                 svc["metadata"]["namespace"] = namespace
                 self.services[(namespace, name)] = svc
 
+    def apply_config_map(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        with self._lock:
+            name = manifest["metadata"]["name"]
+            self._enter("apply_config_map", namespace, name)
+            config_map = copy.deepcopy(dict(manifest))
+            config_map["metadata"]["namespace"] = namespace
+            self.config_maps[(namespace, name)] = config_map
+
+    def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        with self._lock:
+            name = manifest["metadata"]["name"]
+            self._enter("create_secret", namespace, name)
+            if (namespace, name) not in self.secrets:
+                secret = copy.deepcopy(dict(manifest))
+                secret["metadata"]["namespace"] = namespace
+                self.secrets[(namespace, name)] = secret
+
     # --- KubeApi: custom objects ---------------------------------------------------------
 
     def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -291,7 +322,8 @@ class TestingKubeApi:
             self._enter("create_object", plural, namespace, name)
             if (plural, namespace, name) in self.objects:
                 return False
-            self.objects[(plural, namespace, name)] = self._new_object(plural, namespace, body)
+            obj = self._new_object(plural, namespace, body)
+            self.objects[(plural, namespace, name)] = self._bump(obj)
             return True
 
     def delete_object(self, plural: str, namespace: str, name: str) -> None:
@@ -300,13 +332,29 @@ class TestingKubeApi:
             self.objects.pop((plural, namespace, name), None)
 
     def patch_status(
-        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> None:
         with self._lock:
             self._enter("patch_status", plural, namespace, name)
             key = (plural, namespace, name)
-            if key in self.objects:
-                self.objects[key] = merge_patch(self.objects[key], {"status": dict(status)})
+            if key not in self.objects:
+                return
+            current = self.objects[key]["metadata"].get("resourceVersion")
+            if resource_version and resource_version != current:
+                raise ConflictError(
+                    f"patching the status of {plural}/{name} in {namespace} failed: HTTP 409 "
+                    "Conflict: the object has been modified",
+                    status=409,
+                    reason="Conflict",
+                )
+            patched = merge_patch(self.objects[key], {"status": dict(status)})
+            self.objects[key] = self._bump(patched)
 
     # --- KubeApi: events -----------------------------------------------------------------
 

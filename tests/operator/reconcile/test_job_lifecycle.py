@@ -14,17 +14,19 @@ from typing import Any
 
 import pytest
 
+from gic_operator.errors import TransientKubeError
 from gic_operator.job_reconciler import JobReconciler
 from gic_operator.models import API_VERSION
-from gic_operator.naming import ANNOTATION_SAVEPOINT
+from gic_operator.naming import ANNOTATION_SAVEPOINT, savepoint_dir, savepoint_request_id
 from gic_operator.savepoint_reconciler import MAX_DISPOSAL_ATTEMPTS, SavepointReconciler
 from gic_operator.storage_view import JobStorage, open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
-from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState
+from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
 from gic_runtime.fencing import highest_epoch
-from gic_runtime.status import CheckpointStatus, JobState, JobStatus, RestoreStatus, write_status
+from gic_runtime.state.memory_store import InMemoryStore
+from gic_runtime.status import CheckpointStatus, JobState, JobStatus, write_status
 
 NS = "team"
 
@@ -353,26 +355,60 @@ def test_suspend_and_resume(world: World) -> None:
     assert status["phase"] == "Deploying" and status["epoch"] == 2
 
 
-def _completed_savepoint(world: World, name: str, path: str) -> None:
+def completed_savepoint(world: World, name: str, job: str = "wc") -> str:
+    """A Completed Savepoint of ``job`` with one file in its derived directory; its path."""
     world.kube.create_object(
         "savepoints",
         NS,
         {
             "metadata": {"name": name, "namespace": NS},
-            "spec": {"job": "wc", "disposeOnDelete": True},
+            "spec": {"job": job, "disposeOnDelete": True},
         },
     )
+    sp = world.kube.get_object("savepoints", NS, name)
+    assert sp is not None
+    rid = savepoint_request_id(name, sp["metadata"]["uid"])
+    path = savepoint_dir(f"file://{world.root}", NS, job, rid)
+    local = Path(path.removeprefix("file://"))
+    local.mkdir(parents=True, exist_ok=True)
+    (local / "_savepoint.manifest").write_bytes(b"m")
     world.kube.patch_status(
-        "savepoints",
-        NS,
-        name,
-        {"state": "Completed", "path": path, "requestId": path.rsplit("/", 1)[-1]},
+        "savepoints", NS, name, {"state": "Completed", "path": path, "requestId": rid}
     )
+    return path
+
+
+def write_checkpoint(world: World, name: str, checkpoint: int = 1) -> None:
+    """A real checkpoint of job ``name`` (written by the runtime's core, no restore)."""
+    storage = world.storage(name)
+    timeline = CheckpointTimeline(
+        storage.resolver, storage.root, storage.job_id, epoch=1, num_buckets=2
+    )
+    task = StateTask(
+        root=storage.root,
+        job_id=storage.job_id,
+        epoch=1,
+        num_buckets=2,
+        store=InMemoryStore(),
+        resolver=storage.resolver,
+        settings=TaskSettings(),
+    )
+    try:
+        task.restore(timeline.start.manifest)
+        states = task.checkpoint(
+            lambda ctx: ctx.backend.value_state("n").set("k", checkpoint),
+            checkpoint_id=checkpoint,
+            self_contained=True,
+        ).states
+        _, wait = timeline.commit(checkpoint, states)
+        wait()
+    finally:
+        task.close()
+        timeline.close()
 
 
 def test_restore_claim_marks_the_savepoint_and_noclaim_reports_release(world: World) -> None:
-    path = f"{world.storage_uri}/savepoints/gsp-a"
-    _completed_savepoint(world, "sp-a", path)
+    path = completed_savepoint(world, "sp-a")
     world.apply_job("claimer", restore={"savepoint": "sp-a", "mode": "Claim"})
     status = world.reconcile("claimer")
     assert status["restoredFrom"] == {
@@ -393,10 +429,7 @@ def test_restore_claim_marks_the_savepoint_and_noclaim_reports_release(world: Wo
     world.kube.set_pod_phase(NS, status["driverPod"], "Running")
     world.reconcile("copier")
     assert world.condition("RestoreSourceReleased", "copier")["status"] == "False"
-    world.driver_reports(
-        "copier",
-        restored_from=RestoreStatus(source=path, mode=RuntimeRestoreMode.NO_CLAIM, released=True),
-    )
+    write_checkpoint(world, "copier")  # references nothing of the source
     world.reconcile("copier")
     assert world.condition("RestoreSourceReleased", "copier")["status"] == "True"
     assert "RestoreSourceReleased" in world.kube.reasons("copier")
@@ -412,35 +445,44 @@ def test_restore_from_missing_savepoint_waits_with_a_message(world: World) -> No
 
 def test_disposal_deletes_files_unless_claimed(world: World) -> None:
     world.apply_job()
-    storage = world.storage()
-    target = storage.request_savepoint(
-        "gsp-x", kind="intermediate", format="native", requested_by="t"
-    )
+    target = completed_savepoint(world, "sp-x")
     local = Path(target.removeprefix("file://"))
-    local.mkdir(parents=True)
     (local / "a").write_bytes(b"1")
-    _completed_savepoint(world, "sp-x", target)
     sp = world.kube.get_object("savepoints", NS, "sp-x")
     assert sp is not None
     sp["status"]["claimedBy"] = f"{NS}/other"
     assert "claimed" in world.savepoints.dispose(sp, 0)
     assert (local / "a").exists()
     del sp["status"]["claimedBy"]
-    assert "deleted 1 objects" in world.savepoints.dispose(sp, 0)
+    assert "deleted 2 objects" in world.savepoints.dispose(sp, 0)
     assert not (local / "a").exists()
 
 
-def test_stuck_disposal_gives_up(world: World, tmp_path: Path) -> None:
+def test_stuck_disposal_gives_up(world: World) -> None:
     world.apply_job()
-    outside = f"file://{tmp_path}/elsewhere/savepoints/gsp-y"
-    _completed_savepoint(world, "sp-y", outside)
+    local = Path(completed_savepoint(world, "sp-y").removeprefix("file://"))
     sp = world.kube.get_object("savepoints", NS, "sp-y")
     assert sp is not None
-    with pytest.raises(Exception, match="refusing to delete"):
+    world.kube.fail_next("list_objects", TransientKubeError("API down"), times=2)
+    with pytest.raises(TransientKubeError, match="API down"):
         world.savepoints.dispose(sp, 0)
     message = world.savepoints.dispose(sp, MAX_DISPOSAL_ATTEMPTS - 1)
-    assert "gave up" in message
+    assert "gave up" in message and (local / "_savepoint.manifest").exists()
     assert "DisposalAbandoned" in world.kube.reasons("sp-y")
+
+
+def test_disposal_outside_the_derived_directory_is_refused(world: World, tmp_path: Path) -> None:
+    world.apply_job()
+    outside = tmp_path / "elsewhere" / "savepoints" / "gsp-y"
+    outside.mkdir(parents=True)
+    (outside / "a").write_bytes(b"1")
+    completed_savepoint(world, "sp-y")
+    world.kube.patch_status("savepoints", NS, "sp-y", {"path": outside.as_uri()})
+    sp = world.kube.get_object("savepoints", NS, "sp-y")
+    assert sp is not None
+    assert "files kept" in world.savepoints.dispose(sp, 0)
+    assert (outside / "a").exists()
+    assert "DisposalRefused" in world.kube.reasons("sp-y")
 
 
 def test_a_failed_job_relaunches_when_its_spec_changes(world: World) -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gic_operator.errors import TransientKubeError
+from gic_operator.errors import ConflictError, TransientKubeError
 from gic_operator.kube import KubeApi
 from gic_operator.testing.fake_kube import TestingKubeApi, merge_patch
 
@@ -179,3 +179,16 @@ def test_injected_failures(kube: TestingKubeApi) -> None:
     kube.create_pod("ns", pod("a"))
     assert kube.get_pod("ns", "a") is not None
     assert [c for c in kube.calls if c[0] == "create_pod"] == [("create_pod", "ns", "a")] * 3
+
+
+def test_patch_status_checks_the_resource_version(kube: TestingKubeApi) -> None:
+    kube.create_object("gicjobs", "ns", {"metadata": {"name": "wc"}})
+    read = kube.get_object("gicjobs", "ns", "wc")
+    assert read is not None
+    version = read["metadata"]["resourceVersion"]
+    kube.patch_status("gicjobs", "ns", "wc", {"phase": "Running"}, resource_version=version)
+    with pytest.raises(ConflictError):
+        kube.patch_status("gicjobs", "ns", "wc", {"phase": "Failed"}, resource_version=version)
+    obj = kube.get_object("gicjobs", "ns", "wc")
+    assert obj is not None and obj["status"] == {"phase": "Running"}
+    assert obj["metadata"]["resourceVersion"] != version

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from gic_operator.kube_events import EVENT_MESSAGE_MAX, EventCache, event_body, event_key
+from gic_operator.kube_events import (
+    EVENT_MESSAGE_MAX,
+    ErrorEventGate,
+    EventCache,
+    event_body,
+    event_key,
+)
 
 JOB = {
     "apiVersion": "gic.io/v1alpha1",
@@ -48,3 +54,22 @@ def test_cache_window_and_size() -> None:
     cache.remember(c, "ev-c", 1, "T2")
     assert cache.recent(a) is None  # least recently used, dropped
     assert cache.recent(b) is not None and cache.recent(c) is not None
+
+
+def test_error_gate_posts_new_errors_and_repeats_at_most_every_window() -> None:
+    now = [0.0]
+    gate = ErrorEventGate(size=2, repeat_s=600.0, clock=lambda: now[0])
+    key = ("gicjob", "ns", "a", "uid")
+    assert gate.admit(key, "StorageError", "no bucket") == "no bucket"
+    assert gate.admit(key, "StorageError", "no bucket") is None
+    assert gate.admit(key, "StorageError", "no bucket") is None
+    now[0] = 601.0
+    assert gate.admit(key, "StorageError", "no bucket") == (
+        "no bucket (met 3 times in the last 10 min)"
+    )
+    assert gate.admit(key, "KubeForbidden", "forbidden") == "forbidden"
+    gate.clear(key)
+    assert gate.admit(key, "KubeForbidden", "forbidden") == "forbidden"
+    for name in ("b", "c"):  # bounded: the oldest resource is forgotten
+        gate.admit(("gicjob", "ns", name, "uid"), "R", "m")
+    assert gate.admit(key, "KubeForbidden", "forbidden") == "forbidden"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator.errors import KubeError, TransientKubeError
+from gic_operator.errors import ConflictError, KubeError, TransientKubeError
 from gic_operator.kube import KubernetesApi, pod_info, translate_error
 from gic_operator.launcher import driver_service
 from gic_operator.testing.kube_client import KubeClient
@@ -126,6 +126,21 @@ def test_custom_objects(api: KubernetesApi) -> None:
     api.delete_object("gicjobs", NS, "wc")
     api.delete_object("gicjobs", NS, "other")
     assert api.get_object("gicjobs", NS, "wc") is None
+
+
+def test_a_status_patch_with_a_stale_resource_version_conflicts(api: KubernetesApi) -> None:
+    api.create_object("gicjobs", NS, job("rv", team="a"))
+    read = api.get_object("gicjobs", NS, "rv")
+    assert read is not None
+    version = read["metadata"]["resourceVersion"]
+    api.patch_status("gicjobs", NS, "rv", {"phase": "Running"}, resource_version=version)
+    with pytest.raises(ConflictError) as caught:
+        api.patch_status("gicjobs", NS, "rv", {"phase": "Failed"}, resource_version=version)
+    assert caught.value.status == 409 and isinstance(caught.value, TransientKubeError)
+    obj = api.get_object("gicjobs", NS, "rv")
+    assert obj is not None and obj["status"]["phase"] == "Running"
+    api.patch_status("gicjobs", NS, "rv", {"phase": "Failed"})  # no version: no precondition
+    api.delete_object("gicjobs", NS, "rv")
 
 
 def test_events_are_posted_and_aggregated(api: KubernetesApi, raw: KubeClient) -> None:

@@ -88,13 +88,12 @@ def test_command_on_kubernetes() -> None:
     assert "spark.master" not in conf
 
 
-def test_operator_conf_wins_over_the_users() -> None:
+def test_users_conf_passes_and_the_spec_sizes_executors() -> None:
     spec = make_spec(
         **{
             "application.sparkConf": {
-                "spark.driver.host": "elsewhere",
                 "spark.sql.shuffle.partitions": "8",
-                "spark.executor.memory": "64g",
+                "spark.kubernetes.executor.request.cores": "500m",
             },
             "application.executor": {"instances": 3, "cores": 2, "memory": "2g"},
         }
@@ -102,8 +101,36 @@ def test_operator_conf_wins_over_the_users() -> None:
     conf = conf_of(launcher.driver_command(make_plan(spec)))
     assert conf["spark.driver.host"] == "wordcount-driver.prod.svc"
     assert conf["spark.sql.shuffle.partitions"] == "8"
+    assert conf["spark.kubernetes.executor.request.cores"] == "500m"
     assert conf["spark.executor.memory"] == "2g"
     assert conf["spark.executor.instances"] == "3"
+    # what the operator sets cannot come from sparkConf at all (see test_validation.py)
+    for key in ("spark.driver.host", "spark.executor.memory"):
+        with pytest.raises(ValueError, match="set by the operator"):
+            make_spec(**{"application.sparkConf": {key: "x"}})
+
+
+def test_kubernetes_conf_locks_down_executors_and_authenticates_rpc() -> None:
+    conf = conf_of(launcher.driver_command(make_plan()))
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == launcher.TEMPLATE_FILE
+    assert conf["spark.kubernetes.executor.podTemplateContainerName"] == "executor"
+    assert conf["spark.kubernetes.executor.securityContext.allowPrivilegeEscalation"] == "false"
+    assert conf["spark.authenticate"] == "true"
+    assert conf["spark.authenticate.secret.driver.file"] == launcher.AUTH_FILE
+    assert conf["spark.authenticate.secret.executor.file"] == launcher.AUTH_FILE
+    assert "spark.authenticate.secret" not in conf  # never a value on the command line
+    assert conf["spark.kubernetes.executor.label.gic.io/role"] == "executor"
+    # the driver needs no ConfigMaps, services or volume claims of its own
+    assert conf["spark.kubernetes.executor.disableConfigMap"] == "true"
+    assert conf["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
+    assert conf["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
+    assert conf["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
+    # no executor settings that bypass the template
+    assert not [
+        k
+        for k in conf
+        if k.startswith(("spark.executorEnv.", "spark.kubernetes.executor.secretKeyRef."))
+    ]
 
 
 def test_local_master_gets_only_the_users_conf_and_driver_memory() -> None:
@@ -160,11 +187,81 @@ def test_env_order_user_env_and_secret_refs() -> None:
         assert ref == {"name": "s3-creds", "key": var, "optional": True}
     # no secret value anywhere: credentials only travel by reference
     assert all("value" not in by_name[v] for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
-    conf = conf_of(launcher.driver_command(make_plan(spec)))
-    assert conf["spark.kubernetes.executor.secretKeyRef.AWS_ACCESS_KEY_ID"] == (
-        "s3-creds:AWS_ACCESS_KEY_ID"
+
+
+def test_executors_get_every_credentials_key_the_driver_gets() -> None:
+    spec = make_spec(
+        **{
+            "application.env": [{"name": "TZ", "value": "UTC"}],
+            "checkpointing.credentialsSecret": "s3-creds",
+            "checkpointing.s3EndpointUrl": "http://seaweed:8333",
+        }
     )
-    assert conf["spark.executorEnv.GIC_S3_ENDPOINT_URL"] == "http://seaweed:8333"
+    plan = make_plan(spec)
+    driver = {e["name"]: e for e in env_of(launcher.driver_pod(plan))}
+    template = launcher.executor_pod_template(plan)
+    executor = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
+    keys = [name for name, _ in launcher.SECRET_KEYS]
+    assert {"AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL"} <= set(keys)
+    for name in keys:
+        assert executor[name] == driver[name], name
+    assert executor["GIC_S3_ENDPOINT_URL"] == {
+        "name": "GIC_S3_ENDPOINT_URL",
+        "value": "http://seaweed:8333",
+    }
+    assert executor["TZ"] == {"name": "TZ", "value": "UTC"}
+    # the runtime's settings (job id, epoch ...) are the driver's alone
+    assert not [
+        name for name in executor if name.startswith("GIC_") and name != "GIC_S3_ENDPOINT_URL"
+    ]
+
+
+def test_env_value_from_reaches_driver_and_executors() -> None:
+    env = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "api", "key": "token"}}},
+        {
+            "name": "LEVEL",
+            "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "level", "optional": True}},
+        },
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "PLAIN", "value": "1"},
+    ]
+    plan = make_plan(make_spec(**{"application.env": env}))
+    expected = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "api", "key": "token"}}},
+        {
+            "name": "LEVEL",
+            "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "level", "optional": True}},
+        },
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "PLAIN", "value": "1"},
+    ]
+    driver = [e for e in env_of(launcher.driver_pod(plan)) if not e["name"].startswith("GIC_")]
+    assert driver == expected
+    assert launcher.executor_env(plan) == expected
+    launcher.validate_launch(plan)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "X", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "X", "valueFrom": {}},
+        {
+            "name": "X",
+            "valueFrom": {
+                "secretKeyRef": {"name": "a", "key": "b"},
+                "configMapKeyRef": {"name": "a", "key": "b"},
+            },
+        },
+        {"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "spec.containers[0].image"}}},
+        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "a"}}},
+        {"name": "1X", "value": "1"},
+    ],
+)
+def test_env_entries_that_are_refused(entry: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="env"):
+        make_spec(**{"application.env": [entry]})
 
 
 def test_no_secret_refs_without_a_credentials_secret() -> None:
@@ -192,11 +289,31 @@ def test_pod_manifest() -> None:
     ]
     assert spec["restartPolicy"] == "Never"
     assert spec["serviceAccountName"] == "gic-spark"
+    assert spec["automountServiceAccountToken"] is True  # it manages executor pods
     assert spec["terminationGracePeriodSeconds"] == 30
     assert spec["hostname"] == "wordcount-driver-4"
     assert spec["subdomain"] == "wordcount-driver"
-    assert spec["securityContext"] == {"runAsNonRoot": True}
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 185,
+        "runAsGroup": 185,
+        "fsGroup": 185,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert {v["name"]: next(k for k in v if k != "name") for v in spec["volumes"]} == {
+        "spark-auth": "secret",
+        "executor-template": "configMap",
+    }
     (container,) = spec["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "privileged": False,
+    }
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts[launcher.AUTH_DIR]["readOnly"] is True
+    assert mounts[launcher.TEMPLATE_DIR]["readOnly"] is True
     assert container["name"] == "driver"
     assert container["image"] == "registry.example/gic:1"
     assert container["imagePullPolicy"] == "IfNotPresent"
@@ -245,11 +362,10 @@ def test_headless_service() -> None:
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["selector"] == {"gic.io/job": "wordcount", "gic.io/role": "driver"}
+    # executors' connections only: neither the UI nor the metrics endpoint
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {
         "driver-rpc": 7078,
         "blockmanager": 7079,
-        "spark-ui": 4040,
-        "metrics": 9090,
     }
     pod = launcher.driver_pod(make_plan())
     assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
@@ -270,13 +386,25 @@ def test_long_names_stay_within_limits() -> None:
 
 def test_manifests_match_the_kubernetes_schema() -> None:
     """The client's models forbid unknown fields: a misspelt field fails here."""
-    from kubernetes.client import ApiClient, V1Pod, V1Service
+    from kubernetes.client import ApiClient, V1ConfigMap, V1Pod, V1Secret, V1Service
 
-    spec = make_spec(**{"checkpointing.credentialsSecret": "s3-creds"})
+    spec = make_spec(
+        **{
+            "checkpointing.credentialsSecret": "s3-creds",
+            "application.env": [
+                {"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}},
+                {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            ],
+        }
+    )
+    plan = make_plan(spec)
     client = ApiClient()
     for model, manifest in (
-        (V1Pod, launcher.driver_pod(make_plan(spec))),
+        (V1Pod, launcher.driver_pod(plan)),
+        (V1Pod, launcher.executor_pod_template(plan)),
         (V1Service, launcher.driver_service("prod", "wordcount", "uid-1")),
+        (V1ConfigMap, launcher.executor_template_config_map(plan)),
+        (V1Secret, launcher.auth_secret("prod", "wordcount", "uid-1")),
     ):
         as_sent = client.sanitize_for_serialization(model.model_validate(manifest))  # type: ignore[no-untyped-call]
         assert as_sent == manifest

@@ -116,25 +116,55 @@ def test_checkpoints(storage: JobStorage) -> None:
     assert storage.latest_checkpoint_id() == 6
 
 
+def target(storage: JobStorage, rid: str) -> str:
+    return f"{storage.root}/savepoints/{JOB}/{rid}"
+
+
 def test_request_savepoint_is_idempotent(storage: JobStorage) -> None:
     first = storage.request_savepoint(
-        "sp-upgrade-2", kind="terminal", format="native", requested_by="operator"
+        "sp-upgrade-2",
+        kind="terminal",
+        format="native",
+        requested_by="operator",
+        target=target(storage, "sp-upgrade-2") + "/",
     )
-    assert first == f"{storage.root}/savepoints/sp-upgrade-2"
+    assert first == target(storage, "sp-upgrade-2")
     again = storage.request_savepoint(
-        "sp-upgrade-2", kind="terminal", format="native", requested_by="operator-restarted"
+        "sp-upgrade-2",
+        kind="terminal",
+        format="native",
+        requested_by="operator-restarted",
+        target=first,
     )
     assert again == first
     with pytest.raises(ConfigurationError, match="already names a different request"):
         storage.request_savepoint(
-            "sp-upgrade-2", kind="intermediate", format="native", requested_by="operator"
+            "sp-upgrade-2",
+            kind="intermediate",
+            format="native",
+            requested_by="operator",
+            target=first,
+        )
+    with pytest.raises(ConfigurationError, match="already names a different request"):
+        storage.request_savepoint(
+            "sp-upgrade-2",
+            kind="terminal",
+            format="native",
+            requested_by="operator",
+            target=target(storage, "elsewhere"),
         )
     channel = ControlChannel(storage.resolver, storage.root, JOB)
     assert [r.request_id for r in channel.pending()] == ["sp-upgrade-2"]
 
 
 def test_outcomes_of_savepoints_and_stops(storage: JobStorage) -> None:
-    storage.request_savepoint("sp-1", kind="intermediate", format="canonical", requested_by="op")
+    storage.request_savepoint(
+        "sp-1",
+        kind="intermediate",
+        format="canonical",
+        requested_by="op",
+        target=target(storage, "sp-1"),
+    )
     storage.request_stop("stop-1", requested_by="op")
     storage.request_stop("stop-1", requested_by="op")
     assert storage.outcome("sp-1") is None
@@ -185,7 +215,11 @@ def test_sweep_deletes_only_orphans_inside_the_job_directory(storage: JobStorage
     other_job = put(storage, f"{storage.root}/jobs/prod.other/changelog/1/x.seg", b"x")
     savepoint = put(storage, f"{storage.root}/savepoints/sp-1/files/x.seg", b"x")
     control = storage.request_savepoint(
-        "sp-2", kind="intermediate", format="native", requested_by="op"
+        "sp-2",
+        kind="intermediate",
+        format="native",
+        requested_by="op",
+        target=target(storage, "sp-2"),
     )
     referenced = set().union(*(s.manifest.uris() for s in written[-3:]))
 
@@ -196,7 +230,7 @@ def test_sweep_deletes_only_orphans_inside_the_job_directory(storage: JobStorage
     assert all(exists(storage, uri) for uri in referenced)
     assert all(exists(storage, s.uri) for s in written[-3:])
     assert exists(storage, other_job) and exists(storage, savepoint)
-    assert control.endswith("/savepoints/sp-2")
+    assert control == target(storage, "sp-2")
     assert ControlChannel(storage.resolver, storage.root, JOB).request("sp-2") is not None
     assert storage.sweep_orphans().deleted == 0
 
@@ -236,3 +270,18 @@ def test_open_job_storage_shares_one_resolver_per_endpoint(root: str) -> None:
     assert opened.root == root and opened.job_id == JOB
     assert opened.resolver is resolver_for("http://s3.local:8333")
     assert resolver_for(None) is resolver_for(None) is not opened.resolver
+
+
+def test_restore_release_is_judged_from_the_manifests(root: str) -> None:
+    source = JobStorage(StoreResolver(), root, "prod.source")
+    source_manifest = run_job(source, "prod.source", range(1, 3))[-1].uri
+    copier = JobStorage(StoreResolver(), root, JOB)
+    assert not copier.restore_released(source_manifest), "no checkpoint yet"
+    restore = RestoreRequest(source_manifest, RestoreMode.NO_CLAIM)
+    run_job(copier, JOB, range(3, 4), restore=restore)
+    assert copier.restore_released(source_manifest)
+    assert not copier.restore_released(f"{root}/savepoints/prod.other/sp"), "another source"
+    claimer = JobStorage(StoreResolver(), root, "prod.claimer")
+    claim = RestoreRequest(source_manifest, RestoreMode.CLAIM)
+    run_job(claimer, "prod.claimer", range(3, 4), restore=claim)
+    assert not claimer.restore_released(source_manifest), "a claimed source is never released"

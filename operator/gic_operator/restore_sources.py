@@ -1,0 +1,135 @@
+"""Restore sources: what a GICJob may restore from, where a Savepoint's files are, and
+which jobs still need them.
+
+Rules (the operator's trust boundary applied to restores):
+
+* **Claim only from a Savepoint resource** of the job's namespace
+  (``spec.restore.savepoint``). A claim hands the source's files to the claiming job;
+  only a Savepoint can record that (``status.claimedBy``, set before the launch, with the
+  resourceVersion read, so two jobs never both claim it). ``spec.restore.path`` restores
+  NoClaim only: a path may name anything, e.g. another job's live checkpoint.
+* **A Savepoint's directory is derived**, never read back:
+  ``<root>/savepoints/<namespace>.<job>/gsp-<name>-<uid8>``
+  (:func:`gic_operator.naming.savepoint_dir`). ``root`` is its job's storage; when the job
+  is gone (or its storage changed since), the root of the recorded ``status.path`` is
+  used only if that path is exactly the derived directory under a root the allowlist
+  admits for the namespace.
+* **A restore source is protected until released.** A Savepoint is held while a GICJob
+  of its namespace restored from it in Claim mode, restored from it NoClaim and has not
+  released it (``status.restoredFrom.released``, which the operator derives from the
+  job's manifests), or names it in ``spec.restore`` and has not launched yet. A held
+  Savepoint is skipped by retention and its files are kept on deletion.
+
+Thread-safety: pure functions over the :class:`~gic_operator.kube.KubeApi`, which is
+thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gic_operator.errors import UntrustedInputError
+from gic_operator.kube import KubeApi
+from gic_operator.models import GICJobSpec, RestoreMode
+from gic_operator.naming import job_id, savepoint_dir, savepoint_request_id
+from gic_operator.settings import StorageAllowlist
+from gic_operator.storage_view import normalize_uri
+from gic_runtime.errors import GICError
+
+
+def restore_problem(spec: GICJobSpec) -> str | None:
+    """Why ``spec.restore`` cannot be honoured whatever the cluster holds, or ``None``."""
+    restore = spec.restore
+    if restore is not None and restore.path is not None and restore.mode is RestoreMode.CLAIM:
+        return (
+            "invalid spec: spec.restore.mode: Claim hands the source's files to this job, "
+            "which only a Savepoint resource can record: name one in spec.restore.savepoint "
+            "(take a Savepoint of the source job first), or restore spec.restore.path with "
+            "mode NoClaim"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class SavepointPlace:
+    """Where a Savepoint's files are: its directory ``path``, the storage ``root`` it
+    lies under, and the S3 ``endpoint`` to reach it (``None``: the operator's own)."""
+
+    path: str
+    root: str
+    endpoint: str | None
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def savepoint_place(
+    kube: KubeApi, allowlist: StorageAllowlist, namespace: str, body: Mapping[str, Any]
+) -> SavepointPlace:
+    """The derived place of Savepoint ``body`` (module docstring); raises
+    :class:`~gic_operator.errors.UntrustedInputError` when it cannot be derived."""
+    name, uid = str(_meta(body).get("name")), str(_meta(body).get("uid") or "")
+    job = str((body.get("spec") or {}).get("job") or "")
+    rid = savepoint_request_id(name, uid)
+    suffix = f"/savepoints/{job_id(namespace, job)}/{rid}"
+    endpoint: str | None = None
+    found = kube.get_object("gicjobs", namespace, job) if job else None
+    if found is not None and not _meta(found).get("deletionTimestamp"):
+        try:
+            cp = GICJobSpec.model_validate(found.get("spec") or {}).checkpointing
+        except ValidationError:
+            cp = None
+        if cp is not None and allowlist.storage_allowed(namespace, cp.storage):
+            endpoint = cp.s3_endpoint_url
+            root = normalize_uri(cp.storage)
+            derived = savepoint_dir(root, namespace, job, rid)
+            recorded = (body.get("status") or {}).get("path")
+            if not recorded or _normalized(str(recorded)) == derived:
+                return SavepointPlace(derived, root, endpoint)
+    recorded = _normalized(str((body.get("status") or {}).get("path") or ""))
+    root = recorded[: -len(suffix)] if recorded.endswith(suffix) else ""
+    if not root or not allowlist.storage_allowed(namespace, root):
+        raise UntrustedInputError(
+            f"Savepoint {name}'s recorded path {recorded or '(none)'} is not its directory "
+            f"(<storage>/savepoints/{job_id(namespace, job)}/{rid} under storage allowed in "
+            f"namespace {namespace}); the operator neither reads nor deletes there"
+        )
+    return SavepointPlace(recorded, root, endpoint)
+
+
+def _normalized(path: str) -> str:
+    try:
+        return normalize_uri(path) if path else ""
+    except GICError:
+        return ""
+
+
+def holders(
+    jobs: Sequence[Mapping[str, Any]], savepoint: str, path: str | None
+) -> list[tuple[str, str]]:
+    """``(job name, mode)`` of the GICJobs in ``jobs`` (one namespace) that still need the
+    files of Savepoint ``savepoint`` at ``path`` (module docstring), sorted; ``mode`` is
+    ``Claim`` or ``NoClaim``."""
+    held = []
+    for job in jobs:
+        if _meta(job).get("deletionTimestamp"):
+            continue
+        restored = (job.get("status") or {}).get("restoredFrom") or {}
+        wanted = ((job.get("spec") or {}).get("restore") or {}).get("savepoint")
+        source = _normalized(str(restored.get("path") or ""))
+        uses = restored.get("savepoint") == savepoint or (bool(path) and source == path)
+        name = str(_meta(job).get("name"))
+        if uses:
+            if restored.get("mode") == RestoreMode.CLAIM.value:
+                held.append((name, RestoreMode.CLAIM.value))
+            elif not restored.get("released"):
+                held.append((name, RestoreMode.NO_CLAIM.value))
+        elif wanted == savepoint and not restored:
+            mode = ((job.get("spec") or {}).get("restore") or {}).get("mode")
+            held.append((name, str(mode or RestoreMode.NO_CLAIM.value)))
+    return sorted(held)

@@ -1,0 +1,135 @@
+"""What runs in GIC's pods is locked: base images by digest, every Python package (transitive
+ones too) at an exact version with its hashes, the same way in the images, ``make setup``
+and CI; and the images' users are the ones the pods run as."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from gic_operator.launcher import SPARK_UID
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+MAKEFILE = (ROOT / "Makefile").read_text()
+LOCKS = ROOT / "requirements"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def _args() -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", DOCKERFILE, re.M))
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Lines with continuations joined, comments left out."""
+    lines = [line.strip() for line in re.sub(r"\\\n", " ", text).splitlines()]
+    return [line for line in lines if not line.startswith("#")]
+
+
+def test_base_images_are_pinned_by_digest() -> None:
+    args = _args()
+    froms = re.findall(r"^FROM (\S+)", DOCKERFILE, re.M)
+    assert froms
+    for image in froms:
+        match = re.fullmatch(r"\$\{(\w+)\}", image)
+        assert match is not None, f"FROM {image}: use one of the *_IMAGE arguments"
+        name = match.group(1)
+        if name == "SPARK_IMAGE":
+            continue  # no digest known yet: the build refuses it (next test)
+        assert DIGEST.search(args[name]), f"{name}={args[name]} has no digest"
+
+
+def test_spark_runtime_refuses_an_unpinned_spark_image() -> None:
+    stage = DOCKERFILE[DOCKERFILE.index("AS spark-runtime") :]
+    stage = stage[: stage.index("\nFROM ")]
+    assert "ARG SPARK_IMAGE" in stage
+    assert "*@sha256:*) ;;" in stage and "exit 1" in stage
+
+
+def test_every_pip_install_is_locked() -> None:
+    installs = [line for line in _logical_lines(DOCKERFILE) if "pip install" in line]
+    installs += [line for line in _logical_lines(MAKEFILE) if "pip install" in line]
+    assert installs
+    for line in installs:
+        for command in re.split(r"&&", line):
+            if "pip install" not in command:
+                continue
+            if "pip-tools==" in command or "--upgrade pip==" in command:
+                continue  # the lock tools (make lock) and the installer itself
+            locked = "--require-hashes -r " in command
+            own = "--no-deps" in command
+            assert locked or own, command.strip()
+    for command in re.findall(r"pip (?:wheel|install)[^\n&]*(?:-e \.|\s\.)\s*$", DOCKERFILE, re.M):
+        assert "--no-build-isolation" in command, command
+
+
+def test_make_setup_installs_the_lock_then_the_project_without_dependencies() -> None:
+    setup = MAKEFILE[MAKEFILE.index("$(STAMP):") :].split("\n\n")[0]
+    assert "--require-hashes -r $(LOCK)" in setup
+    assert "--no-deps --no-build-isolation -e ." in setup
+    assert "LOCK := requirements/dev.lock" in MAKEFILE
+    assert re.search(r"^\$\(STAMP\): .*\$\(LOCK\)", MAKEFILE, re.M)  # a new lock reinstalls
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """``name -> version`` of a lock file; every requirement is exact and hashed."""
+    text = path.read_text()
+    pins: dict[str, str] = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", text):
+        first = block.split("\n", 1)[0].strip()
+        if not first or first.startswith("#"):
+            continue
+        match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s\\;]+)", first)
+        assert match is not None, f"{path.name}: {first!r} is not an exact pin"
+        assert "--hash=sha256:" in block, f"{path.name}: {first} has no hash"
+        pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+    assert pins, f"{path.name} pins nothing"
+    return pins
+
+
+def _declared(*extras: str) -> list[Requirement]:
+    requirements = list(PYPROJECT["project"]["dependencies"])
+    for extra in extras:
+        requirements += PYPROJECT["project"]["optional-dependencies"][extra]
+    return [Requirement(text) for text in requirements]
+
+
+@pytest.mark.parametrize(
+    ("lock", "extras"),
+    [
+        ("dev.lock", ("dev", "spark", "operator")),
+        ("operator.lock", ("operator",)),
+        ("runtime.lock", ()),
+    ],
+)
+def test_locks_are_exact_hashed_and_agree_with_pyproject(
+    lock: str, extras: tuple[str, ...]
+) -> None:
+    pins = _pins(LOCKS / lock)
+    for requirement in _declared(*extras):
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pins, f"{lock} lacks {requirement} (pyproject.toml changed: make lock)"
+        assert pins[name] in requirement.specifier, (
+            f"{lock}: {name}=={pins[name]} not {requirement}"
+        )
+    if lock == "runtime.lock":
+        assert "pyspark" not in pins  # the Spark image brings its own
+
+
+def test_build_backend_is_locked_too() -> None:
+    build = _pins(LOCKS / "build.lock")
+    dev = _pins(LOCKS / "dev.lock")
+    assert {"setuptools", "wheel"} <= set(build)
+    assert {"setuptools", "wheel"} <= set(dev)  # make setup builds with --no-build-isolation
+
+
+def test_images_run_as_the_users_the_pods_use() -> None:
+    spark = DOCKERFILE[DOCKERFILE.index("AS spark-runtime") :].split("\nFROM ")[0]
+    assert re.findall(r"^USER (\S+)$", spark, re.M)[-1] == str(SPARK_UID)
+    operator = DOCKERFILE[DOCKERFILE.index("AS operator") :]
+    assert re.findall(r"^USER (\S+)$", operator, re.M)[-1] == "10001:10001"
