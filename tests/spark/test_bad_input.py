@@ -1,5 +1,5 @@
 """Bad restore sources on real Spark: a clear error before anything is written, and the
-source left exactly as it was (DESIGN §3.1, §3.8). Also the supported cross-format
+source left exactly as it was (docs/architecture.md I1, I8). Also the supported cross-format
 case: a canonical savepoint imported into a job with another bucket count.
 
 Job ``src`` counts two input files; while it runs, a native savepoint is requested,
@@ -120,7 +120,8 @@ def refused(
     resolver = StoreResolver()
     assert list_checkpoints(resolver, s.storage, job_id) == ()
     after = listing(sources.root)
-    allowed = {f"jobs/{job_id}/epochs/epoch-000000000001"}
+    epoch = f"jobs/{job_id}/epochs/epoch-000000000001"
+    allowed = {epoch, f"{epoch}.start"}  # the claim: its marker and its start record
     if reported:
         allowed.add(f"jobs/{job_id}/status.json")
         status = read_status(resolver, s.storage, job_id)
