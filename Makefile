@@ -8,6 +8,13 @@ STAMP := $(VENV)/.installed
 LOCK := requirements/dev.lock
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
+# `make run` gets a venv of its own with only what running needs (the runtime and PySpark,
+# run.lock), so the demo does not wait for the development toolchain; every other target
+# uses $(VENV) with everything (dev.lock).
+RUN_VENV ?= .venv-run
+RUN_PY := $(RUN_VENV)/bin/python
+RUN_STAMP := $(RUN_VENV)/.installed
+RUN_LOCK := requirements/run.lock
 
 .PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane cluster lock
 
@@ -24,9 +31,24 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PY) -m pip check || { echo "$(LOCK) lags pyproject.toml: run make lock" >&2; exit 1; }
 	touch $(STAMP)
 
+# The same for `make run`, one step per line and pip's own progress (the first run
+# downloads PySpark, about 450 MB).
+$(RUN_STAMP): pyproject.toml $(RUN_LOCK)
+	@echo "make run: [1/4] virtual environment $(RUN_VENV)"
+	$(PYTHON) -m venv $(RUN_VENV)
+	@echo "make run: [2/4] pip"
+	$(RUN_PY) -m pip install --progress-bar on --upgrade pip==25.3
+	@echo "make run: [3/4] the runtime and PySpark, locked ($(RUN_LOCK))"
+	$(RUN_PY) -m pip install --progress-bar on --require-hashes -r $(RUN_LOCK)
+	@echo "make run: [4/4] gic itself"
+	$(RUN_PY) -m pip install --progress-bar on --no-deps --no-build-isolation -e .
+	$(RUN_PY) -m pip check || { echo "$(RUN_LOCK) lags pyproject.toml: run make lock" >&2; exit 1; }
+	touch $(RUN_STAMP)
+
 # Regenerate the lock files after changing dependencies in pyproject.toml (needs PyPI):
-# dev.lock for this venv and CI; operator.lock, runtime.lock and build.lock (the wheel
-# build) for the images. Locks are for CPython 3.11 on Linux (the images' and CI's).
+# dev.lock for this venv and CI; run.lock for `make run`; operator.lock, runtime.lock and
+# build.lock (the wheel build) for the images. Locks are for CPython 3.11 on Linux (the
+# images' and CI's).
 LOCK_TOOLS := $(or $(TMPDIR),/tmp)/gic-lock-tools
 PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" PIP_FIND_LINKS= $(LOCK_TOOLS)/bin/pip-compile \
 	--quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
@@ -36,6 +58,7 @@ lock:
 	$(LOCK_TOOLS)/bin/pip install --quiet pip-tools==7.6.2
 	$(PIP_COMPILE) --extra dev --extra spark --extra operator \
 		-o requirements/dev.lock pyproject.toml requirements/build.in
+	$(PIP_COMPILE) --extra spark -o requirements/run.lock pyproject.toml requirements/build.in
 	$(PIP_COMPILE) --extra operator -o requirements/operator.lock pyproject.toml
 	$(PIP_COMPILE) -o requirements/runtime.lock pyproject.toml
 	$(PIP_COMPILE) -o requirements/build.lock requirements/build.in
@@ -45,8 +68,10 @@ lock:
 jvm: setup
 	$(PY) -c 'from gic_runtime.spark.locality import main; raise SystemExit(main())'
 
-run: setup
-	$(VENV)/bin/gic demo
+run: export PYSPARK_PYTHON := $(abspath $(RUN_PY))
+run: $(RUN_STAMP)
+	@echo "make run: gic demo"
+	$(RUN_VENV)/bin/gic demo
 
 lint: setup
 	$(VENV)/bin/ruff check runtime operator tests bench
@@ -77,4 +102,4 @@ bench: setup jvm
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(RUN_VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -15,6 +15,9 @@ A CustomResourceDefinition's ``openAPIV3Schema`` must be structural: every node 
 * ``default`` is kept for scalars, lists and maps, computed from default factories too; a
   nested object whose default is exactly what its own field defaults produce gets
   ``default: {}`` so the API server fills it in; ``default: null`` is dropped;
+* ``x-kubernetes-int-or-string`` (quantities), ``x-kubernetes-list-type`` and
+  ``x-kubernetes-list-map-keys`` (from a field's ``json_schema_extra``) are carried over; a
+  ``map`` list must key on required scalar fields of its items;
 * every property must carry a description (``kubectl explain`` shows it); a missing one is an
   error, as is any JSON Schema keyword this module does not know how to carry over.
 
@@ -57,6 +60,9 @@ _KEPT = frozenset(
         "maxProperties",
         "required",
         "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys",
     }
 )
 #: Keywords dropped on purpose.
@@ -82,6 +88,9 @@ _ORDER = (
     "minProperties",
     "maxProperties",
     "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
     "required",
     "items",
     "additionalProperties",
@@ -175,8 +184,12 @@ def _convert(node: Schema, defs: dict[str, Schema], path: str) -> Schema:
             pass  # decided below, once the node's own schema is known
         elif key not in _DROPPED:
             raise CrdSchemaError(f"{path}: JSON Schema keyword {key!r} is not supported")
-    if "type" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+    untyped = out.get("x-kubernetes-preserve-unknown-fields") or out.get(
+        "x-kubernetes-int-or-string"
+    )
+    if "type" not in out and not untyped:
         raise CrdSchemaError(f"{path}: no type")
+    _check_list_map(out, path)
     if "properties" in out and "additionalProperties" in out:
         raise CrdSchemaError(f"{path}: properties and additionalProperties together")
     if nullable:
@@ -185,6 +198,30 @@ def _convert(node: Schema, defs: dict[str, Schema], path: str) -> Schema:
     if default is not None:
         out["default"] = _kube_default(out, _drop_nulls(default), path)
     return _ordered(out)
+
+
+def _check_list_map(schema: Schema, path: str) -> None:
+    """A ``map`` list needs object items whose key fields are required scalars (the API
+    server merges and validates such lists by those keys)."""
+    kind = schema.get("x-kubernetes-list-type")
+    keys = schema.get("x-kubernetes-list-map-keys")
+    if kind is None and keys is None:
+        return
+    if kind not in ("atomic", "set", "map"):
+        raise CrdSchemaError(f"{path}: x-kubernetes-list-type {kind!r} is not atomic, set or map")
+    if schema.get("type") != "array":
+        raise CrdSchemaError(f"{path}: x-kubernetes-list-type on a {schema.get('type')}")
+    if (kind == "map") != bool(keys):
+        raise CrdSchemaError(f"{path}: x-kubernetes-list-map-keys goes with list type map only")
+    if kind == "map":
+        items = schema.get("items", {})
+        required = set(items.get("required", ()))
+        for key in keys or ():
+            field = items.get("properties", {}).get(key)
+            if field is None or key not in required or field.get("type") == "object":
+                raise CrdSchemaError(
+                    f"{path}: map key {key!r} must be a required scalar field of the items"
+                )
 
 
 def _ordered(schema: Schema) -> Schema:
@@ -253,6 +290,10 @@ def schema_errors(schema: Schema, value: Any, path: str = "") -> list[str]:
         allowed = _TYPES[kind]
         if not isinstance(value, allowed) or (kind != "boolean" and isinstance(value, bool)):
             return [f"{path}: expected {kind}, got {type(value).__name__}"]
+    if schema.get("x-kubernetes-int-or-string") and (
+        isinstance(value, bool) or not isinstance(value, int | str)
+    ):
+        return [f"{path}: expected an integer or a string, got {type(value).__name__}"]
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path}: {value!r} is not one of {schema['enum']}")
     if isinstance(value, str):

@@ -23,7 +23,8 @@ Invariants:
 * every pod meets the Kubernetes "restricted" Pod Security Standard: non-root user
   :data:`SPARK_UID` (the image's), no privilege escalation, every capability dropped,
   the runtime's default seccomp profile, no host namespaces and no volumes but a Secret
-  and a ConfigMap of the job. The driver pod gets that from :func:`driver_pod`; executors,
+  and a ConfigMap of the job and those of the job's ``podTemplate`` (of the types the
+  standard allows). The driver pod gets that from :func:`driver_pod`; executors,
   which Spark creates, from the pod template :func:`executor_pod_template`, which the
   operator keeps in the job's ConfigMap (:func:`executor_template_config_map`), mounts
   into the driver and names in ``spark.kubernetes.executor.podTemplateFile``;
@@ -35,7 +36,10 @@ Invariants:
   variable of their pod spec, readable by whoever may read pods.) Executors get no
   Kubernetes API token at all;
 * executors get the same variables as the driver where it makes sense: the user's
-  ``env`` (values and ``valueFrom``), the S3 endpoint and every credentials key.
+  ``env`` (values and ``valueFrom``), the S3 endpoint and every credentials key;
+* a GICJob's ``driver.podTemplate`` / ``executor.podTemplate`` is merged under the
+  operator's fields (:func:`merge_pod_template`): it adds labels, annotations,
+  scheduling, volumes and resources, and never replaces what the operator set.
 
 Thread-safety: pure functions over immutable values.
 """
@@ -54,6 +58,7 @@ from typing import Any
 from gic_operator.kube import DRIVER_CONTAINER
 from gic_operator.models.base import API_VERSION
 from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT, EnvVar, GICJobSpec
+from gic_operator.models.pod_template import RESERVED_MOUNT_DIRS, RESERVED_VOLUMES, PodTemplate
 from gic_operator.naming import (
     ANNOTATION_GENERATION,
     DNS_SUBDOMAIN_MAX,
@@ -107,19 +112,18 @@ ROLE_EXECUTOR = "executor"
 #: Name of the executor container in the pod template.
 EXECUTOR_CONTAINER = "executor"
 #: Where the job's Spark authentication secret is mounted, in the driver and executors.
-AUTH_DIR = "/opt/gic/spark-auth"
+AUTH_DIR = RESERVED_MOUNT_DIRS[0]
 AUTH_KEY = "secret"
 AUTH_FILE = f"{AUTH_DIR}/{AUTH_KEY}"
 #: Where the executor pod template is mounted in the driver.
-TEMPLATE_DIR = "/opt/gic/executor-template"
+TEMPLATE_DIR = RESERVED_MOUNT_DIRS[1]
 TEMPLATE_KEY = "executor-pod.json"
 TEMPLATE_FILE = f"{TEMPLATE_DIR}/{TEMPLATE_KEY}"
 #: Bytes of randomness in a job's Spark authentication secret.
 AUTH_SECRET_BYTES = 32
 #: Variables Spark itself would set for authentication (never from the user's env).
 _SPARK_RESERVED_ENV = ("_SPARK_AUTH_SECRET",)
-_AUTH_VOLUME = "spark-auth"
-_TEMPLATE_VOLUME = "executor-template"
+_AUTH_VOLUME, _TEMPLATE_VOLUME = RESERVED_VOLUMES
 
 _MEMORY = re.compile(r"^([0-9]+)([kmgtKMGT]?)$")
 _MIB_PER_UNIT = {"k": 1 / 1024, "m": 1, "": 1, "g": 1024, "t": 1024 * 1024}
@@ -375,29 +379,91 @@ def _auth_mount() -> dict[str, Any]:
     return {"name": _AUTH_VOLUME, "mountPath": AUTH_DIR, "readOnly": True}
 
 
+def _operator_wins(template: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    return {**template, **own}
+
+
+def merge_pod_template(
+    template: PodTemplate | None,
+    metadata: dict[str, Any],
+    spec: dict[str, Any],
+    container: dict[str, Any],
+) -> None:
+    """Merge a GICJob's ``podTemplate`` into a pod the operator built (``metadata``,
+    ``spec`` and its Spark ``container``, changed in place), under the operator's own
+    fields: labels and annotations the operator sets keep its values, its volumes and
+    mounts come first, CPU and memory come from the spec (a template's ``cpu`` and
+    ``memory`` requests and ``memory`` limit are dropped), and scheduling fields the
+    operator sets are kept. The model refused whatever would weaken pod security, so
+    the security contexts stay the operator's. Without a template nothing changes."""
+    if template is None:
+        return
+    for key, extra in (("labels", template.labels), ("annotations", template.annotations)):
+        if extra:
+            metadata[key] = _operator_wins(dict(extra), metadata.get(key, {}))
+    if template.node_selector:
+        spec["nodeSelector"] = _operator_wins(
+            dict(template.node_selector), spec.get("nodeSelector", {})
+        )
+    if template.tolerations:
+        own_tolerations = spec.get("tolerations", [])
+        spec["tolerations"] = [*own_tolerations, *(t.to_kube() for t in template.tolerations)]
+    if template.affinity is not None:
+        spec.setdefault("affinity", dict(template.affinity))
+    if template.image_pull_secrets:
+        pull = [r.to_kube() for r in template.image_pull_secrets]
+        spec["imagePullSecrets"] = [*spec.get("imagePullSecrets", []), *pull]
+    if template.priority_class_name is not None:
+        spec.setdefault("priorityClassName", template.priority_class_name)
+    if template.volumes:
+        spec["volumes"] = [*spec.get("volumes", []), *(v.to_kube() for v in template.volumes)]
+    if template.volume_mounts:
+        mounts = [m.to_kube() for m in template.volume_mounts]
+        container["volumeMounts"] = [*container.get("volumeMounts", []), *mounts]
+    if template.resources is not None:
+        own = container.get("resources", {})
+        resources: dict[str, Any] = {}
+        for kind, amounts, dropped in (
+            ("requests", template.resources.requests, ("cpu", "memory")),
+            ("limits", template.resources.limits, ("memory",)),
+        ):
+            kept = {k: v for k, v in amounts.items() if k not in dropped}
+            merged = _operator_wins(kept, own.get(kind, {}))
+            if merged:
+                resources[kind] = merged
+        if resources:
+            container["resources"] = resources
+
+
 def executor_pod_template(plan: LaunchPlan) -> dict[str, Any]:
     """The pod template Spark builds every executor pod of ``plan`` from: restricted
     security contexts, no service account token, no service links, the job's variables
     and its authentication secret mounted where ``spark.authenticate.secret.executor.file``
-    points. (Spark adds image, resources, ports, its own variables and labels.)"""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "spec": {
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "securityContext": pod_security_context(),
-            "containers": [
-                {
-                    "name": EXECUTOR_CONTAINER,
-                    "securityContext": container_security_context(),
-                    "env": executor_env(plan),
-                    "volumeMounts": [_auth_mount()],
-                }
-            ],
-            "volumes": [_auth_volume(plan.name)],
-        },
+    points, and the job's ``executor.podTemplate`` merged under them. (Spark adds image,
+    CPU and memory, ports, its own variables and labels.)"""
+    container: dict[str, Any] = {
+        "name": EXECUTOR_CONTAINER,
+        "securityContext": container_security_context(),
+        "env": executor_env(plan),
+        "volumeMounts": [_auth_mount()],
     }
+    spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "containers": [container],
+        "volumes": [_auth_volume(plan.name)],
+    }
+    template = plan.spec.application.executor.pod_template
+    metadata: dict[str, Any] = {}
+    if template is not None and template.labels:
+        metadata["labels"] = executor_labels(plan.name)
+    merge_pod_template(template, metadata, spec, container)
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod"}
+    if metadata:
+        pod["metadata"] = metadata
+    pod["spec"] = spec
+    return pod
 
 
 def _job_object_metadata(namespace: str, name: str, uid: str, object_name: str) -> dict[str, Any]:
@@ -494,18 +560,15 @@ def driver_pod(plan: LaunchPlan) -> dict[str, Any]:
                 "configMap": {"name": executor_template_name(plan.name), "defaultMode": 0o444},
             },
         ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": plan.pod_name,
-            "namespace": plan.namespace,
-            "labels": driver_labels(plan.name, plan.epoch),
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(plan.name, plan.uid)],
-        },
-        "spec": spec,
+    metadata: dict[str, Any] = {
+        "name": plan.pod_name,
+        "namespace": plan.namespace,
+        "labels": driver_labels(plan.name, plan.epoch),
+        "annotations": annotations,
+        "ownerReferences": [owner_reference(plan.name, plan.uid)],
     }
+    merge_pod_template(app.driver.pod_template, metadata, spec, container)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def driver_service(namespace: str, name: str, uid: str) -> dict[str, Any]:

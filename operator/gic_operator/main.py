@@ -1,7 +1,8 @@
 """The ``gic-operator`` command: parse options, serve probes and metrics, run kopf.
 
 Sequence of :func:`main`: validate the options (a bad combination exits with status 2
-and says what to change), configure logging, load and configure the handlers
+and says what to change), configure logging (kopf's per-handler INFO lines only at
+DEBUG, :mod:`gic_operator.kopf_settings`), load and configure the handlers
 (:mod:`gic_operator.handlers`, imported only here so that parsing options needs no
 cluster), start the health and metrics servers, then run kopf until it is signalled to
 stop. Readiness (``/readyz``) turns true once kopf's startup handlers (including the one
@@ -161,22 +162,22 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
 def _configure_logging(args: argparse.Namespace) -> None:
     import kopf
 
+    from gic_operator.kopf_settings import quiet_kopf_logs
+
     level = "DEBUG" if args.verbose else args.log_level
     kopf.configure(debug=level == "DEBUG", verbose=args.verbose)
     logging.getLogger().setLevel(level)
+    quiet_kopf_logs(level)
 
 
 def _register_startup(operator: OperatorSettings) -> None:
     """Register the kopf startup handler that applies the operator's kopf settings."""
     import kopf
 
+    from gic_operator.kopf_settings import apply_kopf_settings
+
     def apply_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
-        if operator.peering is not None:
-            settings.peering.name = operator.peering
-        settings.posting.level = logging.INFO
-        settings.persistence.finalizer = FINALIZER
-        settings.watching.server_timeout = 60
-        settings.networking.request_timeout = 30
+        apply_kopf_settings(settings, peering=operator.peering, finalizer=FINALIZER)
 
     kopf.on.startup(id="gic-operator-settings")(apply_settings)
 

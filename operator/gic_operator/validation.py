@@ -12,7 +12,11 @@ secrets, nor Spark's RPC authentication; those are the operator's. A key is acce
 when it is in :data:`ALLOWED_SPARK_CONF` (exactly, or under one of its prefixes ending in
 ``.``) and matches none of the refusals (:data:`OPERATOR_SPARK_CONF`,
 :data:`FORBIDDEN_SPARK_CONF`, secret-looking names). Every refused key is reported, each
-under its own location, in the one message of the invalid spec.
+under its own location, in the one message of the invalid spec. A ``podTemplate``'s
+refusals (security settings, host namespaces, ``hostPath`` and other volume types,
+the operator's labels, volumes and mount paths) are checked by its model
+(:mod:`gic_operator.models.pod_template`) and reported here the same way, each at its
+field (``spec.application.driver.podTemplate.volumes[0].hostPath``).
 
 Pure functions over immutable tables; thread-safe.
 """

@@ -225,6 +225,13 @@ class GICSettings(BaseSettings):
         "(default, safe): never deletes them and stops referencing them after the first "
         "checkpoint.",
     )
+    allow_query_change: bool = Field(
+        False,
+        description="Resume checkpoints written by a different query (another source, "
+        "processing or output schema). Off: such a resume is refused before anything is "
+        "written, so a job never reads another query's state by accident; on for a "
+        "deliberate upgrade of the job's query.",
+    )
     epoch: int | None = Field(
         None,
         ge=1,
@@ -427,6 +434,7 @@ ACCEPTED: Mapping[str, str] = {
     "checkpoint_timeout_s": "a positive number of seconds",
     "restore_source": "a checkpoint or savepoint URI or path (or unset)",
     "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
+    "allow_query_change": "true or false (also 1/0, yes/no, on/off)",
     "epoch": "a positive integer (or unset: the driver claims the next)",
     "local_dir": "a non-empty directory path (or unset: executor scratch / <tmp>/gic-local)",
     "orphan_sweep_interval_s": "a positive number of seconds",

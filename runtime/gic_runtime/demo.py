@@ -1,4 +1,9 @@
-"""``make run``: a local keyed word count with GIC checkpoints on local storage.
+"""The core-only demo: a local keyed word count with GIC checkpoints on local storage,
+run by ``python -m gic_runtime.demo`` without Spark, on the runtime core alone
+(:class:`~gic_runtime.coordination.task.StateTask` and
+:class:`~gic_runtime.coordination.timeline.CheckpointTimeline`). ``make run`` runs
+``gic demo`` instead (:mod:`gic_runtime.cli.cmd_demo`): a word count on local Spark,
+stopped with a savepoint and restored from it (:mod:`gic_runtime.spark.demo`).
 
 What it shows, end to end on the runtime core:
 

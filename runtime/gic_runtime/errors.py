@@ -138,3 +138,9 @@ class OwnershipError(GICError):
 
 class FencedError(GICError):
     """A newer attempt (higher fencing epoch) of this job exists; this one must stop."""
+
+
+class QueryMismatchError(RestoreError):
+    """A job's checkpoints were written by a different query (another source,
+    processing or output schema); the message names the job, what differs and how to go
+    on. Raised before the driver claims the job: nothing was written."""

@@ -1,6 +1,6 @@
 """Shared building blocks of the on-storage formats.
 
-Invariant (DESIGN §3.8): every file the runtime writes starts with a 4-byte magic and a
+Invariant (docs/architecture.md I8): every file the runtime writes starts with a 4-byte magic and a
 2-byte format version, and carries CRC32C checksums; readers reject unknown versions and
 checksum mismatches with an error naming the file, never returning partial data.
 """

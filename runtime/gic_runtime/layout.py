@@ -8,7 +8,8 @@
                                                the same, when a superseded manifest holds
                                                the usual name
         changelog/<epoch>/<uuid>.seg           changelog segments (DSTL uploads)
-        snapshots/<bucket>/<uuid>.snap         materialized bucket snapshots
+        snapshots/<bucket>/<epoch>-<uuid>.snap materialized bucket snapshots (older
+                                               runtimes wrote <uuid>.snap)
         control/...                            durable control requests and outcomes
         epochs/epoch-<epoch:012d>              fencing claim of a launch (marker)
         epochs/epoch-<epoch:012d>.start        where that launch starts (claim start record)
@@ -16,7 +17,8 @@
         _savepoint.manifest                    manifest of a self-contained savepoint
         files/...                              copies of every file it references
 
-A job only ever deletes objects under its own ``jobs/<job_id>/`` prefix (DESIGN §3.9).
+A job only ever deletes objects under its own ``jobs/<job_id>/`` prefix
+(docs/architecture.md I9).
 """
 
 from __future__ import annotations
@@ -111,9 +113,20 @@ def new_segment_uri(root: str, job_id: str, epoch: int) -> str:
     return join(job_dir(root, job_id), "changelog", str(epoch), f"{uuid.uuid4().hex}.seg")
 
 
-def new_snapshot_uri(root: str, job_id: str, bucket: int) -> str:
-    """A fresh, never-reused name for a bucket snapshot."""
-    return join(job_dir(root, job_id), "snapshots", str(bucket), f"{uuid.uuid4().hex}.snap")
+def new_snapshot_uri(root: str, job_id: str, bucket: int, *, epoch: int) -> str:
+    """A fresh, never-reused name for a bucket snapshot written by attempt ``epoch``."""
+    name = f"{epoch}-{uuid.uuid4().hex}.snap"
+    return join(job_dir(root, job_id), "snapshots", str(bucket), name)
+
+
+_SNAPSHOT = re.compile(r"(\d+)-[0-9a-f]{32}\.snap")
+
+
+def parse_snapshot_epoch(name: str) -> int | None:
+    """The epoch that wrote a snapshot, from its file name (or key/URI); ``None`` for a
+    name without one (written by an older runtime) or not a snapshot's."""
+    m = _SNAPSHOT.fullmatch(name.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
 
 
 def savepoint_dir(root: str, savepoint_id: str) -> str:

@@ -353,3 +353,65 @@ def test_switches_turn_parts_off(helm: ModuleType) -> None:
     assert sorted(d["kind"] for d in docs) == ["Deployment"]
     pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "existing"
+
+
+def test_metrics_off_renders_no_port_no_service_no_scrape_rule(helm: ModuleType) -> None:
+    values = {
+        "metrics": {"port": -1},
+        "networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]},
+    }
+    docs = _render(helm, values)
+    container = _container(docs)
+    assert "--metrics-port=-1" in container["args"]
+    assert [p["name"] for p in container["ports"]] == ["health"]
+    assert all(p["containerPort"] >= 0 for p in container["ports"])
+    assert not [d for d in docs if d["kind"] in ("Service", "ServiceMonitor")]
+    [operator_policy] = [
+        d for d in docs if d["kind"] == "NetworkPolicy" and "spark" not in d["metadata"]["name"]
+    ]
+    assert operator_policy["spec"]["ingress"] == []
+    with pytest.raises(Exception, match=r"metrics\.serviceMonitor\.enabled needs metrics"):
+        _render(helm, {"metrics": {"port": -1, "serviceMonitor": {"enabled": True}}})
+    report = helm.lint(str(CHART), {"metrics": {"port": -1}}, strict=True)
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_service_monitor_only_when_enabled(helm: ModuleType) -> None:
+    assert not [d for d in _render(helm) if d["kind"] in ("ServiceMonitor", "PodMonitor")]
+    values = {
+        "metrics": {
+            "serviceMonitor": {
+                "enabled": True,
+                "labels": {"release": "prometheus"},
+                "interval": "30s",
+                "scrapeTimeout": "10s",
+            }
+        }
+    }
+    docs = _render(helm, values)
+    monitor = _one(docs, "ServiceMonitor")
+    service = _one(docs, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == RELEASE_NS
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [RELEASE_NS]}
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint == {
+        "port": "metrics",
+        "path": "/metrics",
+        "interval": "30s",
+        "scrapeTimeout": "10s",
+    }
+    assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
+    # the operator's own Deployment does not carry the component label the monitor selects
+    deployment = _one(docs, "Deployment")
+    assert "app.kubernetes.io/component" not in deployment["metadata"]["labels"]
+    report = helm.lint(str(CHART), values, strict=True)
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    with pytest.raises(Exception, match=r"needs metrics\.service\.enabled"):
+        _render(
+            helm,
+            {"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}},
+        )

@@ -220,7 +220,13 @@ def test_schema_is_structural(kind: str) -> None:
     for path, node in _nodes(schema):
         for keyword in ("$ref", "$defs", "anyOf", "allOf", "oneOf", "not", "title", "const"):
             assert keyword not in node, f"{kind}{path} has {keyword}"
-        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        # an untyped node must keep unknown fields, or be int-or-string (quantities)
+        untyped = node.get("x-kubernetes-preserve-unknown-fields") or node.get(
+            "x-kubernetes-int-or-string"
+        )
+        assert "type" in node or untyped, path
+        if node.get("x-kubernetes-int-or-string"):
+            assert "type" not in node, path
         assert not ("properties" in node and "additionalProperties" in node), path
         if node.get("nullable"):
             assert "type" in node, path
@@ -243,7 +249,16 @@ def test_status_keeps_unknown_fields_at_every_level(kind: str) -> None:
         if node.get("type") == "object" and "additionalProperties" not in node:
             assert node.get("x-kubernetes-preserve-unknown-fields") is True, path
     spec = _schema(kind)["properties"]["spec"]
-    assert all("x-kubernetes-preserve-unknown-fields" not in node for _, node in _nodes(spec))
+    # The spec prunes unknown fields, except in the Kubernetes objects a pod template
+    # passes through (affinity, volume sources) or refuses by name.
+    kept = {path for path, node in _nodes(spec) if "x-kubernetes-preserve-unknown-fields" in node}
+    free = {"affinity", "volumes[]", "volumes[].hostPath", "securityContext"}
+    templates = {
+        f".application.{role}.podTemplate.{name}"
+        for role in ("driver", "executor")
+        for name in free
+    }
+    assert kept <= templates, kept - templates
 
 
 def test_translations_of_json_schema_constructs() -> None:
@@ -494,3 +509,44 @@ def test_converter_refuses_what_kubernetes_cannot_express() -> None:
         structural_schema(_Union)
     with pytest.raises(CrdSchemaError, match=r"_Undocumented\.value: no description"):
         structural_schema(_Undocumented)
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_conditions_are_a_list_keyed_by_type(kind: str) -> None:
+    conditions = _schema(kind)["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert "type" in conditions["items"]["required"]
+    assert conditions["items"]["properties"]["type"]["type"] == "string"
+    for crd in crdgen.generated_files().values():
+        if f"kind: {kind}\n" in crd:
+            assert "x-kubernetes-list-map-keys:\n" in crd
+
+
+def test_a_list_map_must_key_on_required_scalars() -> None:
+    class Item(BaseModel):
+        name: str = Field(description="Key.")
+        size: int = Field(0, description="Not a key.")
+
+    class Keyed(BaseModel):
+        items: list[Item] = Field(
+            description="Items.",
+            json_schema_extra={
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
+        )
+
+    class BadKey(BaseModel):
+        items: list[Item] = Field(
+            description="Items.",
+            json_schema_extra={
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["size"],
+            },
+        )
+
+    schema = structural_schema(Keyed)["properties"]["items"]
+    assert schema["x-kubernetes-list-map-keys"] == ["name"]
+    with pytest.raises(CrdSchemaError, match="map key 'size' must be a required scalar"):
+        structural_schema(BadKey)

@@ -3,6 +3,8 @@ option, metric and Event reason the code defines is named there.
 
 The checks look for each name in backticks (`` `spec.checkpointing.storage` ``), so a
 field added to a model, a new option or a new Event fails here until it is documented.
+A pod template is one shape used by the driver and the executors: it is documented once,
+its fields named relative to it (`` `podTemplate.volumes[].name` ``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gic_operator.models import (
     GICJobSpec,
     GICJobStatus,
     JobPhase,
+    PodTemplate,
     SavepointSpec,
     SavepointState,
     SavepointStatus,
@@ -32,6 +35,10 @@ from gic_operator.models import (
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
 OPERATOR = ROOT / "operator" / "gic_operator"
+
+
+#: Shapes documented once, not under every field that uses them.
+SHARED: tuple[type[BaseModel], ...] = (Condition, PodTemplate)
 
 
 def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
@@ -48,7 +55,7 @@ def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
         found, _ = _nested_model(get_args(annotation)[0])
         return found, True
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return (None if annotation is Condition else annotation), False
+        return (None if annotation in SHARED else annotation), False
     return None, False
 
 
@@ -69,8 +76,9 @@ def field_paths(model: type[BaseModel], prefix: str) -> Iterator[str]:
         (GICJobStatus, "status"),
         (SavepointSpec, "spec"),
         (SavepointStatus, "status"),
+        (PodTemplate, "podTemplate"),
     ],
-    ids=["gicjob-spec", "gicjob-status", "savepoint-spec", "savepoint-status"],
+    ids=["gicjob-spec", "gicjob-status", "savepoint-spec", "savepoint-status", "pod-template"],
 )
 def test_every_field_is_documented(model: type[BaseModel], prefix: str) -> None:
     missing = [path for path in field_paths(model, prefix) if f"`{path}`" not in DOC]

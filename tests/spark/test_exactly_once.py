@@ -1,7 +1,7 @@
 """Exactly-once across kill -9: the word-count driver is killed again and again, at
 named protocol steps and at random moments, and restarted each time. The published
 output and the final state must equal an independently computed reference: nothing
-lost, nothing doubled (DESIGN §3.3, §3.4)."""
+lost, nothing doubled (docs/architecture.md I3, I4)."""
 
 from __future__ import annotations
 

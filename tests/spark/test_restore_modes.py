@@ -1,4 +1,4 @@
-"""Claim and no-claim restores of a word count on real Spark (DESIGN §2, §3.1, §3.6).
+"""Claim and no-claim restores of a word count on real Spark (docs/architecture.md I1, I6).
 
 Job ``a`` counts the first two input files; two native savepoints are taken from its
 last checkpoint. Job ``b`` restores one savepoint without claiming it: its first

@@ -1,4 +1,4 @@
-"""Savepoints of a running word count on real Spark (DESIGN §2, §3.5).
+"""Savepoints of a running word count on real Spark (docs/architecture.md I5).
 
 One job runs continuous micro-batches in a background thread while savepoints are
 requested through the durable control channel: intermediate ones (native and canonical)

@@ -32,6 +32,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gic
 {{- end }}
 
+{{/* "true" when the operator serves metrics on a fixed port (metrics.port -1 turns them
+off; 0, any free port, cannot be declared as a container port either). */}}
+{{- define "gic-operator.metricsOn" -}}
+{{- if gt (int .Values.metrics.port) 0 }}true{{ end }}
+{{- end }}
+
 {{/* The operator's service account. */}}
 {{- define "gic-operator.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}

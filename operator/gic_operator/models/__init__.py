@@ -10,6 +10,7 @@ from gic_operator.models.gicjob import (
     SavepointFormat,
     UpgradeMode,
 )
+from gic_operator.models.pod_template import PodTemplate
 from gic_operator.models.savepoint import (
     FINAL_STATES,
     SavepointMode,
@@ -29,6 +30,7 @@ __all__ = [
     "GICJobStatus",
     "JobPhase",
     "JobState",
+    "PodTemplate",
     "RestoreMode",
     "SavepointFormat",
     "SavepointMode",

@@ -45,6 +45,14 @@ class StatusPart(KubeModel):
     )
 
 
+#: Schema extension of every ``conditions`` list: a list keyed by ``type`` (the API server
+#: keeps one entry per type, and server-side apply merges entries by type).
+CONDITIONS_LIST: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+
+
 class ConditionStatus(StrEnum):
     """Kubernetes condition status values."""
 

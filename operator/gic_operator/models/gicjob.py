@@ -16,7 +16,10 @@ message and nothing is launched):
   overflows what the operator computes from it (restart delays, deadlines);
 * ``application.sparkConf`` names only allowed Spark settings
   (:mod:`gic_operator.validation`), and ``application.env`` takes each variable either
-  from a value or from a Secret key, a ConfigMap key or a field of the pod.
+  from a value or from a Secret key, a ConfigMap key or a field of the pod;
+* ``application.driver.podTemplate`` and ``application.executor.podTemplate`` never
+  weaken pod security nor take over the operator's labels, volumes and mounts
+  (:mod:`gic_operator.models.pod_template`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from typing import Annotated
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from gic_operator.models.base import Condition, KubeModel, StatusPart
+from gic_operator.models.base import CONDITIONS_LIST, Condition, KubeModel, StatusPart
+from gic_operator.models.pod_template import PodTemplate
 from gic_operator.validation import SPARK_CONF_VALUE_MAX, check_spark_conf
 
 #: Service account of every driver pod (the Helm chart creates it in each Spark namespace
@@ -185,6 +189,11 @@ class DriverSpec(KubeModel):
         pattern=MEMORY_PATTERN,
         description="Memory added to the pod's limit for Python workers and native memory.",
     )
+    pod_template: PodTemplate | None = Field(
+        None,
+        description="Labels, annotations, scheduling, volumes and resources added to the "
+        "driver pod, under the operator's own fields (security settings are refused).",
+    )
 
 
 class ExecutorSpec(KubeModel):
@@ -194,6 +203,12 @@ class ExecutorSpec(KubeModel):
     cores: int = Field(1, ge=1, le=MAX_CORES, description="CPU cores per executor.")
     memory: str = Field(
         "1g", pattern=MEMORY_PATTERN, description="Executor JVM memory (Spark syntax)."
+    )
+    pod_template: PodTemplate | None = Field(
+        None,
+        description="Labels, annotations, scheduling, volumes and resources added to every "
+        "executor pod (through the executor pod template), under the operator's and "
+        "Spark's own fields (security settings are refused).",
     )
 
 
@@ -547,4 +562,8 @@ class GICJobStatus(KubeModel):
         None, description="Generation whose suspend savepoint failed; not retried until then."
     )
     message: str | None = Field(None, description="Human-readable summary of the phase.")
-    conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Conditions, at most one of each type.",
+        json_schema_extra=CONDITIONS_LIST,
+    )

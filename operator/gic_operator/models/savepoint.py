@@ -23,7 +23,7 @@ from enum import StrEnum
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from gic_operator.models.base import Condition, KubeModel
+from gic_operator.models.base import CONDITIONS_LIST, Condition, KubeModel
 from gic_operator.models.gicjob import SavepointFormat
 
 
@@ -92,4 +92,8 @@ class SavepointStatus(KubeModel):
     disposal_error: str | None = Field(
         None, description="Last error while deleting the files on resource deletion."
     )
-    conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Conditions, at most one of each type.",
+        json_schema_extra=CONDITIONS_LIST,
+    )

@@ -1,6 +1,6 @@
 """When to make another upload attempt: the retry policy and the hedge delay.
 
-Retry rules (DESIGN §7): a timed-out attempt gets a new attempt at once; a transient
+Retry rules (docs/architecture.md §8): a timed-out attempt gets a new attempt at once; a transient
 I/O error gets a new attempt after a growing delay; anything else fails the upload.
 Hedging is separate: :class:`AdaptiveHedgeDelay` says how long an attempt may run
 before one more attempt is started beside it (the slow one keeps running).

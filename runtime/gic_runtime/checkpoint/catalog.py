@@ -141,7 +141,7 @@ def read_manifest(resolver: StoreResolver, uri: str) -> Manifest:
 
 def read_checkpoint(resolver: StoreResolver, uri: str) -> StoredManifest:
     """Read a manifest from a job's ``checkpoints/`` directory; it must be a checkpoint
-    (savepoints never join the timeline, DESIGN §3.5)."""
+    (savepoints never join the timeline, docs/architecture.md I5)."""
     manifest = read_manifest(resolver, uri)
     if manifest.is_savepoint:
         raise CorruptFileError(

@@ -14,8 +14,10 @@ readers accept 1 and 2, so a job whose latest checkpoint is v1 resumes and write
 next manifest as v2 (the decoded :class:`Manifest` records in ``version`` the format of
 the file it was read from). Both versions carry the same fields: ``job_id``,
 ``checkpoint_id``, ``epoch``, ``created_at``, ``num_buckets``, ``kind``, ``savepoint``,
-``restored_from``, ``base``, ``engine``, ``sink`` and the buckets. They differ in how
-buckets are written:
+``restored_from``, ``base``, ``engine``, ``sink`` and the buckets, and optionally
+``query`` (the fingerprint of the query that wrote the checkpoint, :mod:`gic_runtime.query`;
+written only when known, absent from manifests of older runtimes, ignored by readers
+that predate it). They differ in how buckets are written:
 
 * v1: ``buckets`` is a list of :meth:`BucketState.to_json` objects, every handle a JSON
   object with its full (or relative) object name -- about 170 bytes per handle;
@@ -149,12 +151,14 @@ def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
         "tokens": tokens,
         "buckets": entries,
     }
+    if m.query is not None:
+        body["query"] = dict(m.query)
     try:
         text = json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"manifest of checkpoint {m.checkpoint_id} is not serializable as JSON: {exc}; "
-            "engine and sink entries must be plain JSON values (no NaN, no objects)"
+            "engine, sink and query entries must be plain JSON values (no NaN, no objects)"
         ) from exc
     return encode_text_record(MAGIC, FORMAT_VERSION, text.encode("ascii"))
 
@@ -208,6 +212,7 @@ def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manif
         buckets = decode_buckets(obj["buckets"], [resolve(n) for n in names], obj["tokens"])
     savepoint = obj["savepoint"]
     restored = obj["restored_from"]
+    query = obj.get("query")
     manifest = Manifest(
         job_id=str(obj["job_id"]),
         checkpoint_id=_int(obj["checkpoint_id"], "checkpoint_id"),
@@ -225,6 +230,7 @@ def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manif
         if restored is not None
         else None,
         version=version,
+        query=_json_object(query, "query") if query is not None else None,
     )
     return map_uris(manifest, resolve) if version == 1 else manifest
 

@@ -87,8 +87,8 @@ class RestoreLineage:
 
     ``source_uri`` is the URI of the source manifest (a checkpoint's or a savepoint's),
     ``source_checkpoint_id`` that manifest's checkpoint id. ``released`` is true once the
-    manifest carrying this lineage references no object of the source (DESIGN §3.6: from
-    then on a no-claim source may be deleted by its owner).
+    manifest carrying this lineage references no object of the source
+    (docs/architecture.md I6: from then on a no-claim source may be deleted by its owner).
     """
 
     source_uri: str
@@ -125,8 +125,8 @@ def _frozen_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
 class Manifest:
     """One completed checkpoint or savepoint of a job (see the module docstring).
 
-    ``buckets`` is a read-only mapping; ``engine`` and ``sink`` are read-only views of
-    deep copies of free-form JSON objects (the caller's dicts can change afterwards
+    ``buckets`` is a read-only mapping; ``engine``, ``sink`` and ``query`` are read-only
+    views of deep copies of free-form JSON objects (the caller's dicts can change afterwards
     without affecting the manifest). Objects are named by full URI everywhere in the
     model; relative naming exists only in the serialized form.
     """
@@ -143,6 +143,9 @@ class Manifest:
     sink: Mapping[str, Any] = field(default_factory=dict)
     restored_from: RestoreLineage | None = None
     version: int = FORMAT_VERSION
+    query: Mapping[str, Any] | None = None
+    """Fingerprint of the query that wrote the checkpoint (a free JSON object, see
+    :mod:`gic_runtime.query`); ``None`` in manifests written without one."""
 
     def __post_init__(self) -> None:
         if self.checkpoint_id < 0 or self.epoch < 0:
@@ -177,6 +180,8 @@ class Manifest:
         object.__setattr__(self, "buckets", MappingProxyType(ordered))
         object.__setattr__(self, "engine", _frozen_json(self.engine))
         object.__setattr__(self, "sink", _frozen_json(self.sink))
+        if self.query is not None:
+            object.__setattr__(self, "query", _frozen_json(self.query))
 
     @property
     def is_savepoint(self) -> bool:

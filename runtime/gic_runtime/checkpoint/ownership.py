@@ -9,20 +9,20 @@ Ownership classes (first match wins, in this order):
 2. :attr:`Owner.NO_CLAIM_SOURCE` -- an object referenced by the source manifest of a
    no-claim restore, or anything under the source's directory (unless that directory is
    the job's own). Never deleted; no manifest references it after the new job's first
-   completed checkpoint (DESIGN §3.6).
+   completed checkpoint (docs/architecture.md I6).
 3. :attr:`Owner.SAVEPOINT` -- anything under ``<root>/savepoints/`` or a known savepoint
    directory. Deleted only by explicit disposal, never by a job.
 4. :attr:`Owner.JOB` -- anything else under ``<root>/jobs/<job_id>/``: the job's
    timeline, deleted when no retained checkpoint references it.
 5. :attr:`Owner.FOREIGN` -- everything else (other jobs, unknown places). Never deleted.
 
-What a job may delete (DESIGN §3.9), enforced only by :meth:`OwnershipPolicy.check_delete`
-and used by :func:`delete_keys` / :func:`delete_uris`, the only functions in this package
-that call ``delete_many``: objects classified :attr:`Owner.JOB` or
-:attr:`Owner.CLAIMED_SOURCE`, nothing else. Callers decide *whether* an object is
-unreferenced; the guard decides whether the job is *allowed* to delete it and raises
-:class:`OwnershipError` before deleting anything of a batch that contains a forbidden
-object.
+What a job may delete (docs/architecture.md I9), enforced only by
+:meth:`OwnershipPolicy.check_delete` and used by :func:`delete_keys` / :func:`delete_uris`,
+the only functions in this package that call ``delete_many``: objects classified
+:attr:`Owner.JOB` or :attr:`Owner.CLAIMED_SOURCE`, nothing else. Callers decide *whether*
+an object is unreferenced; the guard decides whether the job is *allowed* to delete it
+and raises :class:`OwnershipError` before deleting anything of a batch that contains a
+forbidden object.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class OwnershipPolicy:
             raise OwnershipError(
                 f"refusing to delete {uri}: it is owned by {owner.value}, and a job deletes "
                 f"only objects under its own directory {self.job_dir} or claimed from its "
-                "restore source (DESIGN §3.9); nothing of this batch was deleted"
+                "restore source (docs/architecture.md I9); nothing of this batch was deleted"
             )
 
     def source_references(self, manifest: Manifest) -> frozenset[str]:

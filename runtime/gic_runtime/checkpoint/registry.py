@@ -6,7 +6,8 @@ how many retained checkpoints reference it. Completing checkpoint N registers it
 oldest checkpoints beyond the retention count are *subsumed*: their manifest files are
 deleted, their objects' counts drop, and objects whose count reaches zero are deleted --
 if the job owns them (:mod:`gic_runtime.checkpoint.ownership`). Savepoint files,
-no-claim restore sources and foreign objects are never deleted (DESIGN §3.1); they
+no-claim restore sources and foreign objects are never deleted (docs/architecture.md I1);
+they
 are reported as *kept*.
 
 Deletion is off the critical path: it runs on a background executor (one worker by
@@ -24,7 +25,7 @@ Invariants:
 * an object is deleted only when its count is zero at deletion time and the ownership
   policy allows it;
 * intermediate savepoints are never registered (``register`` refuses savepoint
-  manifests, DESIGN §2).
+  manifests, docs/architecture.md I5).
 
 The state is rebuildable after a restart from the retained manifests alone
 (:meth:`SharedFileRegistry.from_manifests`); nothing else is persisted.

@@ -12,7 +12,7 @@ written again (see :mod:`gic_runtime.checkpoint.catalog`); what it references go
 Everything else under the job directory (``control/`` intents, files other components
 keep there) is never looked at.
 
-Precondition (DESIGN §3.9), the caller's duty: no attempt of the job can still write --
+Precondition (docs/architecture.md I10), the caller's duty: no attempt of the job can still write --
 the old driver is gone and the epoch is bumped -- so an in-progress upload of a live
 attempt can never be mistaken for an orphan.
 

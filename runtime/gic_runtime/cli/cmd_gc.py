@@ -5,7 +5,7 @@ Deletes (or with ``--dry-run`` lists) the objects under ``jobs/<job>/changelog``
 :func:`~gic_runtime.checkpoint.sweep.sweep_orphans` and the job's ownership policy
 (savepoints, other jobs and a restore source are never touched).
 
-Safety (DESIGN §3.9: sweep only when no attempt of the job can still write):
+Safety (docs/architecture.md I10: sweep only when no attempt of the job can still write):
 
 * refused (exit 2) while the status record says the job is starting, running or
   stopping and was updated within :data:`FRESH_S` seconds, unless ``--force``; a dry

@@ -6,13 +6,15 @@ sent to every state task of that batch; each task answers with one :class:`TaskA
 Invariants:
 
 * Task ``i`` of ``num_tasks`` owns the contiguous buckets :meth:`Barrier.bucket_range`
-  ``(i)``; the ranges of all tasks partition ``[0, num_buckets)``. Whatever Spark does
-  with placement, a task only ever touches its own buckets.
+  ``(i)`` (:mod:`~gic_runtime.coordination.ranges`); the ranges of all tasks partition
+  ``[0, num_buckets)``. Whatever Spark does with placement, a task only ever touches its
+  own buckets.
 * ``expected`` is the lineage every bucket must start the batch from: the bucket states
   of the previous checkpoint (buckets absent from it start empty), or of the restore
   source on the first batch of a restored job. A task whose local copy does not carry
   exactly that lineage restores the bucket from storage.
-* An ack names only objects that were durable when it was sent (DESIGN §3.2), and holds
+* An ack names only objects that were durable when it was sent (docs/architecture.md
+  I2), and holds
   one :class:`~gic_runtime.handles.BucketState` for every bucket of its range.
 
 Both are immutable values; they travel as JSON (acks) or pickled closures (barriers,
@@ -27,29 +29,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gic_runtime.coordination.packed_states import PackedStates
+from gic_runtime.coordination.ranges import split_buckets
 from gic_runtime.coordination.settings import TaskSettings
 from gic_runtime.errors import ConfigurationError, FormatError
 from gic_runtime.handles import BucketState
 
+__all__ = [
+    "ACK_VERSION",
+    "Barrier",
+    "StagedFile",
+    "TaskAck",
+    "TaskStats",
+    "split_buckets",
+]
+
 ACK_VERSION = 1
 """Version of the JSON form of :class:`TaskAck`."""
-
-
-def split_buckets(num_buckets: int, num_tasks: int, index: int) -> range:
-    """Buckets of task ``index`` of ``num_tasks``: ``[index*B//n, (index+1)*B//n)``."""
-    if not 1 <= num_tasks <= num_buckets:
-        raise ConfigurationError(
-            f"{num_tasks} state tasks for {num_buckets} buckets: use between 1 and "
-            f"{num_buckets} tasks (each task owns at least one bucket)"
-        )
-    if not 0 <= index < num_tasks:
-        raise ConfigurationError(f"task index {index} outside [0, {num_tasks})")
-    return range(index * num_buckets // num_tasks, (index + 1) * num_buckets // num_tasks)
-
-
-def task_of_bucket(num_buckets: int, num_tasks: int, bucket: int) -> int:
-    """Index of the task owning ``bucket`` (inverse of :func:`split_buckets`)."""
-    return ((bucket + 1) * num_tasks - 1) // num_buckets
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +96,6 @@ class Barrier:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle with ``expected`` packed per task (see
         :mod:`~gic_runtime.coordination.packed_states`): the barrier goes to every task."""
-        from gic_runtime.coordination.packed_states import PackedStates
-
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         expected = self.expected
         if (

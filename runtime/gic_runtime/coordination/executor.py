@@ -316,7 +316,7 @@ def _materialize_all(
         with view.view as items:
             return upload_snapshot(
                 resolver,
-                new_snapshot_uri(barrier.root, barrier.job_id, view.bucket),
+                new_snapshot_uri(barrier.root, barrier.job_id, view.bucket, epoch=barrier.epoch),
                 items,
                 bucket=view.bucket,
                 seq=view.seq,

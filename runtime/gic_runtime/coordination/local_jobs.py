@@ -297,7 +297,7 @@ def _release(item: JobItem) -> None:
 def _materialize(
     scope: MaterializationScope, view: MaterializationView, token: str
 ) -> SnapshotHandle:
-    uri = new_snapshot_uri(scope.root, scope.job_id, view.bucket)
+    uri = new_snapshot_uri(scope.root, scope.job_id, view.bucket, epoch=scope.epoch)
     with view.view as items:
         handle = upload_snapshot(
             scope.resolver,

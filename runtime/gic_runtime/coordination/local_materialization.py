@@ -57,7 +57,10 @@ Failures are logged and counted, never raised into a later task; a failed bucket
 ``max_consecutive_failures`` in a row each failure is logged as an error. A process that
 dies mid-upload leaves a stale marker and maybe an orphan snapshot (the job's orphan
 sweep deletes it). Snapshots never adopted are not deleted here: another process may
-still adopt them, and a manifest may already reference them.
+still adopt them, and a manifest may already reference them. After a clean stop the
+driver waits for the markers (:func:`wait_for_markers`) and then deletes the attempt's
+snapshots no retained manifest references
+(:meth:`~gic_runtime.coordination.timeline.CheckpointTimeline.sweep_after_stop`).
 
 Thread-safety: every public function may be called from any thread; a pool's state is
 guarded by its condition variable. A process created by ``fork`` starts with an empty
@@ -108,6 +111,7 @@ __all__ = [
     "process_pool",
     "shutdown_local_materializations",
     "start_due_materializations",
+    "wait_for_markers",
     "wait_local_materializations",
 ]
 
@@ -209,6 +213,31 @@ def start_due_materializations(
         if taken and submit_job(scope, taken):
             started += len(taken)
     return started
+
+
+def wait_for_markers(
+    directory: Path, buckets: range, timeout: float, *, poll_s: float = 0.05
+) -> list[int]:
+    """Wait until no bucket of ``buckets`` has an in-flight marker in ``directory`` (a
+    materialization directory, shared by every process of an executor), at most
+    ``timeout`` seconds; returns the buckets still in flight (empty when all finished).
+    Stale markers (a dead process's) do not count. Every marker of a task's
+    materializations exists before the task returns, so after a job's last task this
+    waits for every snapshot those tasks started in this directory, whichever process
+    uploads it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = [b for b in buckets if _in_flight(_marker_path(directory, b))]
+        if not busy or time.monotonic() >= deadline:
+            return busy
+        time.sleep(poll_s)
+
+
+def _in_flight(marker: Path) -> bool:
+    try:
+        return time.time() - marker.stat().st_mtime < MARKER_STALE_S
+    except FileNotFoundError:
+        return False
 
 
 def _take(

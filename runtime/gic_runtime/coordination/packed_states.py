@@ -27,7 +27,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped, unused-ignore]
 
-from gic_runtime.coordination.barrier import task_of_bucket
+from gic_runtime.coordination.ranges import task_of_bucket
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 

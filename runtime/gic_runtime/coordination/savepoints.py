@@ -8,7 +8,7 @@ copy where the store has it); canonical ones export every bucket to Parquet.
 Invariants:
 
 * A savepoint is never registered with the job's shared-file registry, never becomes a
-  crash-recovery start point and never publishes sink output (DESIGN §3.5): it is
+  crash-recovery start point and never publishes sink output (docs/architecture.md I5): it is
   written from a manifest that is already complete and published.
 * Serving is idempotent: a request whose target already holds a finished savepoint
   (e.g. the driver crashed after writing it, before recording the outcome) is completed

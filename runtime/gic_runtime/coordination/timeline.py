@@ -10,11 +10,11 @@ Invariants:
 
 * A checkpoint of a no-claim restore references the source only until the first
   checkpoint completes: :attr:`must_be_self_contained` is true until then, and
-  :meth:`commit` refuses a first checkpoint that still references the source (DESIGN
-  §3.6).
+  :meth:`commit` refuses a first checkpoint that still references the source
+  (docs/architecture.md I6).
 * Savepoints are never registered: they never enter the retained set, never drive
-  deletions and are never a crash-recovery start point (DESIGN §3.5).
-* Deletions happen only through the ownership policy (DESIGN §3.1, §3.9).
+  deletions and are never a crash-recovery start point (docs/architecture.md I5).
+* Deletions happen only through the ownership policy (docs/architecture.md I1, I9).
 * Only manifests that count are a start point or retained: a manifest superseded by a
   newer launch's claim (:mod:`gic_runtime.checkpoint.claims`) is ignored here; the
   sweep deletes what only it references.
@@ -63,7 +63,9 @@ from gic_runtime.layout import (
     MANIFEST_SUFFIX,
     SAVEPOINT_MANIFEST,
     alternate_manifest_uri,
+    job_dir,
     manifest_uri,
+    parse_snapshot_epoch,
 )
 from gic_runtime.savepoint.canonical import INDEX_NAME
 from gic_runtime.savepoint.native import NativeSavepoint, load_savepoint, write_native_savepoint
@@ -199,8 +201,10 @@ class CheckpointTimeline:
         *,
         engine: Mapping[str, Any] | None = None,
         sink: Mapping[str, Any] | None = None,
+        query: Mapping[str, Any] | None = None,
     ) -> tuple[StoredManifest, Callable[[], DeletionReport]]:
-        """Write manifest ``checkpoint_id`` (create-if-absent) and register it.
+        """Write manifest ``checkpoint_id`` (create-if-absent) and register it;
+        ``query`` is the fingerprint of the query that wrote it (:mod:`gic_runtime.query`).
 
         Returns the stored manifest and a function that waits for the background
         deletions this commit caused (callers on the critical path need not call it).
@@ -214,6 +218,7 @@ class CheckpointTimeline:
             buckets=dict(buckets),
             engine=dict(engine or {}),
             sink=dict(sink or {}),
+            query=None if query is None else dict(query),
         )
         lineage = self._lineage
         if lineage is not None:
@@ -297,6 +302,36 @@ class CheckpointTimeline:
             policy=self.policy,
             dry_run=dry_run,
             progress=progress,
+            epoch=self.epoch,
+        )
+
+    def sweep_after_stop(self) -> SweepResult:
+        """Delete what this attempt uploaded and no retained checkpoint references: its
+        changelog segments (``changelog/<epoch>/``) and its snapshots (named with its
+        epoch), e.g. background snapshots no later batch adopted. Nothing of another
+        attempt is looked at, and a newer claim stops the sweep before its next deletion
+        (:class:`~gic_runtime.errors.FencedError`).
+
+        Call after a clean stop, once the attempt's last manifest is written, no batch of
+        the attempt runs any more and its background materializations have finished: a
+        snapshot that lands afterwards stays until the next start's sweep.
+        """
+        self.registry.drain()
+        own_segments = join(job_dir(self.root, self.job_id), "changelog", str(self.epoch)) + "/"
+
+        def not_own(uri: str, subdir: str) -> bool:
+            if subdir == "changelog":
+                return not uri.startswith(own_segments)
+            return parse_snapshot_epoch(uri) != self.epoch
+
+        return sweep_orphans(
+            self._resolver,
+            self.root,
+            self.job_id,
+            self.retained(),
+            policy=self.policy,
+            subdirs=("changelog", "snapshots"),
+            defer=not_own,
             epoch=self.epoch,
         )
 

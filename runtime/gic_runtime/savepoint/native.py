@@ -14,10 +14,10 @@ Invariants:
   named relatively, so the directory can be moved or copied as a whole and the job's
   directory can be deleted without affecting it.
 * Complete or absent: the manifest is written last, with create-if-absent, after every
-  copy is durable (DESIGN §3.2). A directory without ``_savepoint.manifest`` is not a
+  copy is durable (docs/architecture.md I2). A directory without ``_savepoint.manifest`` is not a
   savepoint; retrying into it reuses copies already there when their size matches.
 * Out of the timeline: writing a savepoint never touches the job's shared-file registry,
-  and the source checkpoint's files are only read (DESIGN §2, §3.5).
+  and the source checkpoint's files are only read (docs/architecture.md I5).
 
 Copies use the store's server-side copy when source and destination live in the same
 store (S3 CopyObject, a hard link on a filesystem), else a read and a create-if-absent

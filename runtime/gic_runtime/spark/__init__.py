@@ -5,7 +5,7 @@ the API and :mod:`gic_runtime.spark.driver` for the per-batch protocol.
 """
 
 from gic_runtime.processing import KeyState, StateAccess, count, max_, min_, sum_
-from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
+from gic_runtime.spark.driver import Driver
 from gic_runtime.spark.job import (
     GICJob,
     GICQuery,
@@ -14,6 +14,7 @@ from gic_runtime.spark.job import (
     StatefulStream,
     local_spark,
 )
+from gic_runtime.spark.reports import BatchReport, StartInfo
 
 __all__ = [
     "BatchReport",

@@ -1,7 +1,10 @@
-"""The driver's side of the per-batch protocol (DESIGN §4) for one job attempt.
+"""The driver's side of the per-batch protocol (docs/architecture.md §13.1) for one job
+attempt.
 
-:meth:`Driver.prepare` runs once before the streaming query starts: claim a fencing
-epoch, open the checkpoint timeline (own latest checkpoint, else the restore source),
+:meth:`Driver.prepare` runs once before the streaming query starts: refuse the job's
+checkpoints when a different query wrote them (their query fingerprint differs from
+this query's, :mod:`gic_runtime.query`; refused before anything is written), claim a
+fencing epoch, open the checkpoint timeline (own latest checkpoint, else the restore source),
 finish publishing the latest checkpoint's sink output, clear stale staging, sweep
 orphans, and lay Spark's checkpoint directory down from the start manifest.
 
@@ -29,6 +32,11 @@ Savepoint and stop requests arrive through the durable control channel and are s
 between batches by :meth:`Driver.serve_control` (see
 :mod:`gic_runtime.coordination.savepoints`).
 
+After a clean stop, :meth:`Driver.close` runs :meth:`Driver.clean_up`: it waits for the
+background snapshots the last batches started and deletes the attempt's own segments and
+snapshots no retained checkpoint references, so a stopped job holds only what its
+retained checkpoints name.
+
 Thread-safety: ``foreach_batch`` (Spark's callback thread) and ``serve_control`` (the
 query's control loop) serialize on one lock; everything else is for the owner thread.
 """
@@ -41,20 +49,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime import crashpoints
+from gic_runtime.checkpoint.catalog import find_latest_checkpoint
 from gic_runtime.checkpoint.live_sweep import LiveSweeper
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings, default_local_dir
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.model import ControlRequest
-from gic_runtime.coordination.barrier import Barrier, TaskAck, split_buckets
+from gic_runtime.coordination.barrier import Barrier, TaskAck
+from gic_runtime.coordination.ranges import split_buckets
 from gic_runtime.coordination.savepoints import read_engine_record, serve_request, stops_job
 from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import GICError, StateError
@@ -62,72 +71,25 @@ from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import job_dir
 from gic_runtime.processing import Processor
+from gic_runtime.query import OVERRIDE_SETTING, QueryFingerprint, check_resume, differences
 from gic_runtime.sinks import Sink, staged_from_manifest
 from gic_runtime.spark import checkpoint_dir
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
 from gic_runtime.spark.placement import partition_keys, route
-from gic_runtime.spark.stage import ACK_SCHEMA, executor_error, make_stage
+from gic_runtime.spark.reports import BatchReport, StartInfo
+from gic_runtime.spark.stage import (
+    ACK_SCHEMA,
+    DRAIN_SCHEMA,
+    executor_error,
+    make_drain,
+    make_stage,
+)
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.storage.uri import StoreResolver, join
 
+__all__ = ["BatchReport", "Driver", "StartInfo"]
+
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchReport:
-    """What one committed batch did (also the source of metrics and status)."""
-
-    batch_id: int
-    rows_in: int
-    rows_out: int
-    tasks: int
-    batch_ms: float
-    commit_ms: float
-    """From the slowest task's end of processing to the manifest being durable: the
-    task's changelog flush (``checkpoint_s``) plus the manifest write."""
-    bytes_uploaded: int
-    changelog_bytes: int
-    snapshot_bytes: int
-    local_hits: int
-    restored: int
-    empty: int
-    materializations_adopted: int
-    materializations_started: int
-    """Background snapshots the tasks started after this batch (they finish later)."""
-    self_contained: bool
-    manifest_uri: str
-    published_rows: int
-    executors: int = 0
-    """Live executors before the batch (0: local mode, one executor)."""
-    pinned: bool = False
-    """Whether the stateful stage carried preferred locations (sticky placement)."""
-    orphans_deleted: int = 0
-    """Objects failed task attempts left, deleted by the live sweep after this batch."""
-    orphan_bytes_deleted: int = 0
-    moved_ranges: tuple[tuple[int, int], ...] = ()
-    """Bucket ranges ``[start, stop)`` whose task ran on another executor than in the
-    batch before (executor lost, rescale, executors joined, or the scheduler gave up
-    waiting for the preferred one)."""
-
-    @property
-    def local_hit_ratio(self) -> float:
-        """Share of non-empty buckets served from the executor-local copy."""
-        used = self.local_hits + self.restored
-        return self.local_hits / used if used else 1.0
-
-
-@dataclass
-class StartInfo:
-    """Where the attempt started and what recovery did before the first batch."""
-
-    epoch: int
-    resumed_after: int | None
-    own: bool
-    restored_from: str | None
-    sweep: SweepResult | None
-    republished: int
-    spark_checkpoint_dir: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Driver:
@@ -143,6 +105,7 @@ class Driver:
         *,
         resolver: StoreResolver,
         on_batch: Callable[[BatchReport], None] | None = None,
+        query: QueryFingerprint | None = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -151,6 +114,7 @@ class Driver:
         self.sink = sink
         self.resolver = resolver
         self.on_batch = on_batch
+        self.query = query
         self.root = settings.storage
         self.job_id = settings.job_id
         self.num_tasks = settings.num_tasks or int(
@@ -192,6 +156,7 @@ class Driver:
     def prepare(self) -> StartInfo:
         """Everything before the first batch (see the module docstring)."""
         s = self.settings
+        self._check_query()
         owner = f"driver {socket.gethostname()}:{os.getpid()}"
         epoch = claim_epoch(self.resolver, self.root, self.job_id, epoch=s.epoch, claimed_by=owner)
         self.fence = Fence(self.resolver, self.root, self.job_id, epoch)
@@ -209,6 +174,8 @@ class Driver:
         self.timeline = timeline
         self.telemetry = Telemetry(self.resolver, s, epoch)
         start = timeline.start
+        if not start.own and start.manifest is not None:
+            self._note_restored_query(start.manifest.query)
         republished = 0
         if start.own and start.manifest is not None:
             republished = self._publish(start.manifest.checkpoint_id, dict(start.manifest.sink))
@@ -247,6 +214,45 @@ class Driver:
         )
         self.telemetry.started(self.start_info, timeline)
         return self.start_info
+
+    def _check_query(self) -> None:
+        """Refuse, before the job is claimed (nothing written yet), to resume
+        checkpoints a different query wrote (:func:`gic_runtime.query.check_resume`)."""
+        if self.query is None:
+            return
+        latest = find_latest_checkpoint(self.resolver, self.root, self.job_id)
+        if latest is None:
+            return
+        stored = latest.stored
+        changed = check_resume(
+            stored.manifest.query,
+            self.query,
+            job_id=self.job_id,
+            job_dir=job_dir(self.root, self.job_id),
+            manifest_uri=stored.uri,
+            allow_change=self.settings.allow_query_change,
+        )
+        if changed:
+            _log.warning(
+                "job %s resumes checkpoints written by a different query (%s is set); differs: %s",
+                self.job_id,
+                OVERRIDE_SETTING,
+                "; ".join(d.describe() for d in changed),
+            )
+
+    def _note_restored_query(self, recorded: Mapping[str, Any] | None) -> None:
+        """A restore source written by a different query is named explicitly, so it is
+        restored; the log says what differs."""
+        stored = QueryFingerprint.from_json(recorded)
+        if self.query is None or stored is None:
+            return
+        changed = differences(stored, self.query)
+        if changed:
+            _log.warning(
+                "job %s restores state written by a different query; differs: %s",
+                self.job_id,
+                "; ".join(d.describe() for d in changed),
+            )
 
     def _staging_root(self) -> str:
         return join(job_dir(self.root, self.job_id), "staging")
@@ -318,7 +324,10 @@ class Driver:
             engine = checkpoint_dir.capture(self.spark_dir, batch_id)
             sink_info = {**self.sink.describe(), "staged": [f.to_json() for f in staged]}
             manifest_started = time.perf_counter()
-            stored, _ = timeline.commit(batch_id, states, engine=engine, sink=sink_info)
+            query = self.query.to_json() if self.query is not None else None
+            stored, _ = timeline.commit(
+                batch_id, states, engine=engine, sink=sink_info, query=query
+            )
             manifest_ms = (time.perf_counter() - manifest_started) * 1000
             self._expected, self._canonical, self._last_id = dict(states), None, batch_id
             crashpoints.hit("after_manifest", batch_id)
@@ -489,12 +498,73 @@ class Driver:
                     break
             return self._stop_reason
 
+    def clean_up(self) -> SweepResult | None:
+        """After a clean stop: wait until the background snapshots the attempt's tasks
+        started have finished on the executors (at most ``checkpoint_timeout_s``; a
+        Spark stage placed like the state tasks, :func:`~gic_runtime.spark.stage.
+        make_drain`), then delete the attempt's segments and snapshots no retained
+        checkpoint references
+        (:meth:`~gic_runtime.coordination.timeline.CheckpointTimeline.sweep_after_stop`).
+        Only when the attempt committed a batch; a failure is logged, and whatever stays
+        is the next start's (or ``gic gc``'s) to sweep."""
+        with self._lock:
+            timeline, fence = self.timeline, self.fence
+            if timeline is None or fence is None or self._batches == 0:
+                return None
+            try:
+                in_flight = self._drain(fence.epoch)
+                if in_flight:
+                    _log.warning(
+                        "job %s: %d background snapshot(s) still uploading after %.0f s; "
+                        "the next start's sweep removes them",
+                        self.job_id,
+                        in_flight,
+                        self.settings.checkpoint_timeout_s,
+                    )
+                result = timeline.sweep_after_stop()
+            except Exception as exc:
+                _log.warning("clean-up after the stop of job %s failed: %s", self.job_id, exc)
+                return None
+            if result.deleted:
+                _log.info(
+                    "job %s stopped: deleted %d unreferenced object(s) of epoch %d (%d bytes)",
+                    self.job_id,
+                    result.deleted,
+                    fence.epoch,
+                    result.deleted_bytes,
+                )
+            return result
+
+    def _drain(self, epoch: int) -> int:
+        """Run the drain stage; returns the buckets still materializing at its end."""
+        barrier = Barrier(
+            job_id=self.job_id,
+            root=self.root,
+            epoch=epoch,
+            checkpoint_id=self._last_id or 0,
+            num_buckets=self.settings.num_buckets,
+            num_tasks=self.num_tasks,
+            local_dir=self.executor_local_dir,
+            settings=self.settings.task_settings(),
+        )
+        n = self.num_tasks
+        df = self.spark.range(0, n, 1, n)  # partition i holds one row, as state task i
+        if self.placement is not None:
+            df, _ = self.placement.pin(df)
+        drain = make_drain(barrier, self.settings.checkpoint_timeout_s)
+        rows = df.mapInArrow(drain, DRAIN_SCHEMA).collect()
+        return sum(int(r["in_flight"]) for r in rows)
+
     def request_stop(self, reason: str) -> None:
         with self._lock:
             self._stop_reason = self._stop_reason or reason
 
     def close(self, *, error: BaseException | None = None) -> None:
-        """Record the final status and stop background work."""
+        """Record the final status and stop background work; after a clean stop
+        (``error`` is None, the query has stopped) first remove what the attempt would
+        leave unreferenced (:meth:`clean_up`)."""
+        if error is None:
+            self.clean_up()
         if self.telemetry is not None:
             self.telemetry.stopped(error)
         if self.timeline is not None:

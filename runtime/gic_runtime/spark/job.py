@@ -48,6 +48,7 @@ from gic_runtime.processing import (
 )
 from gic_runtime.sinks import FileSink, Sink
 from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
+from gic_runtime.spark.fingerprint import query_fingerprint
 from gic_runtime.spark.placement import key_expression
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
 from gic_runtime.spark.sinks import DiscardSink, ForeachBatchSink
@@ -275,7 +276,13 @@ class GICQuery:
     ) -> RunSummary:
         """Run until stopped. ``trigger``: ``None`` (next batch as soon as possible),
         ``"available-now"`` (everything available, then stop), or a processing-time
-        interval such as ``"5 seconds"``."""
+        interval such as ``"5 seconds"``.
+
+        Every checkpoint records this query's fingerprint (sources, processing, output
+        schema; :mod:`gic_runtime.spark.fingerprint`). When the job's latest checkpoint
+        was written by a different query, the run raises
+        :class:`~gic_runtime.errors.QueryMismatchError` before anything is written,
+        unless the settings allow it (``allow_query_change``)."""
         job = self.stream.job
         settings = job.settings
         reports: list[BatchReport] = []
@@ -303,6 +310,7 @@ class GICQuery:
             self.sink,
             resolver=job.resolver,
             on_batch=collect,
+            query=query_fingerprint(self.stream.df, self.stream.processor),
         )
         self.driver = driver
         started = time.perf_counter()

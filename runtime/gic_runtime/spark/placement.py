@@ -6,7 +6,7 @@ To make partition ``i`` hold exactly the rows of task ``i``'s buckets, each row 
 computed here, :func:`spark_int_hash`) so that its hash lands in partition ``i``.
 Bucket and task follow the runtime's rules (:func:`~gic_runtime.state.keys.bucket_for`
 equals Spark's ``pmod(xxhash64(key), B)``;
-:func:`~gic_runtime.coordination.barrier.task_of_bucket`).
+:func:`~gic_runtime.coordination.ranges.task_of_bucket`).
 
 Invariant: for every row, ``partition == task_of_bucket(bucket)``; the task verifies it
 (:func:`gic_runtime.processing.bucket_column_ok`) and fails loudly otherwise.

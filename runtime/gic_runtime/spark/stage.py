@@ -12,6 +12,9 @@ files the driver publishes after the checkpoint.
 
 The returned function is pickled to executors together with the barrier and the
 processor; it imports nothing from the driver.
+
+:func:`make_drain` is the stage a clean stop runs once after the query: partition ``i``
+waits until the background snapshots of task ``i``'s buckets on its executor finished.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import pyarrow as pa
 from gic_runtime import crashpoints, errors
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.coordination.executor import TaskContext, run_task
+from gic_runtime.coordination.executor_cache import local_paths
+from gic_runtime.coordination.local_materialization import wait_for_markers
 from gic_runtime.errors import GICError, StateError
 from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
 from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
@@ -72,6 +77,39 @@ def make_stage(
         )
 
     return stage
+
+
+DRAIN_SCHEMA = "task int, in_flight int"
+
+
+def make_drain(
+    barrier: Barrier, timeout: float
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function that waits, on the executor running partition ``i``,
+    until no background materialization of task ``i``'s buckets is in flight there (at
+    most ``timeout`` seconds), and yields one row: ``i`` and the buckets still in
+    flight. Run after the query stopped, with partition ``i`` placed like state task
+    ``i``."""
+
+    def drain(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext as SparkTaskContext
+
+        for _ in batches:
+            pass
+        spark_ctx = SparkTaskContext.get()
+        if spark_ctx is None:  # pragma: no cover - always set inside a Spark task
+            raise StateError("the drain stage must run inside a Spark task")
+        index = spark_ctx.partitionId()
+        busy: list[int] = []
+        if 0 <= index < barrier.num_tasks:
+            directory = local_paths(barrier).materialized
+            busy = wait_for_markers(directory, barrier.bucket_range(index), timeout)
+        yield pa.RecordBatch.from_pydict(
+            {"task": [index], "in_flight": [len(busy)]},
+            schema=pa.schema([("task", pa.int32()), ("in_flight", pa.int32())]),
+        )
+
+    return drain
 
 
 _TASK_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")

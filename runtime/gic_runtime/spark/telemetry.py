@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from gic_runtime.config import GICSettings
 from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
 from gic_runtime.coordination.timeline import CheckpointTimeline
 from gic_runtime.errors import GICError
 from gic_runtime.metrics import DriverMetrics, MetricsServer
+from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.status import (
     CheckpointStatus,
     DriverInfo,
@@ -32,9 +32,6 @@ from gic_runtime.status import (
     write_status,
 )
 from gic_runtime.storage.uri import StoreResolver
-
-if TYPE_CHECKING:
-    from gic_runtime.spark.driver import BatchReport, StartInfo
 
 _log = logging.getLogger(__name__)
 

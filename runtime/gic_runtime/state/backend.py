@@ -16,8 +16,8 @@ Invariants:
 * A :class:`~gic_runtime.handles.BucketState` from :meth:`checkpoint` satisfies its own
   invariant: snapshot + handles cover ``[base, seq)``.
 * The writer is truncated below a snapshot's seq only when a *completed* checkpoint that
-  references that snapshot is reported to :meth:`notify_checkpoint_complete` (DESIGN
-  invariant 7); a newer materialization alone never truncates.
+  references that snapshot is reported to :meth:`notify_checkpoint_complete`
+  (docs/architecture.md I7); a newer materialization alone never truncates.
 
 Thread-safety: one task thread owns the backend and calls every method. The future
 returned by :meth:`checkpoint` completes on an uploader thread and touches only values
@@ -40,7 +40,7 @@ from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.state.fetch import ChangeReader, FetchSettings
 from gic_runtime.state.keys import KIND_NAMES, bucket_for
 from gic_runtime.state.restore import RestoreSummary, check_coverage, restore_range
-from gic_runtime.state.states import ListState, MapState, ValueState
+from gic_runtime.state.states import ListState, MapState, StateBackend, ValueState
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
 from gic_runtime.storage.uri import StoreResolver
 
@@ -121,7 +121,8 @@ class KeyedStateBackend:
     def _state(self, cls: type[Any], name: str) -> Any:
         existing = self._states.get(name)
         if existing is None:
-            existing = self._states[name] = cls(self, name)
+            owner: StateBackend = self  # what a state needs (checked by the type checker)
+            existing = self._states[name] = cls(owner, name)
         elif not isinstance(existing, cls):
             raise StateError(
                 f"state {name!r} is a {KIND_NAMES[existing.kind]} state, not a "

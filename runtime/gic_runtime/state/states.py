@@ -22,13 +22,17 @@ and are then spot-checked), and reads and writes go to the store and the changel
 run of same-bucket keys at a time. The changes are exactly those of the single-key
 calls, in the same order.
 
+A state sees its backend only through :class:`StateBackend` (the store, routing and the
+dual write), which :class:`~gic_runtime.state.backend.KeyedStateBackend` implements; this
+module does not import the backend.
+
 Not thread-safe: used by the task thread that owns the backend.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
@@ -43,9 +47,34 @@ from gic_runtime.state.keys import (
     encode_many,
     state_prefix,
 )
+from gic_runtime.state.stores import KVStore
 
-if TYPE_CHECKING:
-    from gic_runtime.state.backend import KeyedStateBackend
+
+class StateBackend(Protocol):
+    """What a state needs from the backend that owns it."""
+
+    @property
+    def store(self) -> KVStore:
+        """The local store the states read."""
+        ...
+
+    def route(self, key: Any) -> int:
+        """Bucket of ``key``; raises StateError if the backend does not own it."""
+        ...
+
+    def check_buckets(self, keys: Sequence[Any], buckets: Sequence[int]) -> None:
+        """Raise StateError unless ``buckets`` are owned and agree with the routing."""
+        ...
+
+    def write(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
+        """Apply one change to the store and the changelog; return its seq."""
+        ...
+
+    def write_many(
+        self, bucket: int, op: Op, keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> int:
+        """:meth:`write` of each ``(keys[i], values[i])`` in order; returns how many."""
+        ...
 
 
 class Located:
@@ -83,7 +112,7 @@ class Located:
 class _State:
     kind = b""
 
-    def __init__(self, backend: KeyedStateBackend, name: str) -> None:
+    def __init__(self, backend: StateBackend, name: str) -> None:
         self._backend = backend
         self._store = backend.store
         self.name = name
@@ -127,7 +156,7 @@ class ValueState(_State):
 
         ``buckets`` (optional) is each key's bucket as computed elsewhere (Spark's own
         ``pmod(xxhash64(key), B)`` on the routing side): then no key is hashed here
-        except a sample that must agree (see :meth:`KeyedStateBackend.check_buckets`).
+        except a sample that must agree (see :meth:`StateBackend.check_buckets`).
         Keys grouped by bucket (and ascending within it) read and write fastest."""
         if buckets is None:
             route = self._backend.route

@@ -1,4 +1,4 @@
-"""Ownership classes and the delete guard (DESIGN §3.9)."""
+"""Ownership classes and the delete guard (docs/architecture.md I9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shared-file registry: reference counts, retention, safe deletion (DESIGN §3.1)."""
+"""Shared-file registry: reference counts, retention, safe deletion (docs/architecture.md
+I1)."""
 
 from __future__ import annotations
 

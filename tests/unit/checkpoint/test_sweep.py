@@ -1,5 +1,5 @@
 """Orphan sweep: removes exactly what no retained checkpoint references, only inside the
-job's directory (DESIGN §3.9)."""
+job's directory (docs/architecture.md I9, I10)."""
 
 from __future__ import annotations
 

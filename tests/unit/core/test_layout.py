@@ -22,9 +22,18 @@ def test_other_names_are_not_checkpoints(name: str) -> None:
 
 def test_fresh_names_are_never_reused() -> None:
     names = {layout.new_segment_uri("file:///r", "j", 1) for _ in range(1000)}
-    names |= {layout.new_snapshot_uri("file:///r", "j", 5) for _ in range(1000)}
+    names |= {layout.new_snapshot_uri("file:///r", "j", 5, epoch=3) for _ in range(1000)}
     assert len(names) == 2000
     assert all(n.startswith("file:///r/jobs/j/") for n in names)
+
+
+def test_a_snapshot_name_carries_its_epoch() -> None:
+    uri = layout.new_snapshot_uri("file:///r", "j", 5, epoch=12)
+    assert uri.startswith("file:///r/jobs/j/snapshots/5/12-")
+    assert layout.parse_snapshot_epoch(uri) == 12
+    legacy = "file:///r/jobs/j/snapshots/5/" + "ab" * 16 + ".snap"
+    assert layout.parse_snapshot_epoch(legacy) is None
+    assert layout.parse_snapshot_epoch("file:///r/jobs/j/changelog/12/x.seg") is None
 
 
 @pytest.mark.parametrize("bad", ["", "UPPER", "a/b", "../x", "-lead", "trail-", "x" * 200])

@@ -203,9 +203,9 @@ def test_a_growth_job_serves_the_buckets_furthest_over_the_limit_first(
 
     order: list[int] = []
 
-    def recording(root: str, job: str, bucket: int) -> str:
+    def recording(root: str, job: str, bucket: int, *, epoch: int) -> str:
         order.append(bucket)
-        return layout.new_snapshot_uri(root, job, bucket)
+        return layout.new_snapshot_uri(root, job, bucket, epoch=epoch)
 
     monkeypatch.setattr("gic_runtime.coordination.local_jobs.new_snapshot_uri", recording)
     h = make(interval_s=1e9, changelog_floor_bytes=1000)

@@ -270,7 +270,7 @@ def test_a_name_collision_is_a_failure_not_an_overwrite(
     objects.put("jobs/job/snapshots/fixed.snap", b"someone else's")
     monkeypatch.setattr(
         "gic_runtime.coordination.local_jobs.new_snapshot_uri",
-        lambda root, job, bucket: objects.uri_for("jobs/job/snapshots/fixed.snap"),
+        lambda root, job, bucket, *, epoch: objects.uri_for("jobs/job/snapshots/fixed.snap"),
     )
     harness.batch([0])
     harness.clock.advance(INTERVAL)

@@ -17,16 +17,16 @@ so (:class:`~gic_runtime.testing.TestingManualExecutor`), so every interleaving 
 reproducible. The executor-local directory survives crashes and job switches, as an
 executor's does.
 
-Pinned invariants (DESIGN §3):
+Pinned invariants (docs/architecture.md §15):
 
-* 1 -- no file referenced by a retained checkpoint, a savepoint or a no-claim restore
+* I1 -- no file referenced by a retained checkpoint, a savepoint or a no-claim restore
   source is ever deleted (checked after every step);
-* 3 -- restored state always equals the reference of the checkpoint restored from: at
+* I3 -- restored state always equals the reference of the checkpoint restored from: at
   every job start, and every committed manifest restored from storage into a fresh
   store;
-* 6 -- after the first checkpoint of a no-claim restore the manifest references nothing
+* I6 -- after the first checkpoint of a no-claim restore the manifest references nothing
   of the source, and deleting the source breaks nothing;
-* 9 -- an orphan sweep leaves exactly the referenced objects in the job's directory.
+* I10 -- an orphan sweep leaves exactly the referenced objects in the job's directory.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class TimelineMachine(RuleBasedStateMachine):
         self.savepoints: list[Savepoint] = []
         self.savepoints_taken = 0
         self._checkpoint_refs: dict[str, Ref] = {}
-        # Manifests that must stay fully readable: no-claim sources (DESIGN §3.1).
+        # Manifests that must stay fully readable: no-claim sources (docs/architecture.md I1).
         self.protected_sources: list[str] = []
         self.ref: Ref = empty_ref()
         self.job = self._start_job(restore=None, source_ref=empty_ref())

@@ -48,7 +48,7 @@ def test_persist_materialize_restore(
         with mv.view as items:
             handle = upload_snapshot(
                 resolver,
-                layout.new_snapshot_uri(object_store.root_uri, "job", b),
+                layout.new_snapshot_uri(object_store.root_uri, "job", b, epoch=1),
                 items,
                 bucket=b,
                 seq=mv.seq,

@@ -1,0 +1,74 @@
+"""What the driver reports: one :class:`BatchReport` per committed batch and the
+:class:`StartInfo` of an attempt.
+
+Plain values, built by :class:`~gic_runtime.spark.driver.Driver`, consumed by its
+telemetry (:mod:`~gic_runtime.spark.telemetry`), the ``on_batch`` callback and
+:class:`~gic_runtime.spark.job.RunSummary`. Both are importable from
+:mod:`gic_runtime.spark`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gic_runtime.checkpoint.sweep import SweepResult
+
+__all__ = ["BatchReport", "StartInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """What one committed batch did (also the source of metrics and status)."""
+
+    batch_id: int
+    rows_in: int
+    rows_out: int
+    tasks: int
+    batch_ms: float
+    commit_ms: float
+    """From the slowest task's end of processing to the manifest being durable: the
+    task's changelog flush (``checkpoint_s``) plus the manifest write."""
+    bytes_uploaded: int
+    changelog_bytes: int
+    snapshot_bytes: int
+    local_hits: int
+    restored: int
+    empty: int
+    materializations_adopted: int
+    materializations_started: int
+    """Background snapshots the tasks started after this batch (they finish later)."""
+    self_contained: bool
+    manifest_uri: str
+    published_rows: int
+    executors: int = 0
+    """Live executors before the batch (0: local mode, one executor)."""
+    pinned: bool = False
+    """Whether the stateful stage carried preferred locations (sticky placement)."""
+    orphans_deleted: int = 0
+    """Objects failed task attempts left, deleted by the live sweep after this batch."""
+    orphan_bytes_deleted: int = 0
+    moved_ranges: tuple[tuple[int, int], ...] = ()
+    """Bucket ranges ``[start, stop)`` whose task ran on another executor than in the
+    batch before (executor lost, rescale, executors joined, or the scheduler gave up
+    waiting for the preferred one)."""
+
+    @property
+    def local_hit_ratio(self) -> float:
+        """Share of non-empty buckets served from the executor-local copy."""
+        used = self.local_hits + self.restored
+        return self.local_hits / used if used else 1.0
+
+
+@dataclass
+class StartInfo:
+    """Where the attempt started and what recovery did before the first batch."""
+
+    epoch: int
+    resumed_after: int | None
+    own: bool
+    restored_from: str | None
+    sweep: SweepResult | None
+    republished: int
+    spark_checkpoint_dir: str
+    extra: dict[str, Any] = field(default_factory=dict)
