@@ -98,7 +98,7 @@ unit: setup jvm controlplane
 
 test: lint typecheck contracts unit
 
-bench: setup jvm
+bench: setup jvm controlplane
 	$(PY) -m bench
 
 clean:

@@ -10,12 +10,14 @@ Parts (each documented in its module):
   objects on SeaweedFS (2,000 in quick mode); ``sweep_objects_per_s`` is objects listed
   and classified per second of the sweep, which deletes every orphan it lists;
 * :mod:`bench.operator_reconcile` -- the GICJob reconciler over 200 jobs (20 in quick
-  mode) through the Kubernetes API emulator: a launch pass, a pass seeing the pods
+  mode) through a real kube-apiserver (the test control plane of ``tests/controlplane``):
+  a launch pass, a pass seeing the pods
   running, then steady passes, sequentially and on a pool of 4 threads;
   ``reconcile_p99_ms`` is the p99 of steady reconciles on the pool (how the operator runs
   them);
 * :mod:`bench.operator_e2e` -- annotate-to-savepoint-completed and driver-kill-to-running
-  times with a real operator process, local kubelet and Spark drivers, when the
+  times with a real operator process on the test control plane, its process kubelet
+  running the Spark drivers, when the
   end-to-end harness (``tests/e2e``) offers its measuring helpers; otherwise those keys
   are left out and ``e2e.skipped`` says why.
 

@@ -1,8 +1,9 @@
 """End-to-end operator timings: annotate-to-savepoint-completed and driver-kill-to-running.
 
-These need a real operator process, a local kubelet running Spark drivers, the API
-emulator and SeaweedFS: the emulator-mode harness of the end-to-end suite
-(``tests/e2e/emulated.py``, ``tests/e2e/timings.py``), reused as is. One GICJob running
+These need a real operator process, a Kubernetes control plane whose process kubelet runs
+the Spark drivers, and SeaweedFS: the control-plane harness of the end-to-end suite
+(``tests/controlplane``, ``tests/e2e/controlplane_backend.py``, ``tests/e2e/timings.py``),
+reused as is (the operator runs with the Helm chart's RBAC there too). One GICJob running
 ``examples/rate_count.py`` (a batch a second, ``local[2]``) is started, then:
 
 ``savepoint``
@@ -45,7 +46,6 @@ from types import ModuleType
 from typing import Any
 
 from gic_operator.storage_view import JobStorage
-from gic_operator.testing.kube_client import KubeClient, KubeClientError
 from gic_runtime.status import JobState
 from gic_runtime.storage.uri import StoreResolver
 
@@ -59,17 +59,20 @@ DIAGNOSTICS = Path(tempfile.gettempdir()) / "gic-bench-operator-e2e-failure.txt"
 Log = Callable[[str], None]
 
 
-def load_harness() -> tuple[ModuleType, ModuleType] | str:
-    """``(tests.e2e.emulated, tests.e2e.timings)``, or why they cannot be used."""
+def load_harness() -> tuple[ModuleType, ModuleType, ModuleType] | str:
+    """``(tests.controlplane.cluster, tests.e2e.controlplane_backend, tests.e2e.timings)``,
+    or why they cannot be used."""
     try:
-        emulated = importlib.import_module("tests.e2e.emulated")
+        plane = importlib.import_module("tests.controlplane.cluster")
+        backend = importlib.import_module("tests.e2e.controlplane_backend")
         timings = importlib.import_module("tests.e2e.timings")
     except ImportError as exc:
         return f"the end-to-end harness cannot be imported ({exc}); run from the repository root"
     missing = [
         f"{module.__name__}.{name}"
         for module, name in (
-            (emulated, "EmulatedBackend"),
+            (plane, "ControlPlane"),
+            (backend, "ControlPlaneBackend"),
             (timings, "measure_savepoint"),
             (timings, "measure_recovery"),
         )
@@ -77,7 +80,9 @@ def load_harness() -> tuple[ModuleType, ModuleType] | str:
     ]
     if missing:
         return f"the end-to-end harness lacks {', '.join(missing)}"
-    return emulated, timings
+    if plane.missing_binaries():
+        return "the control plane binaries are missing: run `make controlplane`"
+    return plane, backend, timings
 
 
 def summary(values: list[float]) -> dict[str, Any]:
@@ -98,7 +103,7 @@ class RecoveryWatcher:
     """
 
     def __init__(
-        self, client: KubeClient, storage: JobStorage, namespace: str, old_pod: str, epoch: int
+        self, client: Any, storage: JobStorage, namespace: str, old_pod: str, epoch: int
     ) -> None:
         self.client = client
         self.storage = storage
@@ -165,9 +170,10 @@ class _KillTimer:
 class _WaitForCreation:
     """The cluster, with ``wait`` on a Savepoint first polling (through the API, every
     ``POLL_S``) until the operator created it: ``kubectl wait`` on a named object that
-    does not exist yet fails at once with NotFound. Everything else is delegated."""
+    does not exist yet fails at once with NotFound. Everything else is delegated.
+    ``client`` is an admin :class:`tests.controlplane.api.ApiClient`."""
 
-    def __init__(self, cluster: Any, client: KubeClient, timeout: float = 60.0) -> None:
+    def __init__(self, cluster: Any, client: Any, timeout: float = 60.0) -> None:
         self._cluster = cluster
         self._client = client
         self._timeout = timeout
@@ -181,8 +187,8 @@ class _WaitForCreation:
                 try:
                     self._client.get(path)
                     break
-                except KubeClientError as exc:
-                    if exc.status != 404 or time.monotonic() > deadline:
+                except Exception as exc:  # ApiError: HTTP status in ``status``
+                    if getattr(exc, "status", None) != 404 or time.monotonic() > deadline:
                         raise
                 time.sleep(POLL_S)
         self._cluster.wait(resource, condition, timeout)
@@ -195,7 +201,7 @@ def _savepoints(
     cluster: Any,
     timings: ModuleType,
     storage: JobStorage,
-    client: KubeClient,
+    client: Any,
     *,
     runs: int,
     log: Log,
@@ -233,7 +239,7 @@ def _recoveries(
     cluster: Any,
     timings: ModuleType,
     storage: JobStorage,
-    client: KubeClient,
+    client: Any,
     *,
     runs: int,
     log: Log,
@@ -303,14 +309,15 @@ def measure(*, quick: bool, log: Log = print) -> dict[str, Any]:
     if isinstance(harness, str):
         log(f"  skipped: {harness}")
         return {"skipped": harness}
-    emulated, timings = harness
+    plane_module, backend_module, timings = harness
     from gic_runtime.testing_s3server import TestingS3Server
 
     runs = 1 if quick else 3
     with (
         tempfile.TemporaryDirectory(prefix="gic-bench-e2e-") as tmp,
         TestingS3Server(Path(tmp) / "seaweedfs") as s3,
-        emulated.EmulatedBackend(s3, Path(tmp) / "work") as backend,
+        plane_module.ControlPlane(Path(tmp) / "controlplane") as plane,
+        backend_module.ControlPlaneBackend(plane, s3, Path(tmp) / "work") as backend,
         backend.open(NAMESPACE) as cluster,
     ):
         try:
@@ -330,7 +337,7 @@ def measure(*, quick: bool, log: Log = print) -> dict[str, Any]:
             log(f"  job {JOB} checkpointing after {time.monotonic() - started:.1f} s")
             job_id = str(cluster.status("gicjob", JOB)["jobId"])
             storage = JobStorage(StoreResolver(s3.settings), backend.defaults().storage, job_id)
-            client = KubeClient(backend.kubeconfig)
+            client = plane.client
             savepoint = _savepoints(cluster, timings, storage, client, runs=runs, log=log)
             recovery = _recoveries(cluster, timings, storage, client, runs=runs, log=log)
         except Exception:
@@ -340,9 +347,10 @@ def measure(*, quick: bool, log: Log = print) -> dict[str, Any]:
         cluster.cleanup()
     return {
         "runs": runs,
-        "setup": "API emulator, local kubelet (drivers as local spark-submit, local[2]), "
-        "operator process (--reconcile-interval 1), SeaweedFS; examples/rate_count.py with "
-        "a 1 s trigger",
+        "setup": "Kubernetes control plane (tests/controlplane: kube-apiserver with RBAC and "
+        "PodSecurity, controller manager, scheduler), process kubelet (drivers as local "
+        "spark-submit, local[2]), operator process (--reconcile-interval 1) with the chart's "
+        "RBAC, SeaweedFS; examples/rate_count.py with a 1 s trigger",
         "annotate_to_savepoint_completed_s": savepoint["total_s"],
         "driver_kill_to_running_s": recovery["driver_running_s"],
         "savepoint": savepoint,

@@ -1,9 +1,11 @@
 """Reconcile latency benchmark: the GICJob reconciler over many jobs, through a real API.
 
-Setup: the Kubernetes API emulator in its own process
-(:class:`~bench.operator_apiserver.ApiServerProcess`), the CRDs of ``crds/`` created
-through the API, and ``jobs`` GICJobs in one namespace, each with file storage under a
-temporary directory holding a driver's status record
+Setup: a real Kubernetes control plane (:class:`tests.controlplane.cluster.ControlPlane`:
+etcd, kube-apiserver, controller manager, scheduler, one process-kubelet Node, which is
+cordoned so that the driver pods the reconciler creates stay Pending and nothing runs
+them), the CRDs of ``crds/`` created through the API and established, the ``gic-spark``
+ServiceAccount the driver pods name, and ``jobs`` GICJobs in one namespace, each with
+file storage under a temporary directory holding a driver's status record
 (:func:`gic_runtime.status.write_status`, with a recent checkpoint), so every reconcile
 reads real storage. The reconciler is the operator's own:
 :class:`~gic_operator.job_reconciler.JobReconciler` on
@@ -47,10 +49,10 @@ from typing import Any
 import yaml
 
 from bench.common import percentile
-from bench.operator_apiserver import ApiServerProcess
 from gic_operator.job_reconciler import JobReconciler
 from gic_operator.kube import KubernetesApi
 from gic_operator.models import API_VERSION, GROUP, VERSION
+from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
 from gic_operator.naming import job_id
 from gic_operator.storage_view import open_job_storage
 from gic_runtime.status import CheckpointStatus, JobState, JobStatus, write_status
@@ -123,12 +125,28 @@ class Cluster:
                 if doc and doc.get("kind") == "CustomResourceDefinition":
                     ext.create_custom_resource_definition(doc)
                     names.append(str(doc["metadata"]["name"]))
+        deadline = time.monotonic() + 60
+        for name in names:  # custom objects can be created once their CRD is Established
+            while not self._established(ext, name):
+                if time.monotonic() > deadline:
+                    raise ReconcileBenchmarkError(f"CRD {name} not Established after 60 s")
+                time.sleep(0.1)
         return names
 
-    def create_namespace(self, name: str) -> None:
-        from kubernetes.client import CoreV1Api, V1Namespace, V1ObjectMeta
+    @staticmethod
+    def _established(ext: Any, name: str) -> bool:
+        conditions = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
 
-        CoreV1Api(self.client).create_namespace(V1Namespace(metadata=V1ObjectMeta(name=name)))
+    def create_namespace(self, name: str) -> None:
+        """The namespace, with the ServiceAccount driver pods run as (the API server
+        refuses pods naming an account that does not exist)."""
+        from kubernetes.client import CoreV1Api, V1Namespace, V1ObjectMeta, V1ServiceAccount
+
+        core = CoreV1Api(self.client)
+        core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=name)))
+        account = V1ServiceAccount(metadata=V1ObjectMeta(name=SPARK_SERVICE_ACCOUNT))
+        core.create_namespaced_service_account(name, account)
 
     def create_job(self, namespace: str, name: str, storage: str) -> None:
         from kubernetes.client import CustomObjectsApi
@@ -288,10 +306,15 @@ def run_mode(
 
 def measure(params: ReconcileParams, log: Log = print) -> dict[str, Any]:
     """Run the benchmark sequentially and on a pool (module doc); return the results."""
+    from tests.controlplane.cluster import ControlPlane, build_binaries, missing_binaries
+
+    if missing_binaries():
+        build_binaries()
     with tempfile.TemporaryDirectory(prefix="gic-bench-reconcile-") as tmp:
         base = Path(tmp)
-        with ApiServerProcess(base / "kubeconfig") as server:
-            cluster = Cluster(server.kubeconfig)
+        with ControlPlane(base / "controlplane") as plane:
+            plane.kubectl("cordon", plane.node_name)
+            cluster = Cluster(plane.kubeconfig)
             try:
                 crds = cluster.install_crds()
                 storage = base / "storage"
@@ -305,14 +328,15 @@ def measure(params: ReconcileParams, log: Log = print) -> dict[str, Any]:
                 }
             finally:
                 cluster.close()
-        if server.server_errors:
-            raise ReconcileBenchmarkError(f"the API emulator failed: {server.server_errors}")
+            version, started = plane.version, plane.startup_seconds
     return {
         "jobs": params.jobs,
         "steady_passes": params.steady_passes,
         "threads": params.threads,
         "crds": crds,
-        "api": "Kubernetes API emulator (gic_operator.testing.kube_emulator) in its own process",
+        "api": f"Kubernetes {version} kube-apiserver (tests/controlplane, admin client "
+        "certificate), etcd without fsync, node cordoned (driver pods stay Pending)",
+        "control_plane_start_s": round(started, 1),
         "storage": "file:// (local disk), one status record per job",
         "modes": modes,
     }

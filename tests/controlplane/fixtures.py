@@ -22,6 +22,9 @@ import pytest
 
 from .cluster import ControlPlane, build_binaries, missing_binaries
 
+#: Name of the plugin that reports the start time; it also holds the session's plane.
+REPORT_PLUGIN = "gic-controlplane-report"
+
 
 class _StartupReport:
     """A plugin the fixture registers: one line on the start time in the summary."""
@@ -39,6 +42,13 @@ def control_plane(
 ) -> Iterator[ControlPlane]:
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a process
     kubelet, for the whole session."""
+    # pytest may import this module twice in one session, under two names (as
+    # ``controlplane.fixtures`` for the conftest of this package, as
+    # ``tests.controlplane.fixtures`` for other directories): one control plane serves both.
+    shared = request.config.pluginmanager.get_plugin(REPORT_PLUGIN)
+    if shared is not None:
+        yield shared.plane
+        return
     if missing_binaries():
         capture = request.config.pluginmanager.getplugin("capturemanager")
         if capture is not None:
@@ -48,7 +58,7 @@ def control_plane(
             build_binaries()
     plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
     with plane:
-        request.config.pluginmanager.register(_StartupReport(plane), "gic-controlplane-report")
+        request.config.pluginmanager.register(_StartupReport(plane), REPORT_PLUGIN)
         yield plane
 
 

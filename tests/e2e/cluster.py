@@ -3,9 +3,11 @@
 A :class:`Cluster` is one namespace of a Kubernetes API with the GIC operator watching it,
 driver pods that really run, and S3 storage the test can read. Two kinds exist:
 
-* :class:`~tests.e2e.emulated.EmulatedCluster` (the default): the in-process API
-  emulator, a local kubelet running driver pods as local ``spark-submit`` processes,
-  SeaweedFS, and the operator as a subprocess the test can kill and start again;
+* :class:`~tests.e2e.controlplane_backend.ControlPlaneCluster` (the default): a real
+  Kubernetes control plane on this machine (:mod:`tests.controlplane`), its process
+  kubelet running driver pods as local ``spark-submit`` processes, SeaweedFS, and the
+  operator as a subprocess (authenticated as the chart's ServiceAccount) the test can
+  kill and start again;
 * :class:`~tests.e2e.real.RealCluster` (``GIC_E2E_KUBECONFIG`` set): a real cluster with
   the operator installed by Helm (see ``tests/e2e/README.md``).
 
@@ -35,8 +37,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from gic_operator.testing.kubectl import Kubectl, wait_until
 from gic_runtime.storage.uri import StoreResolver, join
+
+from .kubectl import Kubectl, wait_until
 
 T = TypeVar("T")
 
@@ -50,7 +53,8 @@ _ROUTINE = re.compile(r"(Timer|Handler) '[^']+' succeeded\.$")
 
 def timeout_scale() -> float:
     """``GIC_E2E_TIMEOUT_SCALE``: every deadline is multiplied by it (default 1 against
-    the emulator, 3 against a real cluster, where images start executor pods too)."""
+    the test control plane, 3 against a real cluster, where images start executor pods
+    too)."""
     default = 3.0 if os.environ.get("GIC_E2E_KUBECONFIG") else 1.0
     return float(os.environ.get("GIC_E2E_TIMEOUT_SCALE") or default)
 
@@ -108,10 +112,8 @@ class Cluster:
         )
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60.0) -> str:
-        """``kubectl -n <namespace> ARGS``; its stdout. ``apply`` gets ``--validate=false``
-        (the emulator serves no OpenAPI schema); a non-zero exit raises AssertionError."""
-        if args[:1] == ("apply",) and "--validate=false" not in args:
-            args = ("apply", "--validate=false", *args[1:])
+        """``kubectl -n <namespace> ARGS``; its stdout. A non-zero exit raises
+        AssertionError with kubectl's stderr."""
         result = self.run_kubectl(*args, stdin=stdin, timeout=timeout)
         if result.returncode != 0:
             raise AssertionError(
@@ -119,12 +121,17 @@ class Cluster:
             )
         return result.stdout
 
-    def apply(self, *documents: Mapping[str, Any]) -> str:
-        """Write ``documents`` as one YAML file and ``kubectl apply -f`` it."""
+    def manifest_file(self, *documents: Mapping[str, Any]) -> Path:
+        """Write ``documents`` as one YAML file in the work directory; its path."""
         self._manifests += 1
         path = self.workdir / f"manifest-{self._manifests:03d}.yaml"
         path.write_text(yaml.safe_dump_all([dict(d) for d in documents], sort_keys=False))
-        return self.kubectl("apply", "-f", str(path))
+        return path
+
+    def apply(self, *documents: Mapping[str, Any], flags: Sequence[str] = ()) -> str:
+        """``kubectl apply [FLAGS] -f`` ``documents`` (kubectl's default validation:
+        the server refuses fields the CRD's schema does not know)."""
+        return self.kubectl("apply", *flags, "-f", str(self.manifest_file(*documents)))
 
     def get(self, resource: str, name: str) -> dict[str, Any] | None:
         """``kubectl get RESOURCE NAME -o json``, or None when it does not exist."""

@@ -1,11 +1,14 @@
 """Fixtures of the end-to-end tests: a cluster with the operator, per test module.
 
-* ``e2e_backend`` (session): emulator mode by default (API emulator, CRDs applied with
-  kubectl, SeaweedFS bucket); real-cluster mode when ``GIC_E2E_KUBECONFIG`` is set (see
+* ``e2e_backend`` (session): control-plane mode by default (the session's real
+  Kubernetes control plane from :mod:`tests.controlplane`, CRDs applied with kubectl,
+  SeaweedFS bucket); real-cluster mode when ``GIC_E2E_KUBECONFIG`` is set (see
   ``README.md`` here).
 * ``cluster`` (module): a :class:`~tests.e2e.cluster.Cluster` bound to the module's own
-  namespace, with the operator watching it (emulator mode: a local kubelet and the
-  operator process, both stopped when the module ends).
+  namespace, with the operator watching it (control-plane mode: a namespace with the
+  chart's RBAC and the operator process, stopped and deleted when the module ends; a
+  module with ``KUBERNETES_EXECUTORS = True`` gets a namespace where Spark's executor
+  pods run, see :meth:`~tests.e2e.controlplane_backend.ControlPlaneBackend.open`).
 * ``timings`` (session): a list the tests append ``(what, seconds)`` to; printed at the
   end of the run.
 
@@ -13,7 +16,8 @@ When a test fails, its report gets the operator's log, the driver pods' logs,
 ``kubectl get gj,gsp,pods,services -o yaml`` and the events (printed in the test's
 teardown, so pytest shows them under "Captured stdout teardown").
 
-Every test using ``cluster`` is marked ``slow``; in emulator mode also ``s3``.
+Every test using ``cluster`` is marked ``slow``; in control-plane mode also ``s3`` and
+``controlplane``.
 """
 
 from __future__ import annotations
@@ -25,24 +29,35 @@ from pathlib import Path
 
 import pytest
 
+from ..controlplane.fixtures import control_plane
 from .cluster import Cluster
-from .emulated import EmulatedBackend
+from .controlplane_backend import ControlPlaneBackend
 from .real import RealBackend
+
+__all__ = ["control_plane"]
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 _TIMINGS = pytest.StashKey[list[tuple[str, float]]]()
 REAL = bool(os.environ.get("GIC_E2E_KUBECONFIG"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "controlplane: needs the real Kubernetes control plane (tests/controlplane)"
+    )
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
-        uses_cluster = "cluster" in getattr(item, "fixturenames", ())
+        names = getattr(item, "fixturenames", ())
+        uses_cluster = "cluster" in names or "e2e_backend" in names
         if here in Path(str(item.path)).parents and uses_cluster:
             item.add_marker(pytest.mark.slow)
             if not REAL:
                 item.add_marker(pytest.mark.s3)
+                item.add_marker(pytest.mark.controlplane)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -57,24 +72,31 @@ def pytest_runtest_makereport(
 @pytest.fixture(scope="session")
 def e2e_backend(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[EmulatedBackend | RealBackend]:
+) -> Iterator[ControlPlaneBackend | RealBackend]:
     workdir = tmp_path_factory.mktemp("e2e")
     if REAL:
         with RealBackend(workdir) as real:
             yield real
         return
-    with EmulatedBackend(request.getfixturevalue("s3_server"), workdir) as emulated:
-        yield emulated
+    plane = request.getfixturevalue("control_plane")
+    s3 = request.getfixturevalue("s3_server")
+    with ControlPlaneBackend(plane, s3, workdir) as backend:
+        yield backend
 
 
 @pytest.fixture(scope="module")
 def cluster(
-    e2e_backend: EmulatedBackend | RealBackend, request: pytest.FixtureRequest
+    e2e_backend: ControlPlaneBackend | RealBackend, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
     module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
     namespace = "e2e-" + re.sub(r"[^a-z0-9]+", "-", module.lower()).strip("-")[:50]
-    with e2e_backend.open(namespace) as opened:
-        yield opened
+    if isinstance(e2e_backend, ControlPlaneBackend):
+        executors = bool(getattr(request.module, "KUBERNETES_EXECUTORS", False))
+        with e2e_backend.open(namespace, kubernetes_executors=executors) as opened:
+            yield opened
+        return
+    with e2e_backend.open(namespace) as real:
+        yield real
 
 
 @pytest.fixture(autouse=True)

@@ -44,3 +44,12 @@ def assert_exact_output(cluster: Cluster, job: str, first_batch: int | None = No
 def reasons_count(cluster: Cluster, job: str, reason: str) -> int:
     """How many events about ``job`` have ``reason``."""
     return cluster.event_reasons(job).count(reason)
+
+
+def assert_operator_never_refused(cluster: Cluster) -> None:
+    """The operator's log shows no request the API server refused for lack of a grant
+    (403 Forbidden) and no Event it could not post: the RBAC it runs with was enough."""
+    log = cluster.operator_log()
+    assert log, "the operator logged nothing"
+    assert "Forbidden" not in log
+    assert "could not post event" not in log

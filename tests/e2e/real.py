@@ -33,11 +33,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from gic_operator.testing.kubectl import Kubectl
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StoreResolver, join
 
 from .cluster import Cluster, JobDefaults, Place
+from .kubectl import Kubectl
 
 
 def _env(name: str, default: str | None = None) -> str:

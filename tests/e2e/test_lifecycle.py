@@ -16,6 +16,7 @@ from .checks import list_uris
 from .cluster import Cluster
 from .helpers import (
     assert_exact_output,
+    assert_operator_never_refused,
     checkpoint_id,
     reasons_count,
     wait_checkpoints,
@@ -177,3 +178,9 @@ def test_upgrade_with_savepoint(cluster: Cluster, job: str) -> None:
 
     wait_checkpoints(cluster, JOB, checkpoint_id(cluster, JOB) + 3)
     assert_exact_output(cluster, JOB)
+
+
+def test_the_operator_was_never_refused(cluster: Cluster, job: str) -> None:
+    """Everything above ran with the chart's RBAC and nothing was refused."""
+    wait_running(cluster, job)
+    assert_operator_never_refused(cluster)

@@ -1,7 +1,8 @@
 """Savepoints outlive their job, and new jobs start from them (NoClaim and Claim).
 
-A source job runs, takes a savepoint through the annotation and is deleted: its driver
-pod and service go with it (owner references), the Savepoint and its files stay. Two new
+A source job runs, takes a savepoint through the annotation and is deleted: the garbage
+collector removes its driver pod and service (they name the GICJob as their owner), the
+Savepoint (which has no owner) and its files stay. Two new
 jobs then start from that Savepoint: NoClaim (the source is released after the first
 checkpoint and never deleted) and Claim (the Savepoint records which job owns it). Both
 continue the source's counts exactly from the batch after the savepoint's checkpoint.
@@ -15,7 +16,12 @@ import pytest
 
 from .checks import exists, list_uris
 from .cluster import Cluster
-from .helpers import assert_exact_output, wait_checkpoints, wait_running
+from .helpers import (
+    assert_exact_output,
+    assert_operator_never_refused,
+    wait_checkpoints,
+    wait_running,
+)
 from .timings import measure_savepoint
 
 SOURCE = "source"
@@ -102,3 +108,9 @@ def test_restore_claim_records_the_owner(
     assert_exact_output(cluster, job, first_batch=source_savepoint.checkpoint_id + 1)
     cluster.delete_job(job)
     assert cluster.status("savepoint", source_savepoint.name)["claimedBy"] == owner
+
+
+def test_the_operator_was_never_refused(cluster: Cluster) -> None:
+    """Deleting jobs, restoring, claiming and releasing ran with the chart's RBAC and
+    nothing was refused."""
+    assert_operator_never_refused(cluster)

@@ -1,5 +1,8 @@
-"""Test support for the operator: an in-process Kubernetes API and a local kubelet.
+"""Test support for the operator: :mod:`.fake_kube`, an in-memory implementation of the
+operator's Kubernetes seam (:class:`gic_operator.kube.KubeApi`) for unit tests of the
+reconcilers.
 
-Nothing here is imported by the operator itself; these modules exist so that end-to-end
-tests can run the operator against something that speaks the Kubernetes API on loopback.
+Nothing here is imported by the operator itself. Tests that need a real Kubernetes API
+use the control plane of ``tests/controlplane`` (etcd, kube-apiserver, controller
+manager, scheduler and a process kubelet).
 """

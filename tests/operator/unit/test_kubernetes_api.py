@@ -1,166 +1,43 @@
-"""KubernetesApi (the real seam, on the ``kubernetes`` client) against the in-process
-API emulator, and its translation of client errors."""
+"""KubernetesApi (the real seam, on the ``kubernetes`` client) without a server: an
+unreachable API, manifests refused before any request, and the translation of client
+errors. Its calls against a real API server are in ``tests/operator/apiserver``."""
 
 from __future__ import annotations
 
 import json
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gic_operator.errors import ConflictError, KubeError, TransientKubeError
+from gic_operator.errors import KubeError, TransientKubeError
 from gic_operator.kube import KubernetesApi, pod_info, translate_error
-from gic_operator.launcher import driver_service
-from gic_operator.testing.kube_client import KubeClient
-from gic_operator.testing.kube_emulator import KubeEmulator
-
-CRDS = Path(__file__).resolve().parents[3] / "crds"
-NS = "prod"
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeEmulator, Path]]:
-    with KubeEmulator() as kube:
-        config = kube.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
-        client = KubeClient(config)
-        for name in ("gicjobs.gic.io.yaml", "savepoints.gic.io.yaml"):
-            crd = yaml.safe_load((CRDS / name).read_text())
-            client.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        client.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-        yield kube, config
-    assert kube.server_errors == []
 
 
 @pytest.fixture
-def api(emulator: tuple[KubeEmulator, Path]) -> Iterator[KubernetesApi]:
-    from kubernetes.config import new_client_from_config
+def unreachable() -> Iterator[KubernetesApi]:
+    """A KubernetesApi whose server does not exist (nothing may reach it)."""
+    from kubernetes.client import ApiClient, Configuration
 
-    client = new_client_from_config(config_file=str(emulator[1]))  # type: ignore[no-untyped-call]
-    try:
-        yield KubernetesApi(client, request_timeout_s=10)
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def raw(emulator: tuple[KubeEmulator, Path]) -> KubeClient:
-    return KubeClient(emulator[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = Configuration(host=f"http://127.0.0.1:{port}")
+    config.retries = 0
+    with ApiClient(config) as client:
+        yield KubernetesApi(client, request_timeout_s=5)
 
 
-def pod(name: str, **labels: str) -> dict[str, Any]:
-    return {
+def test_invalid_pod_manifest_is_a_clear_error(unreachable: KubernetesApi) -> None:
+    bad: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "driver", "image": "busybox"}]},
+        "metadata": {"name": "p3"},
+        "spec": {"containers": [{"name": "driver", "image": "busybox"}], "restartpolicy": "Never"},
     }
-
-
-def job(name: str, **labels: str) -> dict[str, Any]:
-    spec = {
-        "application": {"image": "gic:1", "mainFile": "/opt/job.py"},
-        "checkpointing": {"storage": "s3://bucket/gic"},
-    }
-    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
-
-
-def test_pods(api: KubernetesApi) -> None:
-    assert api.get_pod(NS, "p1") is None
-    api.create_pod(NS, pod("p1", job="a", role="driver"))
-    api.create_pod(NS, pod("p1", job="a", role="driver"))  # exists: no error
-    api.create_pod(NS, pod("p2", job="b", role="driver"))
-    info = api.get_pod(NS, "p1")
-    assert info is not None
-    assert (info.name, info.phase, info.deleting) == ("p1", "Pending", False)
-    assert info.labels == {"job": "a", "role": "driver"} and info.created
-    assert [p.name for p in api.list_pods(NS, {"job": "a", "role": "driver"})] == ["p1"]
-    api.delete_pod(NS, "p2", grace_seconds=0)
-    assert api.get_pod(NS, "p2") is None
-    api.delete_pod(NS, "p2", grace_seconds=0)  # gone: no error
-    api.delete_pod(NS, "p1", grace_seconds=30)  # never scheduled: gone at once
-    assert api.get_pod(NS, "p1") is None
-
-
-def test_invalid_pod_manifest_is_a_clear_error(api: KubernetesApi) -> None:
-    bad = pod("p3")
-    bad["spec"]["restartpolicy"] = "Never"
     with pytest.raises(KubeError, match="creating pod prod/p3 failed: the manifest is not valid"):
-        api.create_pod(NS, bad)
-
-
-def test_service(api: KubernetesApi, raw: KubeClient) -> None:
-    manifest = driver_service(NS, "wc", "uid-1")
-    api.apply_service(NS, manifest)
-    api.apply_service(NS, manifest)
-    svc = raw.get(f"/api/v1/namespaces/{NS}/services/wc-driver")
-    assert svc["spec"]["selector"] == {"gic.io/job": "wc", "gic.io/role": "driver"}
-    assert svc["metadata"]["ownerReferences"][0]["kind"] == "GICJob"
-
-
-def test_custom_objects(api: KubernetesApi) -> None:
-    assert api.get_object("gicjobs", NS, "wc") is None
-    assert api.create_object("gicjobs", NS, job("wc", team="a"))
-    assert not api.create_object("gicjobs", NS, job("wc", team="a"))
-    api.create_object("gicjobs", NS, job("other", team="b"))
-    obj = api.get_object("gicjobs", NS, "wc")
-    assert obj is not None
-    assert (obj["kind"], obj["metadata"]["generation"]) == ("GICJob", 1)
-    listed = api.list_objects("gicjobs", NS, {"team": "a"})
-    assert [o["metadata"]["name"] for o in listed] == ["wc"]
-    assert listed[0]["kind"] == "GICJob"
-    assert {o["metadata"]["name"] for o in api.list_objects("gicjobs", NS)} == {"wc", "other"}
-
-    api.patch_status("gicjobs", NS, "wc", {"phase": "Running", "epoch": 1, "message": "x"})
-    api.patch_status("gicjobs", NS, "wc", {"message": None, "epoch": 2})
-    obj = api.get_object("gicjobs", NS, "wc")
-    assert obj is not None
-    assert obj["status"]["phase"] == "Running" and obj["status"]["epoch"] == 2
-    assert "message" not in obj["status"]
-    api.patch_status("gicjobs", NS, "missing", {"phase": "Running"})  # no error
-
-    api.delete_object("gicjobs", NS, "wc")
-    api.delete_object("gicjobs", NS, "wc")
-    api.delete_object("gicjobs", NS, "other")
-    assert api.get_object("gicjobs", NS, "wc") is None
-
-
-def test_a_status_patch_with_a_stale_resource_version_conflicts(api: KubernetesApi) -> None:
-    api.create_object("gicjobs", NS, job("rv", team="a"))
-    read = api.get_object("gicjobs", NS, "rv")
-    assert read is not None
-    version = read["metadata"]["resourceVersion"]
-    api.patch_status("gicjobs", NS, "rv", {"phase": "Running"}, resource_version=version)
-    with pytest.raises(ConflictError) as caught:
-        api.patch_status("gicjobs", NS, "rv", {"phase": "Failed"}, resource_version=version)
-    assert caught.value.status == 409 and isinstance(caught.value, TransientKubeError)
-    obj = api.get_object("gicjobs", NS, "rv")
-    assert obj is not None and obj["status"]["phase"] == "Running"
-    api.patch_status("gicjobs", NS, "rv", {"phase": "Failed"})  # no version: no precondition
-    api.delete_object("gicjobs", NS, "rv")
-
-
-def test_events_are_posted_and_aggregated(api: KubernetesApi, raw: KubeClient) -> None:
-    api.create_object("gicjobs", NS, job("ev"))
-    obj = api.get_object("gicjobs", NS, "ev")
-    assert obj is not None
-    api.event(obj, "Normal", "Launched", "driver ev-driver-1 created")
-    api.event(obj, "Normal", "Launched", "driver ev-driver-1 created")
-    api.event(obj, "Warning", "DriverFailed", "x" * 5000)
-    events = raw.get(f"/api/v1/namespaces/{NS}/events")["items"]
-    mine = [e for e in events if e["involvedObject"]["name"] == "ev"]
-    by_reason = {e["reason"]: e for e in mine}
-    assert len(mine) == 2
-    launched = by_reason["Launched"]
-    assert launched["count"] == 2 and launched["type"] == "Normal"
-    assert launched["involvedObject"]["kind"] == "GICJob"
-    assert launched["involvedObject"]["uid"] == obj["metadata"]["uid"]
-    assert launched["source"] == {"component": "gic-operator"}
-    assert len(by_reason["DriverFailed"]["message"]) == 1024
-    api.delete_object("gicjobs", NS, "ev")
+        unreachable.create_pod("prod", bad)
 
 
 def test_unreachable_api_is_transient_and_events_are_only_logged(

@@ -1,10 +1,12 @@
-"""The launch's ConfigMap and Secret through the real seam (KubernetesApi against the
-in-process API emulator) and through a whole launch with the in-memory fake: the template
-is replaced at every launch, the RPC secret created once and never read back or shown."""
+"""The launch's Secret and ConfigMap without a server: manifests refused before any
+request never show the secret, secrets are random, names stay valid, and a whole launch
+with the in-memory fake creates the Secret and the template before the pod. (The same
+objects through KubernetesApi against a real API server: ``tests/operator/apiserver``.)"""
 
 from __future__ import annotations
 
 import base64
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,94 +16,30 @@ import pytest
 from gic_operator import launcher
 from gic_operator.errors import KubeError
 from gic_operator.kube import KubernetesApi
-from gic_operator.launcher import LaunchPlan
-from gic_operator.models import GICJobSpec
-from gic_operator.testing.kube_client import KubeClient
-from gic_operator.testing.kube_emulator import KubeEmulator
 
 NS = "prod"
 
 
-def plan(image: str = "gic:1", **changes: Any) -> LaunchPlan:
-    spec = GICJobSpec.model_validate(
-        {
-            "application": {"image": image, "mainFile": "/opt/job.py"},
-            "checkpointing": {"storage": "s3://bucket/gic"},
-        }
-    )
-    values: dict[str, Any] = {
-        "namespace": NS,
-        "name": "wc",
-        "uid": "uid-1",
-        "spec": spec,
-        "job_id": "prod.wc",
-        "epoch": 1,
-    }
-    values.update(changes)
-    return LaunchPlan(**values)
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeEmulator, Path]]:
-    with KubeEmulator() as kube:
-        config = kube.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
-        KubeClient(config).request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-        yield kube, config
-    assert kube.server_errors == []
-
-
 @pytest.fixture
-def api(emulator: tuple[KubeEmulator, Path]) -> Iterator[KubernetesApi]:
-    from kubernetes.config import new_client_from_config
+def unreachable() -> Iterator[KubernetesApi]:
+    """A KubernetesApi whose server does not exist (nothing may reach it)."""
+    from kubernetes.client import ApiClient, Configuration
 
-    client = new_client_from_config(config_file=str(emulator[1]))  # type: ignore[no-untyped-call]
-    try:
-        yield KubernetesApi(client, request_timeout_s=10)
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def raw(emulator: tuple[KubeEmulator, Path]) -> KubeClient:
-    return KubeClient(emulator[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = Configuration(host=f"http://127.0.0.1:{port}")
+    config.retries = 0
+    with ApiClient(config) as client:
+        yield KubernetesApi(client, request_timeout_s=5)
 
 
-def test_template_config_map_is_created_then_replaced(api: KubernetesApi, raw: KubeClient) -> None:
-    first = launcher.executor_template_config_map(plan())
-    api.apply_config_map(NS, first)
-    name = first["metadata"]["name"]
-    stored = raw.get(f"/api/v1/namespaces/{NS}/configmaps/{name}")
-    assert stored["data"] == first["data"]
-    env = [{"name": "X", "value": "1"}]
-    changed = GICJobSpec.model_validate(
-        {
-            "application": {"image": "gic:1", "mainFile": "/opt/job.py", "env": env},
-            "checkpointing": {"storage": "s3://bucket/gic"},
-        }
-    )
-    second = launcher.executor_template_config_map(plan(spec=changed, epoch=2))
-    api.apply_config_map(NS, second)
-    stored = raw.get(f"/api/v1/namespaces/{NS}/configmaps/{name}")
-    assert stored["data"] == second["data"] != first["data"]
-    assert stored["metadata"]["ownerReferences"][0]["kind"] == "GICJob"
-
-
-def test_auth_secret_is_created_once(api: KubernetesApi, raw: KubeClient) -> None:
-    first = launcher.auth_secret(NS, "wc", "uid-1", token=b"first")
-    api.create_secret(NS, first)
-    api.create_secret(NS, launcher.auth_secret(NS, "wc", "uid-1", token=b"second"))
-    stored = raw.get(f"/api/v1/namespaces/{NS}/secrets/{first['metadata']['name']}")
-    assert stored["data"] == first["data"]  # the first secret stays
-    assert stored["immutable"] is True
-    assert stored["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-
-
-def test_an_invalid_secret_manifest_never_shows_its_data(api: KubernetesApi) -> None:
+def test_an_invalid_secret_manifest_never_shows_its_data(unreachable: KubernetesApi) -> None:
     bad = launcher.auth_secret(NS, "bad", "uid-2", token=b"do-not-print-me")
     bad["metadata"]["namez"] = "typo"
     encoded = bad["data"][launcher.AUTH_KEY]
     with pytest.raises(KubeError) as caught:
-        api.create_secret(NS, bad)
+        unreachable.create_secret(NS, bad)
     text = str(caught.value)
     assert "manifest is not valid" in text
     assert encoded not in text and "do-not-print-me" not in text

@@ -1,5 +1,5 @@
 """Operator benchmark pieces at tiny sizes: the orphan sweep on SeaweedFS, the reconcile
-passes through the API emulator process, goals and the plot."""
+passes through a real kube-apiserver (the test control plane), goals and the plot."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def test_sweep_deletes_every_orphan_and_keeps_the_checkpoint(
     assert any("uploaded 60/60 orphans" in line for line in lines)
 
 
+@pytest.mark.slow  # starts the test control plane of tests/controlplane
 def test_reconcile_passes_launch_then_run_every_job() -> None:
     lines: list[str] = []
     params = ReconcileParams(jobs=3, steady_passes=1, threads=2)
@@ -49,6 +50,7 @@ def test_reconcile_passes_launch_then_run_every_job() -> None:
     result = operator_reconcile.measure(params, log=lines.append)
 
     assert {"gicjobs.gic.io", "savepoints.gic.io"} <= set(result["crds"])
+    assert result["api"].startswith("Kubernetes v1.")
     for mode, threads in (("sequential", 1), ("pool", 2)):
         run = result["modes"][mode]
         assert run["threads"] == threads

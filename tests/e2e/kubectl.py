@@ -1,15 +1,18 @@
-"""The real ``kubectl`` binary, pointed at one API server, for end-to-end tests.
+"""The ``kubectl`` binary, pointed at one API server, for end-to-end tests.
 
 :class:`Kubectl` runs kubectl with a given kubeconfig and its own discovery cache
 directory (so tests never share or pollute ``~/.kube/cache``), raising with kubectl's
-stderr when a command that must succeed fails. :func:`wait_until` polls a condition
-against a deadline, for tests that wait on asynchronous outcomes.
+stderr when a command that must succeed fails. :func:`find_kubectl` prefers the kubectl
+built with the test control plane (``make controlplane``), then the one on ``PATH``.
+:func:`wait_until` polls a condition against a deadline, for tests that wait on
+asynchronous outcomes.
 
 Thread-safety: instances hold no mutable state; each call is its own process.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -17,11 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from ..controlplane.cluster import kubectl_path
+
 T = TypeVar("T")
 
 
 def find_kubectl() -> str:
-    """The kubectl on PATH (``/usr/bin/kubectl`` if there is none)."""
+    """The control plane's kubectl when built, else the one on ``PATH``
+    (``/usr/bin/kubectl`` if there is none)."""
+    built = kubectl_path()
+    if os.access(built, os.X_OK):
+        return str(built)
     return shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
@@ -48,6 +57,7 @@ class Kubectl:
     """kubectl with a fixed kubeconfig and cache directory."""
 
     def __init__(self, kubeconfig: Path, cache_dir: Path, binary: str | None = None) -> None:
+        self.kubeconfig = kubeconfig
         self.base = [
             binary or find_kubectl(),
             "--kubeconfig",
@@ -73,12 +83,6 @@ class Kubectl:
             raise AssertionError(f"kubectl {command} exited {result.returncode}: {result.stderr}")
         return result
 
-    def popen(self, *args: str) -> subprocess.Popen[str]:
-        """Start ``kubectl ARGS`` in the background, stdout and stderr captured."""
-        return subprocess.Popen(
-            [*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-
-    def apply(self, manifest: str) -> str:
-        """``kubectl apply --validate=false -f -`` with ``manifest`` on stdin; its stdout."""
-        return self("apply", "--validate=false", "-f", "-", stdin=manifest).stdout
+    def apply(self, manifest: str, *flags: str) -> str:
+        """``kubectl apply [FLAGS] -f -`` with ``manifest`` on stdin; its stdout."""
+        return self("apply", *flags, "-f", "-", stdin=manifest).stdout

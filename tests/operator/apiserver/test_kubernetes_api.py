@@ -1,0 +1,223 @@
+"""KubernetesApi (the operator's seam, on the ``kubernetes`` client) against the real API
+server of the test control plane: pods, the driver's service, the launch's ConfigMap and
+Secret, custom objects and their status (with optimistic concurrency), and Events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gic_operator import launcher
+from gic_operator.errors import ConflictError, TransientKubeError
+from gic_operator.kube import KubernetesApi
+from gic_operator.launcher import LaunchPlan, driver_service
+from gic_operator.models import GICJobSpec
+
+from .support import KubeEnv
+
+
+@pytest.fixture
+def api(kube_env: KubeEnv) -> Iterator[KubernetesApi]:
+    from kubernetes.config import new_client_from_config
+
+    config = str(kube_env.kubeconfig)
+    client = new_client_from_config(config_file=config)  # type: ignore[no-untyped-call]
+    try:
+        yield KubernetesApi(client, request_timeout_s=10)
+    finally:
+        client.close()
+
+
+def pod(name: str, **labels: str) -> dict[str, Any]:
+    """A pod the process kubelet never starts (no command: it waits with
+    ``CreateContainerConfigError``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "driver", "image": "busybox"}]},
+    }
+
+
+def job(name: str, **labels: str) -> dict[str, Any]:
+    spec = {
+        "application": {"image": "gic:1", "mainFile": "/opt/job.py"},
+        "checkpointing": {"storage": "s3://bucket/gic"},
+    }
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def owner(kube_env: KubeEnv) -> dict[str, Any]:
+    """A GICJob to own what the tests create (the garbage collector deletes objects whose
+    owner does not exist)."""
+    body = {"apiVersion": "gic.io/v1alpha1", "kind": "GICJob", **job("owner", team="owner")}
+    path = f"/apis/gic.io/v1alpha1/namespaces/{kube_env.namespace}/gicjobs"
+    created: dict[str, Any] = kube_env.raw.create(path, body)
+    return created
+
+
+def plan(kube_env: KubeEnv, owner: dict[str, Any], **changes: Any) -> LaunchPlan:
+    spec = GICJobSpec.model_validate(job("owner")["spec"])
+    values: dict[str, Any] = {
+        "namespace": kube_env.namespace,
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+        "spec": spec,
+        "job_id": f"{kube_env.namespace}.owner",
+        "epoch": 1,
+    }
+    values.update(changes)
+    return LaunchPlan(**values)
+
+
+def test_pods(api: KubernetesApi, kube_env: KubeEnv) -> None:
+    ns = kube_env.namespace
+    assert api.get_pod(ns, "p1") is None
+    api.create_pod(ns, pod("p1", job="a", role="driver"))
+    api.create_pod(ns, pod("p1", job="a", role="driver"))  # exists: no error
+    api.create_pod(ns, pod("p2", job="b", role="driver"))
+    info = api.get_pod(ns, "p1")
+    assert info is not None
+    assert (info.name, info.phase, info.deleting) == ("p1", "Pending", False)
+    assert info.labels == {"job": "a", "role": "driver"} and info.created
+    assert [p.name for p in api.list_pods(ns, {"job": "a", "role": "driver"})] == ["p1"]
+    api.delete_pod(ns, "p2", grace_seconds=0)
+    assert api.get_pod(ns, "p2") is None  # grace period 0: gone at once
+    api.delete_pod(ns, "p2", grace_seconds=0)  # gone: no error
+    api.delete_pod(ns, "p1", grace_seconds=30)  # bound to the node: the kubelet confirms
+    deleting = api.get_pod(ns, "p1")
+    assert deleting is None or deleting.deleting
+    kube_env.plane.wait_for("pod p1 to go", lambda: api.get_pod(ns, "p1") is None)
+
+
+def test_service(api: KubernetesApi, kube_env: KubeEnv, owner: dict[str, Any]) -> None:
+    ns = kube_env.namespace
+    manifest = driver_service(ns, "owner", owner["metadata"]["uid"])
+    api.apply_service(ns, manifest)
+    api.apply_service(ns, manifest)
+    svc = kube_env.raw.get(f"/api/v1/namespaces/{ns}/services/owner-driver")
+    assert svc["spec"]["selector"] == {"gic.io/job": "owner", "gic.io/role": "driver"}
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["metadata"]["ownerReferences"][0]["kind"] == "GICJob"
+
+
+def test_template_config_map_is_created_then_replaced(
+    api: KubernetesApi, kube_env: KubeEnv, owner: dict[str, Any]
+) -> None:
+    ns = kube_env.namespace
+    first = launcher.executor_template_config_map(plan(kube_env, owner))
+    api.apply_config_map(ns, first)
+    name = first["metadata"]["name"]
+    stored = kube_env.raw.get(f"/api/v1/namespaces/{ns}/configmaps/{name}")
+    assert stored["data"] == first["data"]
+    spec = job("owner")["spec"]
+    spec["application"]["env"] = [{"name": "X", "value": "1"}]
+    changed = GICJobSpec.model_validate(spec)
+    second = launcher.executor_template_config_map(plan(kube_env, owner, spec=changed, epoch=2))
+    api.apply_config_map(ns, second)
+    stored = kube_env.raw.get(f"/api/v1/namespaces/{ns}/configmaps/{name}")
+    assert stored["data"] == second["data"] != first["data"]
+    assert stored["metadata"]["ownerReferences"][0]["kind"] == "GICJob"
+
+
+def test_auth_secret_is_created_once(
+    api: KubernetesApi, kube_env: KubeEnv, owner: dict[str, Any]
+) -> None:
+    ns, uid = kube_env.namespace, owner["metadata"]["uid"]
+    first = launcher.auth_secret(ns, "owner", uid, token=b"first")
+    api.create_secret(ns, first)
+    api.create_secret(ns, launcher.auth_secret(ns, "owner", uid, token=b"second"))
+    stored = kube_env.raw.get(f"/api/v1/namespaces/{ns}/secrets/{first['metadata']['name']}")
+    assert stored["data"] == first["data"]  # the first secret stays
+    assert stored["immutable"] is True
+    assert stored["metadata"]["ownerReferences"][0]["uid"] == uid
+
+
+def test_custom_objects(api: KubernetesApi, kube_env: KubeEnv, owner: dict[str, Any]) -> None:
+    ns = kube_env.namespace
+    assert api.get_object("gicjobs", ns, "wc") is None
+    assert api.create_object("gicjobs", ns, job("wc", team="a"))
+    assert not api.create_object("gicjobs", ns, job("wc", team="a"))
+    api.create_object("gicjobs", ns, job("other", team="b"))
+    obj = api.get_object("gicjobs", ns, "wc")
+    assert obj is not None
+    assert (obj["kind"], obj["metadata"]["generation"]) == ("GICJob", 1)
+    assert obj["spec"]["checkpointing"]["buckets"] == 128  # the schema's default
+    listed = api.list_objects("gicjobs", ns, {"team": "a"})
+    assert [o["metadata"]["name"] for o in listed] == ["wc"]
+    assert listed[0]["kind"] == "GICJob"
+    names = {o["metadata"]["name"] for o in api.list_objects("gicjobs", ns)}
+    assert names == {"wc", "other", "owner"}
+
+    api.patch_status("gicjobs", ns, "wc", {"phase": "Running", "epoch": 1, "message": "x"})
+    api.patch_status("gicjobs", ns, "wc", {"message": None, "epoch": 2})
+    obj = api.get_object("gicjobs", ns, "wc")
+    assert obj is not None
+    assert obj["status"]["phase"] == "Running" and obj["status"]["epoch"] == 2
+    assert "message" not in obj["status"]
+    assert obj["metadata"]["generation"] == 1  # status writes leave the spec's generation
+    api.patch_status("gicjobs", ns, "missing", {"phase": "Running"})  # no error
+
+    api.delete_object("gicjobs", ns, "wc")
+    api.delete_object("gicjobs", ns, "wc")
+    api.delete_object("gicjobs", ns, "other")
+    assert api.get_object("gicjobs", ns, "wc") is None
+
+
+def test_a_status_patch_with_a_stale_resource_version_conflicts(
+    api: KubernetesApi, kube_env: KubeEnv
+) -> None:
+    ns = kube_env.namespace
+    api.create_object("gicjobs", ns, job("rv", team="a"))
+    read = api.get_object("gicjobs", ns, "rv")
+    assert read is not None
+    version = read["metadata"]["resourceVersion"]
+    api.patch_status("gicjobs", ns, "rv", {"phase": "Running"}, resource_version=version)
+    with pytest.raises(ConflictError) as caught:
+        api.patch_status("gicjobs", ns, "rv", {"phase": "Failed"}, resource_version=version)
+    assert caught.value.status == 409 and isinstance(caught.value, TransientKubeError)
+    assert "the object has been modified" in str(caught.value)
+    obj = api.get_object("gicjobs", ns, "rv")
+    assert obj is not None and obj["status"]["phase"] == "Running"
+    api.patch_status("gicjobs", ns, "rv", {"phase": "Failed"})  # no version: no precondition
+    obj = api.get_object("gicjobs", ns, "rv")
+    assert obj is not None and obj["status"]["phase"] == "Failed"
+    api.delete_object("gicjobs", ns, "rv")
+
+
+def test_a_status_the_schema_refuses_is_a_clear_error(
+    api: KubernetesApi, kube_env: KubeEnv
+) -> None:
+    from gic_operator.errors import KubeError
+
+    ns = kube_env.namespace
+    api.create_object("gicjobs", ns, job("bad-status"))
+    with pytest.raises(KubeError) as caught:
+        api.patch_status("gicjobs", ns, "bad-status", {"phase": "Exploded"})
+    assert caught.value.status == 422 and not isinstance(caught.value, TransientKubeError)
+    assert 'status.phase: Unsupported value: "Exploded"' in str(caught.value)
+    api.delete_object("gicjobs", ns, "bad-status")
+
+
+def test_events_are_posted_and_aggregated(api: KubernetesApi, kube_env: KubeEnv) -> None:
+    ns = kube_env.namespace
+    api.create_object("gicjobs", ns, job("ev"))
+    obj = api.get_object("gicjobs", ns, "ev")
+    assert obj is not None
+    api.event(obj, "Normal", "Launched", "driver ev-driver-1 created")
+    api.event(obj, "Normal", "Launched", "driver ev-driver-1 created")
+    api.event(obj, "Warning", "DriverFailed", "x" * 5000)
+    events = kube_env.raw.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    mine = [e for e in events if e["involvedObject"]["name"] == "ev"]
+    by_reason = {e["reason"]: e for e in mine}
+    assert len(mine) == 2
+    launched = by_reason["Launched"]
+    assert launched["count"] == 2 and launched["type"] == "Normal"
+    assert launched["involvedObject"]["kind"] == "GICJob"
+    assert launched["involvedObject"]["uid"] == obj["metadata"]["uid"]
+    assert launched["source"] == {"component": "gic-operator"}
+    assert len(by_reason["DriverFailed"]["message"]) == 1024
+    api.delete_object("gicjobs", ns, "ev")
