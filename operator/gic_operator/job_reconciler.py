@@ -105,7 +105,7 @@ class JobReconciler:
             try:
                 body = self.kube.get_object(PLURAL, namespace, name)
             except KubeError as exc:
-                self._unrecorded(namespace, name, exc)
+                self.problems.unrecorded(namespace, name, exc)
                 return None
             if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
                 return None
@@ -119,13 +119,6 @@ class JobReconciler:
         """
         meta = body.get("metadata") or {}
         return self.reconcile_named(str(meta.get("namespace") or "default"), str(meta["name"]))
-
-    def _unrecorded(self, namespace: str, name: str, exc: KubeError) -> None:
-        """An API error where no status can be written: logged and counted."""
-        reason = describe(exc).reason
-        log.warning("gicjob %s/%s: %s: %s", namespace, name, reason, exc)
-        if self.metrics is not None:
-            self.metrics.count_error(PLURAL[:-1], reason)
 
     def _reconcile(self, body: Mapping[str, Any]) -> dict[str, Any]:
         p = Pass(self.kube, PLURAL, body, clock=self.clock)
@@ -145,14 +138,7 @@ class JobReconciler:
                 ):
                     p.set(message=None)  # the error is over; the phase says the rest
                 self.problems.resolved(p)
-        try:
-            patch = p.commit()
-        except KubeError as exc:
-            self._unrecorded(p.namespace, p.name, exc)
-            return {}
-        if p.conflicted:
-            self.problems.unposted(p)
-        return patch
+        return self.problems.commit(p)
 
     def _pass(self, p: Pass, body: Mapping[str, Any]) -> None:
         try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from gic_operator.errors import (
     GICOperatorError,
@@ -135,6 +136,26 @@ class ProblemReporter:
             log.error("%s: %s", where, problem.message, exc_info=exc)
         else:
             log.warning("%s: %s: %s", where, problem.reason, problem.message)
+
+    def commit(self, p: Pass) -> dict[str, Any]:
+        """Write the pass's status (:meth:`Pass.commit`) and return the patch. An API error
+        where no status can be written is logged and counted, and gives ``{}``; a pass
+        whose patch conflicted had its events dropped, so they are posted again next time."""
+        try:
+            patch = p.commit()
+        except KubeError as exc:
+            self.unrecorded(p.namespace, p.name, exc)
+            return {}
+        if p.conflicted:
+            self.unposted(p)
+        return patch
+
+    def unrecorded(self, namespace: str, name: str, exc: KubeError) -> None:
+        """An API error where no status can be written: logged and counted."""
+        reason = describe(exc).reason
+        log.warning("%s %s/%s: %s: %s", self.resource, namespace, name, reason, exc)
+        if self.metrics is not None:
+            self.metrics.count_error(self.resource, reason)
 
     def unposted(self, p: Pass) -> None:
         """The pass's events were dropped (its status patch conflicted): the next pass

@@ -116,17 +116,11 @@ class SavepointReconciler:
             try:
                 fresh = self.kube.get_object(PLURAL, namespace, name)
             except KubeError as exc:
-                self._unrecorded(namespace, name, exc)
+                self.problems.unrecorded(namespace, name, exc)
                 return None
             if fresh is None:
                 return None
             return self._reconcile(fresh)
-
-    def _unrecorded(self, namespace: str, name: str, exc: KubeError) -> None:
-        reason = describe(exc).reason
-        log.warning("savepoint %s/%s: %s: %s", namespace, name, reason, exc)
-        if self.metrics is not None:
-            self.metrics.count_error("savepoint", reason)
 
     def _reconcile(self, body: Mapping[str, Any]) -> dict[str, Any]:
         p = Pass(self.kube, PLURAL, body, clock=self.clock)
@@ -145,14 +139,7 @@ class SavepointReconciler:
                     self._fail(p, f"no savepoint after {timeout} s; meanwhile: {problem.message}")
         else:
             self.problems.resolved(p)
-        try:
-            patch = p.commit()
-        except KubeError as exc:
-            self._unrecorded(p.namespace, p.name, exc)
-            return {}
-        if p.conflicted:
-            self.problems.unposted(p)
-        return patch
+        return self.problems.commit(p)
 
     def _timeout_of(self, p: Pass, body: Mapping[str, Any]) -> int:
         try:
