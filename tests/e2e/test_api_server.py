@@ -330,22 +330,25 @@ def test_a_stale_status_patch_gets_409_conflict(kube: ControlPlaneCluster) -> No
 
 
 def test_the_operator_rides_out_conflicting_writes(kube: ControlPlaneCluster, job: str) -> None:
+    """Annotations change the object under the operator while its driver checkpoints (so
+    its status changes every second): status patches made with the version a pass read
+    may meet newer versions (whether one does is up to timing; the seam test
+    ``tests/operator/apiserver`` forces one). Whatever happens, the job keeps its driver
+    and keeps checkpointing, and the status catches up."""
     before = wait_running(kube, job)
     start = checkpoint_id(kube, job)
     seen = len(kube.operator_log())
-    conflict = "changed while it was reconciled; it is read again on the next pass"
-    deadline = time.monotonic() + 60
+    target = start + 3
+    deadline = time.monotonic() + 90
     touches = 0
-    # Annotations change the object under the operator while its driver checkpoints
-    # (and so its status changes every second): its status patches, made with the
-    # version it read, meet newer versions.
-    while conflict not in kube.operator_log()[seen:]:
-        assert time.monotonic() < deadline, "no status patch of the operator met a conflict"
+    while checkpoint_id(kube, job) < target:
+        assert time.monotonic() < deadline, f"no checkpoint {target} while annotated"
         touches += 1
         kube.kubectl("annotate", "--overwrite", f"gicjob/{job}", f"e2e.gic.io/touch={touches}")
-    after_conflict = wait_checkpoints(kube, job, max(start, checkpoint_id(kube, job)) + 2)
+    conflicts = kube.operator_log()[seen:].count("changed while it was reconciled")
+    print(f"{touches} annotations, {conflicts} conflicted status patches")
     after = wait_running(kube, job)
-    assert after["lastCheckpoint"]["id"] >= after_conflict
+    assert after["lastCheckpoint"]["id"] >= target
     assert same_driver(before, after)
 
 

@@ -221,3 +221,62 @@ def test_events_are_posted_and_aggregated(api: KubernetesApi, kube_env: KubeEnv)
     assert launched["source"] == {"component": "gic-operator"}
     assert len(by_reason["DriverFailed"]["message"]) == 1024
     api.delete_object("gicjobs", ns, "ev")
+
+
+class WriterBetweenReadAndPatch(KubernetesApi):
+    """The operator's real seam, plus another writer: right after the reconciler reads a
+    GICJob, someone else annotates it (as ``kubectl annotate`` would), so the status
+    patch the reconciler sends with the version it read meets a newer one."""
+
+    def __init__(self, client: Any, raw: Any, path: str) -> None:
+        super().__init__(client, request_timeout_s=10)
+        self.raw = raw
+        self.path = path
+        self.interleave = True
+        self.touches = 0
+
+    def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        body = super().get_object(plural, namespace, name)
+        if self.interleave and plural == "gicjobs":
+            self.touches += 1
+            touch = {"metadata": {"annotations": {"e2e.gic.io/touch": str(self.touches)}}}
+            self.raw.patch(self.path, touch)
+        return body
+
+
+def test_a_reconcile_that_meets_a_newer_version_writes_nothing_and_the_next_one_does(
+    kube_env: KubeEnv, tmp_path: Any
+) -> None:
+    from kubernetes.config import new_client_from_config
+
+    from gic_operator.job_reconciler import JobReconciler
+    from gic_operator.storage_view import open_job_storage
+
+    ns = kube_env.namespace
+    path = f"/apis/gic.io/v1alpha1/namespaces/{ns}/gicjobs/raced"
+    body = {"apiVersion": "gic.io/v1alpha1", "kind": "GICJob", **job("raced")}
+    body["spec"]["checkpointing"]["storage"] = "gs://bucket/gic"  # refused: a status to write
+    kube_env.raw.create(f"/apis/gic.io/v1alpha1/namespaces/{ns}/gicjobs", body)
+    client = new_client_from_config(config_file=str(kube_env.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        api = WriterBetweenReadAndPatch(client, kube_env.raw, path)
+        jobs = JobReconciler(api, open_job_storage)
+
+        assert jobs.reconcile_named(ns, "raced") == {}  # the patch conflicted: nothing sent
+        stored = kube_env.raw.get(path)
+        assert "status" not in stored or not stored["status"]
+        assert stored["metadata"]["annotations"]["e2e.gic.io/touch"] == "1"
+
+        api.interleave = False
+        sent = jobs.reconcile_named(ns, "raced")
+        assert sent is not None and sent["phase"] == "Invalid"
+        stored = kube_env.raw.get(path)
+        assert stored["status"]["phase"] == "Invalid"
+        assert "is not a storage URI" in stored["status"]["message"]
+        # The warning dropped with the conflicted patch is posted by the pass that wrote.
+        events = kube_env.raw.get(f"/api/v1/namespaces/{ns}/events")["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "raced"]
+        assert reasons.count("InvalidSpec") == 1
+    finally:
+        client.close()
+        kube_env.raw.delete(path)
