@@ -115,6 +115,10 @@ EXECUTOR_CONTAINER = "executor"
 AUTH_DIR = RESERVED_MOUNT_DIRS[0]
 AUTH_KEY = "secret"
 AUTH_FILE = f"{AUTH_DIR}/{AUTH_KEY}"
+#: The Secret's key with the same secret in the form executors read from
+#: ``_SPARK_AUTH_SECRET`` (base64 of the file's bytes, as Spark derives the driver's
+#: key from the file).
+AUTH_ENV_KEY = "executor-key"
 #: Where the executor pod template is mounted in the driver.
 TEMPLATE_DIR = RESERVED_MOUNT_DIRS[1]
 TEMPLATE_KEY = "executor-pod.json"
@@ -190,8 +194,9 @@ def _object_name(name: str, suffix: str) -> str:
 
 
 def auth_secret_name(name: str) -> str:
-    """The Secret with GICJob ``name``'s Spark authentication secret."""
-    return _object_name(name, "-spark-auth")
+    """The Secret with GICJob ``name``'s Spark authentication secret. (``-spark-rpc``:
+    Secrets are immutable, and the earlier ``-spark-auth`` ones lack the executors' key.)"""
+    return _object_name(name, "-spark-rpc")
 
 
 def executor_template_name(name: str) -> str:
@@ -301,7 +306,17 @@ def executor_env(plan: LaunchPlan) -> list[dict[str, Any]]:
     if endpoint:
         env.append({"name": S3_ENDPOINT_ENV, "value": endpoint})
     env += [_user_env(e) for e in plan.spec.application.env]
-    return env + _credential_env(plan)
+    return env + _credential_env(plan) + [_executor_auth_env(plan.name)]
+
+
+def _executor_auth_env(name: str) -> dict[str, Any]:
+    """``_SPARK_AUTH_SECRET`` from the job's Secret. An executor fetches the driver's
+    properties before it knows the master, so it cannot use a secret file (Spark reads
+    one only in Kubernetes mode); it falls back to this variable. Spark itself would put
+    the key in the pod spec in clear, but not when ``spark.authenticate.secret.executor.file``
+    is set, as it is here."""
+    ref = {"name": auth_secret_name(name), "key": AUTH_ENV_KEY}
+    return {"name": _SPARK_RESERVED_ENV[0], "valueFrom": {"secretKeyRef": ref}}
 
 
 def spark_conf(plan: LaunchPlan) -> dict[str, str]:
@@ -501,15 +516,20 @@ def auth_secret(namespace: str, name: str, uid: str, token: bytes | None = None)
     bytes. The operator creates it once and never reads it back; a later launch finds
     it and keeps it."""
     value = token if token is not None else secrets.token_bytes(AUTH_SECRET_BYTES)
-    # Spark reads the file's bytes: a text form keeps the file printable.
+    # Spark reads the file's bytes: a text form keeps the file printable. The driver's
+    # key is the base64 of those bytes; executors get that key itself (AUTH_ENV_KEY).
     text = base64.urlsafe_b64encode(value).rstrip(b"=")
+    key = base64.b64encode(text)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _job_object_metadata(namespace, name, uid, auth_secret_name(name)),
         "type": "Opaque",
         "immutable": True,
-        "data": {AUTH_KEY: base64.b64encode(text).decode("ascii")},
+        "data": {
+            AUTH_KEY: base64.b64encode(text).decode("ascii"),
+            AUTH_ENV_KEY: base64.b64encode(key).decode("ascii"),
+        },
     }
 
 

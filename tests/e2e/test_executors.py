@@ -63,17 +63,6 @@ def wait_or_executor_failure(cluster: Cluster, what: str, done: Any, timeout: fl
     return cluster.wait_until(check, timeout, what)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "Spark 4.3 executors fetch the driver's properties with a SecurityManager that reads "
-        "spark.authenticate.secret.file (not .executor.file) and only in Kubernetes mode, "
-        "i.e. with spark.master k8s://... in their startup properties; the operator sets "
-        "neither for executors, so they fail with 'A secret key must be specified via the "
-        "spark.authenticate.secret config'"
-    ),
-)
 def test_executors_are_pods_the_kubelet_runs(cluster: Cluster) -> None:
     assert isinstance(cluster, ControlPlaneCluster)
     manifest = cluster.job_manifest(
@@ -98,6 +87,10 @@ def test_executors_are_pods_the_kubelet_runs(cluster: Cluster) -> None:
     assert executor["spec"]["containers"][0]["args"] == ["executor"]
     assert executor["spec"]["automountServiceAccountToken"] is False
     assert executor["spec"]["securityContext"]["runAsNonRoot"] is True
+    # The RPC key reaches the executor from the job's Secret, never in clear in its spec.
+    env = {e["name"]: e for e in executor["spec"]["containers"][0]["env"]}
+    assert "value" not in env["_SPARK_AUTH_SECRET"]
+    assert env["_SPARK_AUTH_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == "executor-key"
 
     def checkpoint() -> int | None:
         value = int((cluster.status("gicjob", JOB).get("lastCheckpoint") or {}).get("id", -1))

@@ -238,7 +238,11 @@ def test_env_value_from_reaches_driver_and_executors() -> None:
     ]
     driver = [e for e in env_of(launcher.driver_pod(plan)) if not e["name"].startswith("GIC_")]
     assert driver == expected
-    assert launcher.executor_env(plan) == expected
+    auth = {"secretKeyRef": {"name": launcher.auth_secret_name("wordcount"), "key": "executor-key"}}
+    assert launcher.executor_env(plan) == [
+        *expected,
+        {"name": "_SPARK_AUTH_SECRET", "valueFrom": auth},
+    ]
     launcher.validate_launch(plan)
 
 

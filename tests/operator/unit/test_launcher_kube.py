@@ -53,6 +53,15 @@ def test_auth_secrets_are_random_and_printable() -> None:
     assert len(text) >= 43 and text.isascii() and b"\n" not in text  # 32 bytes, base64url
 
 
+def test_executors_get_the_key_spark_derives_from_the_drivers_file() -> None:
+    """Spark's driver reads the secret file and uses the base64 of its bytes as the key;
+    executors read ``_SPARK_AUTH_SECRET`` as the key itself: the two must agree."""
+    data = launcher.auth_secret(NS, "wc", "u", token=b"\x00\xff" * 16)["data"]
+    file_bytes = base64.b64decode(data[launcher.AUTH_KEY])
+    executor_key = base64.b64decode(data[launcher.AUTH_ENV_KEY]).decode("ascii")
+    assert executor_key == base64.b64encode(file_bytes).decode("ascii")
+
+
 def test_long_job_names_give_valid_object_names() -> None:
     name = "a" * 250
     assert len(launcher.auth_secret_name(name)) <= 253
