@@ -52,7 +52,9 @@ $(RUN_STAMP): pyproject.toml $(RUN_LOCK)
 LOCK_TOOLS := $(or $(TMPDIR),/tmp)/gic-lock-tools
 PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" PIP_FIND_LINKS= $(LOCK_TOOLS)/bin/pip-compile \
 	--quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-find-links \
-	--no-emit-index-url --upgrade
+	--no-emit-index-url $(if $(UPGRADE),--upgrade)
+# `make lock` keeps the locked versions that still satisfy pyproject.toml's ranges;
+# `make lock UPGRADE=1` moves every package to the newest version its range allows.
 lock:
 	$(PYTHON) -m venv $(LOCK_TOOLS)
 	$(LOCK_TOOLS)/bin/pip install --quiet pip-tools==7.6.2

@@ -165,3 +165,17 @@ def test_images_run_as_the_users_the_pods_use() -> None:
     assert re.findall(r"^USER (\S+)$", spark, re.M)[-1] == str(SPARK_UID)
     operator = DOCKERFILE[DOCKERFILE.index("AS operator") :]
     assert re.findall(r"^USER (\S+)$", operator, re.M)[-1] == "10001:10001"
+
+
+@pytest.mark.parametrize("extras", [(), ("spark",), ("operator",)])
+def test_what_users_install_declares_ranges_not_pins(extras: tuple[str, ...]) -> None:
+    """GIC goes into existing Spark images and platforms: its own requirements are
+    compatible ranges (exact versions live in the locks), so they do not clash with a
+    platform's pins."""
+    declared = _declared(*extras) if extras else _declared()
+    if extras:
+        declared = declared[len(_declared()) :]
+    for requirement in declared:
+        operators = {spec.operator for spec in requirement.specifier}
+        assert "==" not in operators and "===" not in operators, f"{requirement} is a pin"
+        assert ">=" in operators and "<" in operators, f"{requirement}: give a range >=x,<y"
