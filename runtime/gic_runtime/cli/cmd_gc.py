@@ -7,9 +7,9 @@ Deletes (or with ``--dry-run`` lists) the objects under ``jobs/<job>/changelog``
 
 Safety (docs/architecture.md I10: sweep only when no attempt of the job can still write):
 
-* refused (exit 2) while the status record says the job is starting, running or
-  stopping and was updated within :data:`FRESH_S` seconds, unless ``--force``; a dry
-  run only reads, so it runs anyway (files of a batch in flight may show as orphans);
+* refused (exit 2) while the status record says a driver may be running
+  (:func:`~gic_runtime.cli.common.driver_looks_alive`), unless ``--force``; a dry run
+  only reads, so it runs anyway (files of a batch in flight may show as orphans);
 * a real sweep first claims a new fencing epoch, *then* reads the retained manifests: a
   driver that is somehow still alive sees the higher epoch and stops before writing
   another manifest, and every manifest written before the claim is read;
@@ -42,6 +42,7 @@ from gic_runtime.cli.common import (
     JsonOpt,
     StorageOpt,
     ago,
+    driver_looks_alive,
     human_bytes,
     open_job,
     stderr_console,
@@ -49,13 +50,7 @@ from gic_runtime.cli.common import (
 )
 from gic_runtime.cli.inventory import require_job
 from gic_runtime.fencing import claim_epoch
-from gic_runtime.status import JobState, read_status
-
-#: A status record younger than this (seconds) with a live state blocks the sweep: a
-#: driver reports after every batch and state change, so a live one is rarely silent
-#: this long.
-FRESH_S = 120.0
-LIVE_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
+from gic_runtime.status import read_status
 
 HELP = """Delete objects of the job's directory that no retained checkpoint references.
 
@@ -81,9 +76,7 @@ ForceOpt = Annotated[
 
 def _check_not_running(ctx: JobContext, now: float) -> None:
     status = read_status(ctx.resolver, ctx.root, ctx.job_id)
-    if status is None or status.state not in LIVE_STATES:
-        return
-    if now - status.updated_at >= FRESH_S:
+    if status is None or not driver_looks_alive(status, now):
         return
     raise CLIError(
         f"job {ctx.job_id} looks alive: its status record says {status.state.value} "

@@ -31,6 +31,7 @@ from gic_runtime.cli.common import (
     JobContext,
     JobIdOpt,
     StorageOpt,
+    driver_looks_alive,
     human_bytes,
     open_job,
     stderr_console,
@@ -45,7 +46,7 @@ from gic_runtime.errors import GICError
 from gic_runtime.layout import SAVEPOINT_MANIFEST, savepoint_dir
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
 from gic_runtime.savepoint.native import write_native_savepoint
-from gic_runtime.status import JobState, JobStatus, read_status
+from gic_runtime.status import read_status
 from gic_runtime.storage.uri import StoreResolver, join
 
 HELP = """Take a savepoint of the job (intermediate; with --stop, stop the job with it).
@@ -86,20 +87,6 @@ TimeoutOpt = Annotated[
     float,
     typer.Option("--timeout", min=0.0, help="Seconds to wait for the outcome."),
 ]
-
-RUNNING_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
-FRESH_S = 120.0
-"""A running driver refreshes its status record at least every
-``gic_runtime.spark.telemetry.HEARTBEAT_S`` seconds; a record older than this belongs
-to a driver that died without saying so (kill -9), and the savepoint is taken offline."""
-
-
-def _is_running(status: JobStatus | None) -> bool:
-    return (
-        status is not None
-        and status.state in RUNNING_STATES
-        and time.time() - status.updated_at < FRESH_S
-    )
 
 
 def _exists(resolver: StoreResolver, uri: str) -> bool:
@@ -224,7 +211,7 @@ def savepoint(
     fmt = SavepointFormat(format)
     target_uri = to_uri(target) if target else None
     status = read_status(ctx.resolver, ctx.root, ctx.job_id)
-    if _is_running(status):
+    if driver_looks_alive(status, time.time()):
         kind = SavepointType.TERMINAL if stop else SavepointType.INTERMEDIATE
         _online(ctx, kind, fmt=fmt, target=target_uri, wait=wait, timeout=timeout)
         return

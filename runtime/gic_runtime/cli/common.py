@@ -27,10 +27,18 @@ from rich.console import Console
 
 from gic_runtime.config import GICSettings
 from gic_runtime.errors import ConfigurationError, GICError
+from gic_runtime.status import JobState, JobStatus
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StorageURI, StoreResolver
 
 DEBUG_ENV = "GIC_DEBUG"
+
+#: A status record younger than this (seconds) in a live state means a driver may be
+#: running: a driver refreshes its record after every batch and state change and at least
+#: every ``gic_runtime.spark.telemetry.HEARTBEAT_S`` seconds, so a live one is rarely silent
+#: this long; an older record belongs to a driver that died without saying so (kill -9).
+FRESH_S = 120.0
+LIVE_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
 
 #: Environment variables whose values never appear in output.
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
@@ -223,3 +231,11 @@ def ago(ts: float, now: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min ago"
     return f"{seconds / 3600:.1f} h ago"
+
+
+def driver_looks_alive(status: JobStatus | None, now: float) -> bool:
+    """Whether a driver may still be running the job whose status record is ``status``:
+    a live state (starting, running, stopping) refreshed less than :data:`FRESH_S` ago.
+    ``gic gc`` refuses to sweep then; ``gic savepoint`` asks the driver instead of
+    taking the savepoint offline."""
+    return status is not None and status.state in LIVE_STATES and now - status.updated_at < FRESH_S
