@@ -129,6 +129,7 @@ class GICSettings(BaseSettings):
     retained_checkpoints: int = Field(
         3,
         ge=1,
+        le=1000,  # the CRD's bound; far below the checkpoint listing limit
         description="Completed checkpoints kept. 3 leaves fallbacks if the newest is damaged "
         "while bounding storage.",
     )
@@ -419,7 +420,7 @@ ACCEPTED: Mapping[str, str] = {
     "storage": "s3://bucket/prefix, file:///absolute/path or a local path",
     "num_buckets": "an integer from 1 to 32768",
     "num_tasks": "a positive integer (or unset: spark.sql.shuffle.partitions)",
-    "retained_checkpoints": "a positive integer",
+    "retained_checkpoints": "an integer from 1 to 1000",
     "materialization_interval_s": "a positive number of seconds",
     "materialization_jitter": "a number from 0 up to (not including) 1",
     "materialization_max_in_flight": "a positive integer",

@@ -255,3 +255,10 @@ def test_env_round_trip(s: GICSettings) -> None:
     assert all(isinstance(v, str) for v in env.values())
     assert GICSettings.from_env(env) == s
     assert GICSettings.load(env=env) == s
+
+
+def test_retained_checkpoints_are_bounded_like_the_crd() -> None:
+    assert GICSettings.from_env({"GIC_RETAINED_CHECKPOINTS": "1000"}).retained_checkpoints == 1000
+    with pytest.raises(ConfigurationError) as info:
+        GICSettings.from_env({"GIC_RETAINED_CHECKPOINTS": "1001"})
+    assert "accepted: an integer from 1 to 1000" in str(info.value)
