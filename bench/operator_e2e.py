@@ -310,7 +310,7 @@ def measure(*, quick: bool, log: Log = print) -> dict[str, Any]:
         log(f"  skipped: {harness}")
         return {"skipped": harness}
     plane_module, backend_module, timings = harness
-    from gic_runtime.testing_s3server import TestingS3Server
+    from tests.support.testing_s3server import TestingS3Server
 
     runs = 1 if quick else 3
     with (

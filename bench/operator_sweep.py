@@ -1,6 +1,6 @@
 """Orphan sweep benchmark: how fast the operator clears a crashed job's orphans on S3.
 
-Setup: a real S3 server (SeaweedFS, :class:`~gic_runtime.testing_s3server.TestingS3Server`)
+Setup: a real S3 server (SeaweedFS, :class:`~tests.support.testing_s3server.TestingS3Server`)
 and one job directory ``<root>/jobs/<job>/`` holding ``orphans`` unreferenced changelog
 segments (``changelog/<epoch>/<uuid>.seg``, spread over four epochs, uploaded with a pool
 of threads) plus one completed checkpoint: a real manifest that references
@@ -218,7 +218,7 @@ def run_sweep(
 def measure(params: SweepParams, log: Log = print) -> dict[str, Any]:
     """Start SeaweedFS in a temporary directory, run :func:`run_sweep` on a fresh bucket,
     stop the server."""
-    from gic_runtime.testing_s3server import TestingS3Server
+    from tests.support.testing_s3server import TestingS3Server
 
     with (
         tempfile.TemporaryDirectory(prefix="gic-bench-sweep-") as tmp,

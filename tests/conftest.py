@@ -1,7 +1,7 @@
 """Shared fixtures: a real S3 server (SeaweedFS), stores on it and on the local disk,
 and a fault-injecting proxy in front of the server.
 
-* ``s3_server`` (session): a started :class:`~gic_runtime.testing_s3server.TestingS3Server`;
+* ``s3_server`` (session): a started :class:`~tests.support.testing_s3server.TestingS3Server`;
   use ``s3_server.endpoint_url``, ``s3_server.settings`` (valid credentials, 3 attempts),
   ``s3_server.create_bucket()``.
 * ``s3_bucket`` (function): a fresh empty bucket name, deleted after the test.
@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.testing_proxy import TestingFaultProxy
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.s3 import S3ObjectStore
-from gic_runtime.testing_proxy import TestingFaultProxy
-from gic_runtime.testing_s3server import TestingS3Server
 
 _STARTUP_KEY = pytest.StashKey[float]()
 

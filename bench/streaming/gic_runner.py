@@ -150,7 +150,7 @@ def _storage(variant: Variant, scratch: Path, name: str) -> Iterator[tuple[str, 
         endpoint = os.environ.get("GIC_S3_ENDPOINT_URL", "")
         yield f"s3://{shared}/gic/{name}", f"SeaweedFS S3 on loopback ({endpoint}), shared"
         return
-    from gic_runtime.testing_s3server import TestingS3Server
+    from tests.support.testing_s3server import TestingS3Server
 
     saved = {name: os.environ.get(name) for name in _S3_ENV}
     with TestingS3Server(scratch / "seaweedfs") as server:

@@ -1,7 +1,7 @@
 """W1 on S3, as users run it: every system checkpoints to the same SeaweedFS server.
 
 The W1 keyed count (:func:`~bench.streaming.workloads.keyed_count`) in ``local[2]``, with
-one SeaweedFS S3 server (:class:`~gic_runtime.testing_s3server.TestingS3Server`, started
+one SeaweedFS S3 server (:class:`~tests.support.testing_s3server.TestingS3Server`, started
 here) and one bucket shared by every system:
 
 ``spark_hdfs_s3a`` / ``spark_rocksdb_s3a`` / ``spark_rocksdb_changelog_s3a``
@@ -47,7 +47,7 @@ SYSTEMS: dict[str, SystemFn] = {
 @contextmanager
 def shared_s3() -> Iterator[str]:
     """Start SeaweedFS, create the bucket, export the S3 environment; yields the endpoint."""
-    from gic_runtime.testing_s3server import TestingS3Server
+    from tests.support.testing_s3server import TestingS3Server
 
     data_dir = common.SCRATCH / f"{NAME}-seaweedfs-{uuid.uuid4().hex[:10]}"
     names = ("GIC_S3_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_s3server import TestingS3Server
 
 from ..controlplane.cluster import ControlPlane
 from ..controlplane.kubelet import default_rewrite

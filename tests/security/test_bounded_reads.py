@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.checkpoint import catalog
 from gic_runtime.checkpoint.catalog import MANIFEST_MAX_BYTES, read_manifest
@@ -36,7 +37,6 @@ from gic_runtime.storage.base import ObjectStore, read_bounded
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.s3 import S3ObjectStore, create_s3_client
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_s3server import TestingS3Server
 
 MiB = 1024 * 1024
 JOB = "bounded"

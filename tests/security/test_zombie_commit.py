@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.crashpoints import HOLD_DIR_ENV, HOLD_ENV, hold_file, release_file
-from gic_runtime.testing_s3server import TestingS3Server
 
 DRIVER = Path(__file__).with_name("zombie_driver.py")
 JOB = "zombie-job"

@@ -11,9 +11,9 @@ from bench import operator as operator_bench
 from bench import operator_e2e, operator_reconcile, operator_sweep
 from bench.operator_reconcile import ReconcileParams
 from bench.operator_sweep import SweepParams
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.storage.s3 import S3ObjectStore
-from gic_runtime.testing_s3server import TestingS3Server
 
 
 def test_sizes_follow_quick_mode() -> None:

@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from executor_helpers import EAGER, counts_from_storage, expected_counts, run_batch, states_of
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.coordination.executor import wait_local_materializations
 from gic_runtime.storage.s3 import S3ObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_s3server import TestingS3Server
 
 KEYS = [f"s3-{i}" for i in range(50)]
 MORE = [f"s3-{i}" for i in range(25, 90)]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from tests.support.testing_proxy import TestingFaultProxy
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.changelog.retrying import RetryPolicy
 from gic_runtime.changelog.uploader import UploaderSettings
@@ -39,8 +41,6 @@ from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.s3 import S3ObjectStore
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing import TestingClock
-from gic_runtime.testing_proxy import TestingFaultProxy
-from gic_runtime.testing_s3server import TestingS3Server
 
 pytestmark = pytest.mark.s3
 

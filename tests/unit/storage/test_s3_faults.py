@@ -7,6 +7,8 @@ import threading
 from dataclasses import replace
 
 import pytest
+from tests.support.testing_proxy import FaultRule, TestingFaultProxy
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.errors import (
     ObjectExistsError,
@@ -15,8 +17,6 @@ from gic_runtime.errors import (
     TransientStorageError,
 )
 from gic_runtime.storage.s3 import S3ObjectStore
-from gic_runtime.testing_proxy import FaultRule, TestingFaultProxy
-from gic_runtime.testing_s3server import TestingS3Server
 
 pytestmark = pytest.mark.s3
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.errors import (
     ConfigurationError,
@@ -19,7 +20,6 @@ from gic_runtime.errors import (
 from gic_runtime.storage.base import MAX_DELETE_BATCH
 from gic_runtime.storage.s3 import S3ObjectStore, create_s3_client
 from gic_runtime.storage.s3_settings import S3Settings
-from gic_runtime.testing_s3server import TestingS3Server
 
 OFFLINE = S3Settings(
     endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="a", secret_access_key="b"

