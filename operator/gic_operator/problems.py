@@ -11,6 +11,17 @@ for machines, a message for people) and reported by :class:`ProblemReporter`:
   (:class:`~gic_operator.kube_events.ErrorEventGate`);
 * in the metric ``gic_operator_errors_total{resource,reason}``, once per pass.
 
+A listing stopped at its bound (``TooManyObjects``: a prefix a driver fills holds more
+objects than the operator lists) has its own reason, ahead of the other storage errors:
+it is not a fault of the storage or of the operator's credentials, and the fix is in
+the job's files.
+
+A failure a job's driver reported (:func:`gic_operator.job_policy.reported_failure`) is
+no error of the reconcile: :meth:`ProblemReporter.driver_failure` posts it as a Warning
+Event with its reason through the same gate (under a key of its own, which a pass
+without error does not reset), so a driver failing the same way on every restart posts
+it once per :data:`~gic_operator.kube_events.ERROR_REPEAT_S` with how often it was met.
+
 Expected errors (storage, the Kubernetes API, files a driver wrote) are logged as one
 line; only an unexpected exception (``InternalError``, a bug) is logged with its
 traceback. The pass that met the error still commits what its steps recorded before it
@@ -46,6 +57,7 @@ from gic_runtime.errors import (
     RestoreError,
     StorageError,
     StoragePermissionError,
+    TooManyObjectsError,
     TransientStorageError,
 )
 
@@ -60,6 +72,7 @@ _REASONS: tuple[tuple[type[BaseException], str], ...] = (
     (StorageNotAllowedError, "StorageNotAllowed"),
     (InvalidSpecError, "InvalidSpec"),
     (StoragePermissionError, "StorageAccessDenied"),
+    (TooManyObjectsError, "TooManyObjects"),
     (TransientStorageError, "StorageUnavailable"),
     (StorageError, "StorageError"),
     (FormatError, "UnreadableFile"),
@@ -121,6 +134,9 @@ class ProblemReporter:
     def _key(self, p: Pass) -> tuple[str, ...]:
         return (self.resource, p.namespace, p.name, p.uid)
 
+    def _driver_key(self, p: Pass) -> tuple[str, ...]:
+        return (*self._key(p), "driver")
+
     def report(self, p: Pass, problem: Problem, exc: BaseException | None = None) -> None:
         """Record ``problem`` in ``p`` (condition, gated Warning event), count it, log it."""
         p.condition(RECONCILED, False, problem.reason, problem.message)
@@ -136,6 +152,18 @@ class ProblemReporter:
             log.error("%s: %s", where, problem.message, exc_info=exc)
         else:
             log.warning("%s: %s: %s", where, problem.reason, problem.message)
+
+    def driver_failure(self, p: Pass, reason: str, message: str) -> None:
+        """Post the failure the resource's driver reported as a Warning Event with
+        ``reason``, gated like errors (see the module docstring); no condition, no
+        metric: the reconcile itself met no error."""
+        text = self.gate.admit(self._driver_key(p), reason, message)
+        where = f"{self.resource} {p.namespace}/{p.name}"
+        if text is None:
+            log.debug("%s: driver failure %s (repeat): %s", where, reason, message)
+            return
+        p.event("Warning", reason, text)
+        log.info("%s: the driver failed: %s: %s", where, reason, message)
 
     def commit(self, p: Pass) -> dict[str, Any]:
         """Write the pass's status (:meth:`Pass.commit`) and return the patch. An API error
@@ -159,8 +187,9 @@ class ProblemReporter:
 
     def unposted(self, p: Pass) -> None:
         """The pass's events were dropped (its status patch conflicted): the next pass
-        that meets the error posts it again."""
+        that meets the error (or the driver's failure) posts it again."""
         self.gate.clear(self._key(p))
+        self.gate.clear(self._driver_key(p))
 
     def resolved(self, p: Pass) -> None:
         """A pass without an error: ``Reconciled=True``; the next error is posted at once."""

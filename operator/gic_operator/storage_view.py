@@ -12,6 +12,12 @@ code: it is input, not truth. So:
   records go through :func:`read_bounded`, manifests (the job's and a restore
   source's) through the runtime's readers, which bound them the same way; a larger
   object is refused instead of loaded;
+* every listing of a prefix a driver writes is bounded the same way: the job's
+  checkpoints and epochs and the orphan sweep through the runtime's bounded listings
+  (:func:`gic_runtime.storage.listing.list_bounded`), a savepoint's directory here with
+  :data:`MAX_SAVEPOINT_OBJECTS`; more objects raise
+  :class:`~gic_runtime.errors.TooManyObjectsError` after at most that many were listed,
+  before anything is deleted;
 * deletions stay inside what the operator owns: :meth:`JobStorage.sweep_orphans` only
   deletes unreferenced objects it lists under ``jobs/<job_id>/`` that the job's
   ownership policy classifies as the job's own (never a savepoint, another job or a
@@ -37,13 +43,14 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 
 from gic_operator.models.gicjob import GICJobSpec
 from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
 from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
-from gic_runtime.checkpoint.sweep import SweepResult, policy_for, sweep_orphans
+from gic_runtime.checkpoint.sweep import MAX_SWEPT_OBJECTS, SweepResult, policy_for, sweep_orphans
 from gic_runtime.control.channel import outcome_uri, request_uri
 from gic_runtime.control.model import (
     ControlRequest,
@@ -58,7 +65,6 @@ from gic_runtime.control.model import (
     parse_savepoint_format,
     parse_savepoint_type,
 )
-from gic_runtime.coordination.savepoints import directory_size
 from gic_runtime.errors import (
     ConfigurationError,
     CorruptFileError,
@@ -71,8 +77,9 @@ from gic_runtime.errors import (
 from gic_runtime.fencing import claim_epoch, highest_epoch
 from gic_runtime.layout import validate_id
 from gic_runtime.status import JobStatus, decode_status, status_uri
-from gic_runtime.storage.base import MAX_DELETE_BATCH
+from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
 from gic_runtime.storage.base import read_bounded as store_read_bounded
+from gic_runtime.storage.listing import count_bounded, list_bounded
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StorageURI, StoreResolver, join
 from gic_runtime.storage.writes import create_once
@@ -85,6 +92,14 @@ MAX_STATUS_BYTES = 1 << 20
 MAX_CONTROL_BYTES = 256 << 10
 #: Most resolvers (one per S3 endpoint) kept at once.
 MAX_RESOLVERS = 32
+#: Most objects a savepoint directory may hold for the operator to size or dispose of
+#: it: a savepoint holds what one checkpoint references (25,600 objects for the largest
+#: benchmarked state), like the job directory a sweep lists (the sweep's limit).
+MAX_SAVEPOINT_OBJECTS = MAX_SWEPT_OBJECTS
+_SAVEPOINT_HINT = (
+    "a savepoint holds what one checkpoint references, far fewer: inspect the directory "
+    "and delete it by hand (or move out what another process put there)"
+)
 _CACHE_SIZE = 1024
 
 _resolvers: OrderedDict[str | None, StoreResolver] = OrderedDict()
@@ -364,15 +379,30 @@ class JobStorage:
     # --- savepoints --------------------------------------------------------------------
 
     def savepoint_size(self, path: str) -> tuple[int, int]:
-        """``(files, bytes)`` under savepoint directory ``path``."""
-        return directory_size(self.resolver, normalize_uri(path))
+        """``(files, bytes)`` under savepoint directory ``path`` (a bounded listing: more
+        than :data:`MAX_SAVEPOINT_OBJECTS` files raise
+        :class:`~gic_runtime.errors.TooManyObjectsError`)."""
+        store, key = self.resolver.resolve(normalize_uri(path))
+        files = size = 0
+        for info in self._savepoint_listing(store, key):
+            files += 1
+            size += info.size
+        return files, size
+
+    @staticmethod
+    def _savepoint_listing(store: ObjectStore, key: str) -> Iterator[ObjectInfo]:
+        prefix = key.rstrip("/") + "/"
+        return list_bounded(store, prefix, MAX_SAVEPOINT_OBJECTS, hint=_SAVEPOINT_HINT)
 
     def dispose_savepoint(self, path: str) -> int:
         """Delete every object under savepoint directory ``path``; return how many.
 
         ``path`` must be one the caller derived (never a path read from a status or an
         outcome). Refuses (:class:`~gic_runtime.errors.ConfigurationError`) unless it
-        lies under ``<storage>/savepoints/`` of this job's storage.
+        lies under ``<storage>/savepoints/`` of this job's storage. Counts the objects
+        first: more than :data:`MAX_SAVEPOINT_OBJECTS` raise
+        :class:`~gic_runtime.errors.TooManyObjectsError` and nothing is deleted; then
+        deletes them batch by batch as they are listed (memory: one batch).
         """
         target = normalize_uri(path)
         base = join(self.root, "savepoints") + "/"
@@ -383,10 +413,18 @@ class JobStorage:
                 f"of savepoints under {base} (this job's storage); delete others yourself"
             )
         store, key = self.resolver.resolve(target)
-        keys = [info.key for info in store.list(key.rstrip("/") + "/")]
-        for start in range(0, len(keys), MAX_DELETE_BATCH):
-            store.delete_many(keys[start : start + MAX_DELETE_BATCH])
-        return len(keys)
+        prefix = key.rstrip("/") + "/"
+        count_bounded(store, prefix, MAX_SAVEPOINT_OBJECTS, hint=_SAVEPOINT_HINT)
+        deleted = 0
+        batch: list[str] = []
+        for info in self._savepoint_listing(store, key):
+            batch.append(info.key)
+            if len(batch) == MAX_DELETE_BATCH:
+                deleted += store.delete_many(batch)
+                batch = []
+        if batch:
+            deleted += store.delete_many(batch)
+        return deleted
 
     def resolve_restore_path(self, path: str) -> str:
         """``path`` normalized for a restore source (a full URI, no trailing ``/``); a

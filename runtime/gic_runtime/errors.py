@@ -67,6 +67,22 @@ class UnsafePathError(StorageError):
         self.path = path
 
 
+class TooManyObjectsError(StorageError):
+    """A listing of a prefix others can fill found more than ``limit`` objects there, so
+    it stopped and nothing was acted on.
+
+    Raised by :func:`gic_runtime.storage.listing.list_bounded` and
+    :func:`~gic_runtime.storage.listing.count_bounded` once the ``limit + 1``-th object
+    was seen, without fetching further pages, so a reader's memory and time stay bounded
+    whatever another party wrote under the prefix. ``uri`` names the prefix, ``limit``
+    the most objects accepted there. Not transient: retrying lists the same objects.
+    """
+
+    def __init__(self, message: str, *, uri: str, limit: int) -> None:
+        super().__init__(message, uri=uri)
+        self.limit = limit
+
+
 # --- file formats --------------------------------------------------------------------
 
 
@@ -143,4 +159,5 @@ class FencedError(GICError):
 class QueryMismatchError(RestoreError):
     """A job's checkpoints were written by a different query (another source,
     processing or output schema); the message names the job, what differs and how to go
-    on. Raised before the driver claims the job: nothing was written."""
+    on. Raised before the driver claims the job: nothing but the refusal itself (in the
+    job's status record, when the launch was given its fencing epoch) is written."""

@@ -54,8 +54,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gic_runtime.checkpoint.catalog import newest_counting_checkpoint, resolve_prefix
-from gic_runtime.checkpoint.claims import CLAIM_RECORD_MAX_BYTES, Claims, EpochStart
+from gic_runtime.checkpoint.catalog import newest_counting_checkpoint
+from gic_runtime.checkpoint.claims import (
+    CLAIM_RECORD_MAX_BYTES,
+    Claims,
+    EpochStart,
+    epoch_file_names,
+)
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.control.envelope import (
     decode_record,
@@ -143,12 +148,11 @@ class EpochMarker:
 
 
 def list_epochs(resolver: StoreResolver, root: str, job_id: str) -> list[int]:
-    """Every claimed epoch of the job, ascending (one LIST, no reads)."""
-    store, prefix = resolve_prefix(resolver, epochs_dir(root, job_id))
+    """Every claimed epoch of the job, ascending (one bounded LIST, no reads:
+    :func:`~gic_runtime.checkpoint.claims.epoch_file_names`)."""
     epochs = []
-    for info in store.list(prefix):
-        rest = info.key[len(prefix) :]
-        epoch = parse_epoch(rest) if "/" not in rest else None
+    for name in epoch_file_names(resolver, root, job_id):
+        epoch = parse_epoch(name)
         if epoch is not None:
             epochs.append(epoch)
     return sorted(epochs)

@@ -27,7 +27,12 @@ newer manifest. :func:`list_checkpoints` lists names only and shows both.
 Manifests are read with at most :data:`MANIFEST_MAX_BYTES` bytes
 (:func:`~gic_runtime.storage.base.read_bounded`): a larger file is refused with
 :class:`~gic_runtime.errors.ObjectTooLargeError` (a :class:`CorruptFileError`) before
-it is downloaded.
+it is downloaded. The ``checkpoints/`` directory is listed with a bound too
+(:func:`~gic_runtime.storage.listing.list_bounded`): more than
+:data:`MAX_CHECKPOINT_OBJECTS` objects there raise
+:class:`~gic_runtime.errors.TooManyObjectsError` after at most that many were looked
+at, so every caller of :func:`list_checkpoints` (recovery, the sweeps, the operator's
+reconciles, ``gic gc``) stays bounded whatever a driver wrote there.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from gic_runtime.errors import (
 )
 from gic_runtime.layout import checkpoints_dir, parse_checkpoint_id, parse_manifest_epoch
 from gic_runtime.storage.base import ObjectStore, read_bounded
+from gic_runtime.storage.listing import list_bounded
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.storage.writes import create_once
 
@@ -59,6 +65,18 @@ _log = logging.getLogger(__name__)
 MANIFEST_MAX_BYTES: Final = 64 * 1024 * 1024
 """Largest manifest a reader accepts. Real ones are far smaller: 44 KiB in the 400-batch
 soak benchmark, 638 KB for 128 buckets x 200 handles in format v2 (3.9 MB in v1)."""
+
+MAX_CHECKPOINT_OBJECTS: Final = 100_000
+"""Most objects :func:`list_checkpoints` accepts in a job's ``checkpoints/`` directory.
+A job keeps its retained checkpoints' manifests there (3 by default) plus the few a
+crash left for the next sweep; 100,000 is a day of one-second batches whose manifests
+were never deleted, and listing them costs 100 LIST requests and about 25 MB."""
+
+_CHECKPOINTS_HINT: Final = (
+    "a job keeps only a handful of manifests there, so files another process put there "
+    "or manifests that were never deleted fill it: inspect it and move out what does "
+    "not belong there (the newest manifests are the job's retained checkpoints)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +179,14 @@ def resolve_prefix(resolver: StoreResolver, directory: str) -> tuple[ObjectStore
 
 def list_checkpoints(resolver: StoreResolver, root: str, job_id: str) -> tuple[CheckpointRef, ...]:
     """Every checkpoint manifest of ``job_id`` under ``root``, oldest first (unread;
-    superseded ones included, an id may appear under both of its names)."""
+    superseded ones included, an id may appear under both of its names).
+
+    Raises :class:`~gic_runtime.errors.TooManyObjectsError` when the directory holds
+    more than :data:`MAX_CHECKPOINT_OBJECTS` objects (no more are listed)."""
     store, prefix = resolve_prefix(resolver, checkpoints_dir(root, job_id))
     refs = []
-    for info in store.list(prefix):
+    listing = list_bounded(store, prefix, MAX_CHECKPOINT_OBJECTS, hint=_CHECKPOINTS_HINT)
+    for info in listing:
         checkpoint_id = parse_checkpoint_id(info.key)
         if checkpoint_id is not None and "/" not in info.key[len(prefix) :]:
             refs.append(CheckpointRef(checkpoint_id, store.uri_for(info.key)))

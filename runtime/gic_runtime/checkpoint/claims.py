@@ -35,6 +35,10 @@ Invariants:
   checkpoint never moves back, so later claims record ``S`` at least as high).
 * Epochs whose markers predate start records (older runtimes) supersede nothing until
   a claim records their start.
+* The ``epochs/`` directory is listed with a bound (:func:`epoch_file_names`): more
+  than :data:`MAX_EPOCH_OBJECTS` objects there raise
+  :class:`~gic_runtime.errors.TooManyObjectsError`, so claiming, fencing checks and the
+  sweeps' claim checks stay bounded whatever a driver wrote there.
 
 Thread-safety: :class:`Claims` caches what it read and is for one thread; the
 functions are stateless.
@@ -51,6 +55,7 @@ from gic_runtime.errors import CorruptFileError
 from gic_runtime.formats import decode_text_record, encode_text_record
 from gic_runtime.layout import epoch_start_uri, epochs_dir, parse_epoch, parse_epoch_start
 from gic_runtime.storage.base import read_bounded
+from gic_runtime.storage.listing import list_bounded
 from gic_runtime.storage.uri import StoreResolver
 
 START_MAGIC: Final = "GICB"
@@ -60,6 +65,16 @@ NO_CHECKPOINT: Final = -1
 """``start_checkpoint`` of a launch that starts without any checkpoint of its own."""
 CLAIM_RECORD_MAX_BYTES: Final = 64 * 1024
 """Largest epoch marker or start record a reader accepts (real ones are ~150 bytes)."""
+MAX_EPOCH_OBJECTS: Final = 100_000
+"""Most objects a job's ``epochs/`` directory may hold. Each launch of the job (and each
+``gic gc``) adds two, a marker and a start record: 50,000 launches is more than a job
+restarted every ten minutes for a year, and listing them costs 100 LIST requests."""
+
+_EPOCHS_HINT: Final = (
+    "each launch of the job adds two files there, so no job comes near this: move out "
+    "what another process put there (files other than epoch-<N> markers and their "
+    ".start records), keeping every marker and start record"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +158,20 @@ def read_start(resolver: StoreResolver, root: str, job_id: str, epoch: int) -> E
     return EpochStart.decode(data, uri)
 
 
+def epoch_file_names(resolver: StoreResolver, root: str, job_id: str) -> list[str]:
+    """Names of the files directly in the job's ``epochs/`` directory, in key order (one
+    bounded LIST: :class:`~gic_runtime.errors.TooManyObjectsError` past
+    :data:`MAX_EPOCH_OBJECTS` objects, counting those in subdirectories)."""
+    store, key = resolver.resolve(epochs_dir(root, job_id).rstrip("/"))
+    prefix = key.rstrip("/") + "/"
+    names = []
+    for info in list_bounded(store, prefix, MAX_EPOCH_OBJECTS, hint=_EPOCHS_HINT):
+        name = info.key[len(prefix) :]
+        if "/" not in name:
+            names.append(name)
+    return names
+
+
 class Claims(Mapping[int, int]):
     """The claims of job ``job_id`` as one LIST of its ``epochs/`` directory saw them.
 
@@ -155,15 +184,9 @@ class Claims(Mapping[int, int]):
         self._resolver = resolver
         self._root = root
         self._job_id = job_id
-        directory = epochs_dir(root, job_id)
-        store, key = resolver.resolve(directory.rstrip("/"))
-        prefix = key.rstrip("/") + "/"
         markers: set[int] = set()
         recorded: set[int] = set()
-        for info in store.list(prefix):
-            name = info.key[len(prefix) :]
-            if "/" in name:
-                continue
+        for name in epoch_file_names(resolver, root, job_id):
             marker = parse_epoch(name)
             if marker is not None:
                 markers.add(marker)

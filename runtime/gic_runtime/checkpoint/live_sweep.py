@@ -25,7 +25,9 @@ attempt):
 
 Only ``changelog/`` and ``snapshots/`` are listed, only objects the job owns are deleted
 (the ownership policy protects restore sources and savepoints), and an unreadable
-retained manifest aborts the sweep before anything is deleted.
+retained manifest aborts the sweep before anything is deleted, as do more than
+:data:`~gic_runtime.checkpoint.sweep.MAX_SWEPT_OBJECTS` objects in those directories
+(:class:`~gic_runtime.errors.TooManyObjectsError`, after at most that many were listed).
 
 A sweeper given its driver's ``epoch`` deletes only segments under
 ``changelog/<epoch>/``: the driver's own batches uploaded those. A driver that was

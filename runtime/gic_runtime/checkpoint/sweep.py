@@ -24,6 +24,15 @@ deletion batch was listed before that check, so it was created before any launch
 check did not see: a sweeper that was superseded without knowing it (a paused process
 whose retained view is stale) never deletes what a newer launch wrote.
 
+Bounded: before anything is deleted, the listed directories are counted together with
+:func:`~gic_runtime.storage.listing.count_bounded`; more than ``max_objects`` (default
+:data:`MAX_SWEPT_OBJECTS`) objects raise :class:`~gic_runtime.errors.TooManyObjectsError`
+after at most that many were looked at, and nothing is deleted. The sweep then lists
+them again with :func:`~gic_runtime.storage.listing.list_bounded` and deletes batch by
+batch, so its memory is a deletion batch, not the listing; objects a writer adds between
+the count and the sweep count against the same bound (what was deleted by then were
+orphans all the same).
+
 Safety: the retained manifests are read before anything is deleted, and an unreadable
 one aborts the sweep (its references are unknown). Only objects the ownership policy
 classifies as :attr:`~gic_runtime.checkpoint.ownership.Owner.JOB` are deleted, so a
@@ -34,20 +43,29 @@ anything outside ``jobs/<job_id>/``; deletion goes through the guarded
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from gic_runtime.checkpoint.catalog import load_retained, read_manifest, resolve_prefix
 from gic_runtime.checkpoint.claims import Claims
 from gic_runtime.checkpoint.manifest import Manifest, StoredManifest
 from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy, delete_keys
-from gic_runtime.errors import FencedError, GICError
+from gic_runtime.errors import FencedError, GICError, TooManyObjectsError
 from gic_runtime.layout import job_dir, parse_checkpoint_id
-from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore
+from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
+from gic_runtime.storage.listing import count_bounded, list_bounded
 from gic_runtime.storage.uri import StoreResolver, join
 
 #: Job subdirectories the sweep lists.
 SWEPT_DIRS: tuple[str, ...] = ("changelog", "snapshots", "checkpoints")
+
+MAX_SWEPT_OBJECTS: Final = 1_000_000
+"""Most objects one sweep lists (its directories together). The largest benchmarked
+state (128 buckets x 200 changelog sections) is 25,600 referenced objects; a million is
+40 times that plus crash leftovers. Counting them costs 1,000 LIST requests; memory
+stays a deletion batch whatever the count."""
 
 #: ``progress(listed_so_far, deleted_so_far)``.
 SweepProgress = Callable[[int, int], None]
@@ -125,6 +143,7 @@ def sweep_orphans(
     subdirs: Sequence[str] = SWEPT_DIRS,
     defer: SweepDefer | None = None,
     epoch: int | None = None,
+    max_objects: int | None = None,
 ) -> SweepResult:
     """Sweep ``jobs/<job_id>/`` under ``root`` (see the module docstring).
 
@@ -139,7 +158,9 @@ def sweep_orphans(
     (see :mod:`gic_runtime.checkpoint.live_sweep`). ``epoch`` is the caller's fencing
     epoch: the sweep raises :class:`~gic_runtime.errors.FencedError` before deleting
     anything more once a higher one is claimed (default: the highest claimed when the
-    sweep starts; see the module docstring).
+    sweep starts; see the module docstring). More than ``max_objects`` (default
+    :data:`MAX_SWEPT_OBJECTS`) objects in the listed directories raise
+    :class:`~gic_runtime.errors.TooManyObjectsError` before anything is deleted.
     """
     unknown = sorted(set(subdirs) - set(SWEPT_DIRS))
     if unknown:
@@ -152,13 +173,16 @@ def sweep_orphans(
     for stored in retained:
         referenced |= stored.manifest.uris()
 
+    bound = _Bound(job_id, job_dir(root, job_id), subdirs, max_objects)
+    listed = [(sub, *resolve_prefix(resolver, join(bound.base, sub))) for sub in subdirs]
+    bound.count([(store, prefix) for _, store, prefix in listed])
+
     c = _Counts()
     orphans: list[str] = []
-    base = job_dir(root, job_id)
-    for sub in subdirs:
-        store, prefix = resolve_prefix(resolver, join(base, sub))
+    for sub, store, prefix in listed:
         batch: list[str] = []
-        for info in store.list(prefix):
+        for info in bound.listing(store, prefix, c.seen):
+            c.seen += 1
             checkpoint_id = parse_checkpoint_id(info.key) if sub == "checkpoints" else None
             if sub == "checkpoints" and checkpoint_id is None:
                 continue
@@ -219,6 +243,52 @@ class _Counts:
         self.deferred = 0
         self.superseded = 0
         self.batch_bytes = 0
+        self.seen = 0  # objects listed, every one (``listed`` leaves out non-manifests)
+
+
+class _Bound:
+    """The sweep's bound on listed objects (see the module docstring). A listing's
+    :class:`TooManyObjectsError` names one directory and what was left of the bound;
+    this one's name the job, its swept directories and the whole bound."""
+
+    def __init__(
+        self, job_id: str, base: str, subdirs: Sequence[str], max_objects: int | None
+    ) -> None:
+        self.job_id = job_id
+        self.base = base
+        self.subdirs = subdirs
+        self.limit = MAX_SWEPT_OBJECTS if max_objects is None else max_objects
+
+    def count(self, prefixes: Sequence[tuple[ObjectStore, str]]) -> None:
+        """Raise unless the prefixes hold at most ``limit`` objects together."""
+        with self._translated("the sweep deleted nothing"):
+            seen = 0
+            for store, prefix in prefixes:
+                seen += count_bounded(store, prefix, self.limit - seen)
+
+    def listing(self, store: ObjectStore, prefix: str, seen: int) -> Iterator[ObjectInfo]:
+        """``prefix`` in key order, ``seen`` objects of the bound already used."""
+        with self._translated(
+            "objects were added after the sweep counted them, and it stopped there (what "
+            "it deleted before were orphans)"
+        ):
+            yield from list_bounded(store, prefix, self.limit - seen)
+
+    @contextlib.contextmanager
+    def _translated(self, outcome: str) -> Iterator[None]:
+        try:
+            yield
+        except TooManyObjectsError as exc:
+            dirs = ", ".join(f"{sub}/" for sub in self.subdirs)
+            raise TooManyObjectsError(
+                f"more than {self.limit} objects in {dirs} of job {self.job_id!r} under "
+                f"{self.base}, the most one sweep lists; {outcome}. That is far more than "
+                "a job keeps between sweeps: inspect the job's directory and move out what "
+                "another process put there, or delete the whole directory of a job that is "
+                "abandoned",
+                uri=self.base,
+                limit=self.limit,
+            ) from exc
 
 
 class _SupersededManifests:

@@ -23,6 +23,11 @@ rooted at ``/`` (what :class:`~gic_runtime.storage.uri.StoreResolver` opens for
 ``file://`` URIs under no registered store) therefore refuses a link anywhere in an
 absolute path: give such paths without links (their resolved form).
 
+Listing: :meth:`LocalObjectStore.list` sorts, so it collects every object first;
+:meth:`LocalObjectStore.list_unordered` walks lazily, which is what lets
+:func:`~gic_runtime.storage.listing.list_bounded` refuse an oversized prefix after
+looking at no more objects than its limit.
+
 Thread-safety: stateless apart from the root; every call opens its own descriptors.
 """
 
@@ -239,6 +244,18 @@ class LocalObjectStore:
             raise _translate(exc, self.uri_for(key)) from exc
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Objects under ``prefix`` in key order (collected, then sorted, on the first
+        ``next``); see :meth:`list_unordered` for a lazy listing."""
+        found = sorted(self._walk(prefix), key=lambda info: info.key)
+        yield from found
+
+    def list_unordered(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """The objects :meth:`list` yields, in directory order, each found only when
+        the previous one was consumed: a consumer that stops early stops the walk
+        (:class:`~gic_runtime.storage.listing.UnorderedListing`)."""
+        yield from self._walk(prefix)
+
+    def _walk(self, prefix: str) -> Iterator[ObjectInfo]:
         # Walk only the deepest directory that contains the prefix.
         slash = prefix.rfind("/")
         start = [p for p in prefix[:slash].split("/") if p not in ("", ".")] if slash > 0 else []
@@ -253,19 +270,17 @@ class LocalObjectStore:
             return
         except OSError as exc:
             raise _translate(exc, self.uri_for(prefix)) from exc
-        found: builtins.list[ObjectInfo] = []
         try:
-            self._scan(fd, start, prefix, found)
+            yield from self._scan(fd, start, prefix)
         except OSError as exc:
             raise _translate(exc, self.uri_for(prefix)) from exc
         finally:
             os.close(fd)
-        found.sort(key=lambda info: info.key)
-        yield from found
 
-    def _scan(self, fd: int, parts: _Parts, prefix: str, found: builtins.list[ObjectInfo]) -> None:
-        """Add the regular files under directory ``fd`` (``root/parts``) whose keys start
-        with ``prefix``; links and special files are skipped with a warning."""
+    def _scan(self, fd: int, parts: _Parts, prefix: str) -> Iterator[ObjectInfo]:
+        """The regular files under directory ``fd`` (``root/parts``) whose keys start
+        with ``prefix``, found lazily; links and special files are skipped with a
+        warning. Holds two descriptors per directory level while suspended."""
         with os.scandir(fd) as entries:
             for entry in entries:
                 key = "/".join([*parts, entry.name])
@@ -287,7 +302,7 @@ class LocalObjectStore:
                             continue
                         raise
                     try:
-                        self._scan(sub, [*parts, entry.name], prefix, found)
+                        yield from self._scan(sub, [*parts, entry.name], prefix)
                     finally:
                         os.close(sub)
                 elif entry.is_file(follow_symlinks=False):
@@ -297,7 +312,7 @@ class LocalObjectStore:
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:  # deleted while listing
                         continue
-                    found.append(ObjectInfo(key, st.st_size, st.st_mtime))
+                    yield ObjectInfo(key, st.st_size, st.st_mtime)
                 else:
                     _log.warning(
                         "skipping %s: not a regular file or directory", self._root.joinpath(key)

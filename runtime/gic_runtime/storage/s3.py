@@ -103,6 +103,10 @@ def _shared_session() -> boto3.session.Session:
 def create_s3_client(settings: S3Settings) -> S3Client:
     """A boto3 S3 client configured from ``settings`` (timeouts, pool, retries, addressing).
 
+    Credentials: the access key id, secret and session token of ``settings``, passed
+    together (temporary credentials need all three); unset ones leave the choice to
+    boto3's default chain.
+
     Thread-safe: boto3 sessions are not, so clients are created from one shared session
     under a lock; the returned client may be shared between threads.
     """
@@ -129,6 +133,7 @@ def create_s3_client(settings: S3Settings) -> S3Client:
             region_name=settings.region,
             aws_access_key_id=settings.access_key_id,
             aws_secret_access_key=settings.secret_access_key,
+            aws_session_token=settings.session_token,
             config=config,
         )
 
@@ -357,7 +362,8 @@ def _translate(exc: Exception, op: str, uri: str, bucket: str) -> StorageError:
         if code in _PERMISSION_CODES:
             return StoragePermissionError(
                 f"S3 refused {op} {uri} ({code}): check the access key id and secret "
-                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the job's S3 secret) and the "
+                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the job's S3 secret; with "
+                "temporary credentials also AWS_SESSION_TOKEN, which expires) and the "
                 "bucket policy",
                 uri=uri,
             )

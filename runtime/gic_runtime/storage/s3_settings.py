@@ -2,7 +2,12 @@
 
 Credentials come only from these settings (filled from a Kubernetes Secret through the
 environment) or from boto3's own default chain; they are never logged and ``repr``
-hides them.
+(hence ``str``) hides them.
+
+Invariant: the three credential fields travel together. Temporary (STS) credentials
+are an access key id, a secret and a session token; a client built with the first two
+but not the third is refused by S3 (``InvalidToken``), so whatever reads the key pair
+reads the token from the same source.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ class S3Settings:
     """Env ``AWS_ACCESS_KEY_ID``; ``None`` lets boto3 use its default credential chain."""
     secret_access_key: str | None = field(default=None, repr=False)
     """Env ``AWS_SECRET_ACCESS_KEY``."""
+    session_token: str | None = field(default=None, repr=False)
+    """Env ``AWS_SESSION_TOKEN``: the third part of temporary (STS) credentials; ``None``
+    for long-lived keys."""
     connect_timeout_s: float = 5.0
     """TCP connect timeout; short so a dead endpoint surfaces quickly."""
     read_timeout_s: float = 30.0
@@ -46,4 +54,5 @@ class S3Settings:
             region=e.get("AWS_REGION") or e.get("AWS_DEFAULT_REGION") or None,
             access_key_id=e.get("AWS_ACCESS_KEY_ID") or None,
             secret_access_key=e.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=e.get("AWS_SESSION_TOKEN") or None,
         )
