@@ -183,7 +183,7 @@ def mismatch_message(
     return (
         f"job {job_id}: its checkpoints were written by a different query, so this query "
         f"does not resume them (latest checkpoint: {manifest_uri}). Differs: {listed}. "
-        "Nothing was written and the job's files are unchanged. To run this query as a "
+        "Nothing was claimed and the job's checkpoints are unchanged. To run this query as a "
         "job of its own, give it another job id (GIC_JOB_ID, gic run --job-id, or the "
         "name passed to GICJob.create); to start this job over with empty state, delete "
         f"its directory {job_dir}/ (gic gc only sweeps unreferenced files, it keeps "

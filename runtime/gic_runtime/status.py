@@ -14,6 +14,14 @@ Format: the text envelope of :mod:`gic_runtime.control.envelope` (magic ``GICT``
 version 1, CRC32C of the JSON body). Readers ignore fields they do not know, so a newer
 writer may add fields within version 1; missing optional parts read as ``None``.
 
+A launch that fails reports why in ``failure`` (:class:`FailureStatus`, added within
+version 1: records without it read as ``failure=None``): a machine ``reason`` from the
+closed set :class:`FailureReason` (:func:`failure_reason` maps the runtime's errors onto
+it) and the error's text, one line of at most :data:`FAILURE_MESSAGE_MAX` characters.
+A reader gets the reason as stored (a newer writer may know more reasons), so whoever
+acts on it checks it against the set it knows. The failure belongs to the record's
+``epoch``: a reader comparing it with a launch compares epochs first.
+
 Readers read at most :data:`STATUS_MAX_BYTES` (the operator reads the record of every
 job on every reconcile, and the driver writing it runs tenant code).
 
@@ -46,7 +54,19 @@ from gic_runtime.control.envelope import (
     parse_body,
 )
 from gic_runtime.control.model import Outcome
-from gic_runtime.errors import ConfigurationError, CorruptFileError, ObjectNotFoundError
+from gic_runtime.errors import (
+    ConfigurationError,
+    CorruptFileError,
+    FencedError,
+    FormatError,
+    GICError,
+    ObjectNotFoundError,
+    QueryMismatchError,
+    RestoreError,
+    StorageError,
+    StoragePermissionError,
+    TransientStorageError,
+)
 from gic_runtime.layout import job_dir
 from gic_runtime.storage.base import read_bounded
 from gic_runtime.storage.uri import StoreResolver, join
@@ -58,7 +78,8 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
 STATUS_MAX_BYTES = 1024 * 1024
 """Largest status record a reader accepts and a writer writes (real ones are a few KiB:
-the error text is cut to 500 characters by the driver)."""
+the driver cuts the error text to 500 characters and a failure's message to
+:data:`FAILURE_MESSAGE_MAX`)."""
 STATUS_NAME = "status.json"
 
 
@@ -250,6 +271,120 @@ class SavepointStatus:
         )
 
 
+FAILURE_MESSAGE_MAX = 2048
+"""Longest failure message a driver records (characters; longer ones are cut, ending in
+``...``). Room for a query-mismatch refusal, whose way out comes last."""
+ERROR_TYPE_MAX = 200
+"""Longest exception class name recorded with a failure."""
+
+
+class FailureReason(StrEnum):
+    """Why a launch failed, for machines: the closed set a driver writes.
+
+    ``QueryMismatch`` and ``InvalidSettings`` are refusals a relaunch of the same
+    configuration meets again; the others may pass on a relaunch.
+    """
+
+    QUERY_MISMATCH = "QueryMismatch"
+    """The job's checkpoints were written by a different query (``QueryMismatchError``)."""
+    INVALID_SETTINGS = "InvalidSettings"
+    """Settings or arguments are invalid (``ConfigurationError``)."""
+    RESTORE_FAILED = "RestoreFailed"
+    """A checkpoint or savepoint cannot be restored (``RestoreError``)."""
+    UNREADABLE_FILE = "UnreadableFile"
+    """A stored file is damaged, too large or of an unknown version (``FormatError``)."""
+    STORAGE_ACCESS_DENIED = "StorageAccessDenied"
+    """Credentials are missing or refused (``StoragePermissionError``)."""
+    STORAGE_UNAVAILABLE = "StorageUnavailable"
+    """The storage timed out or failed transiently (``TransientStorageError``)."""
+    STORAGE_ERROR = "StorageError"
+    """Any other storage error, e.g. a missing bucket (``StorageError``)."""
+    FENCED = "Fenced"
+    """A newer launch of the job holds a higher fencing epoch (``FencedError``)."""
+    JOB_ERROR = "JobError"
+    """Any other error: the job's own code, Spark, or another runtime error."""
+
+
+#: ``(error class, reason)``, the first match wins.
+_FAILURE_REASONS: tuple[tuple[type[BaseException], FailureReason], ...] = (
+    (QueryMismatchError, FailureReason.QUERY_MISMATCH),
+    (ConfigurationError, FailureReason.INVALID_SETTINGS),
+    (StoragePermissionError, FailureReason.STORAGE_ACCESS_DENIED),
+    (TransientStorageError, FailureReason.STORAGE_UNAVAILABLE),
+    (StorageError, FailureReason.STORAGE_ERROR),
+    (FormatError, FailureReason.UNREADABLE_FILE),
+    (RestoreError, FailureReason.RESTORE_FAILED),
+    (FencedError, FailureReason.FENCED),
+)
+
+
+def failure_reason(error: BaseException) -> FailureReason:
+    """The :class:`FailureReason` of ``error``."""
+    for cls, reason in _FAILURE_REASONS:
+        if isinstance(error, cls):
+            return reason
+    return FailureReason.JOB_ERROR
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` with every run of whitespace made one space, cut to ``limit`` characters
+    (ending in ``...`` when cut)."""
+    line = " ".join(text[: limit * 4].split())
+    if len(line) <= limit and len(text) <= limit * 4:
+        return line
+    return line[: limit - 3].rstrip() + "..."
+
+
+def error_text(error: BaseException) -> str:
+    """``str(error)``, stripped; ``""`` when the error cannot say (its ``__str__``
+    fails): reporting a failure must not raise another."""
+    try:
+        return str(error).strip()
+    except Exception:
+        return ""
+
+
+def failure_message(error: BaseException) -> str:
+    """The text recorded for ``error``: a runtime error's own message (it says what to
+    change), anything else prefixed with its class name; one line, bounded."""
+    text = error_text(error)
+    if not isinstance(error, GICError) or not text:
+        name = type(error).__name__
+        text = f"{name}: {text}" if text else name
+    return one_line(text, FAILURE_MESSAGE_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class FailureStatus:
+    """Why the launch failed: ``reason`` (a :class:`FailureReason` value when this
+    runtime wrote it), ``message`` (the error's text) and ``error_type`` (the exception's
+    class name)."""
+
+    reason: str
+    message: str
+    error_type: str = ""
+
+    @classmethod
+    def of(cls, error: BaseException) -> FailureStatus:
+        """The failure ``error`` means (reason, bounded one-line message, class name)."""
+        return cls(
+            reason=failure_reason(error).value,
+            message=failure_message(error),
+            error_type=type(error).__name__[:ERROR_TYPE_MAX],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FailureStatus:
+        return cls(
+            reason=field_str(data, "reason"),
+            message=field_str(data, "message"),
+            error_type=field_opt_str(data, "error_type") or "",
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class DriverInfo:
     """The driver process: ``pid`` on ``host``."""
@@ -289,6 +424,8 @@ class JobStatus:
     driver: DriverInfo | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Free-form JSON for details without a field of their own."""
+    failure: FailureStatus | None = None
+    """Why the launch failed (state ``failed``; ``None`` in records that predate it)."""
 
     def __post_init__(self) -> None:
         if self.epoch < 0 or self.batches < 0:
@@ -313,7 +450,7 @@ class JobStatus:
             "error": self.error,
             "extra": dict(self.extra),
         }
-        for name in (*parts, "last_savepoint", "driver"):
+        for name in (*parts, "last_savepoint", "driver", "failure"):
             value = getattr(self, name)
             body[name] = value.to_json() if value is not None else None
         return body
@@ -339,6 +476,7 @@ class JobStatus:
             error=field_opt_str(data, "error"),
             driver=part("driver", DriverInfo.from_json),
             extra=field_object(data, "extra") or {},
+            failure=part("failure", FailureStatus.from_json),
         )
 
 

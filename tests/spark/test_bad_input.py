@@ -5,8 +5,8 @@ case: a canonical savepoint imported into a job with another bucket count.
 Job ``src`` counts two input files; while it runs, a native savepoint is requested,
 then a terminal canonical one stops it (both through the control channel). Each test
 starts a new job from a damaged, missing or mismatched source and checks the error,
-that the new job's directory holds no checkpoint (only its fencing epoch marker) and
-that no file of the source changed or went away.
+that the new job's directory holds no checkpoint (only its fencing epoch marker and the
+status record saying why it failed) and that no file of the source changed or went away.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from gic_runtime.control import ControlChannel
 from gic_runtime.errors import CorruptFileError, GICError, RestoreError
 from gic_runtime.layout import SAVEPOINT_MANIFEST
 from gic_runtime.savepoint.canonical import INDEX_NAME
-from gic_runtime.status import JobState, read_status
+from gic_runtime.status import JobState, failure_reason, read_status
 from gic_runtime.storage.uri import StoreResolver
 
 from .test_savepoints import (
@@ -101,14 +101,13 @@ def refused(
     expected: type[GICError],
     *,
     match: str,
-    reported: bool = False,
     **overrides: Any,
 ) -> GICError:
     """Start a new job from ``source``; it must fail with ``expected`` (message matching
     ``match``) without writing any checkpoint, changelog or output, and leave every file
     under the storage root as it was. The new job's directory may hold only its epoch
-    marker, and with ``reported`` (the error surfaced in the first batch, after the
-    driver started) its status record saying why it failed."""
+    marker and its status record saying why it failed (whether the error surfaced while
+    the driver started or in the first batch)."""
     job_id = f"new-{next(_JOB_IDS)}"
     before = listing(sources.root)
     s = job_settings(
@@ -121,12 +120,14 @@ def refused(
     assert list_checkpoints(resolver, s.storage, job_id) == ()
     after = listing(sources.root)
     epoch = f"jobs/{job_id}/epochs/epoch-000000000001"
-    allowed = {epoch, f"{epoch}.start"}  # the claim: its marker and its start record
-    if reported:
-        allowed.add(f"jobs/{job_id}/status.json")
-        status = read_status(resolver, s.storage, job_id)
-        assert status is not None and status.state is JobState.FAILED
-        assert status.error is not None and re.search(match, status.error)
+    # the claim (its marker and its start record) and the report of the failure
+    allowed = {epoch, f"{epoch}.start", f"jobs/{job_id}/status.json"}
+    status = read_status(resolver, s.storage, job_id)
+    assert status is not None and status.state is JobState.FAILED and status.epoch == 1
+    assert status.error is not None and re.search(match, status.error)
+    assert status.failure is not None
+    assert status.failure.reason == failure_reason(info.value).value
+    assert re.search(match, status.failure.message)
     assert set(after) - set(before) == allowed
     assert {k: after[k] for k in before} == before
     assert not out.exists()
@@ -219,9 +220,7 @@ def test_garbage_canonical_index(spark: SparkSession, sources: Sources, tmp_path
     (garbage / INDEX_NAME).write_text('{"format": "something else"}')
     # The index is first read by the state tasks of the first batch: the driver has
     # started by then, so the failure is also in the job's status record.
-    error = refused(
-        spark, sources, tmp_path, garbage, CorruptFileError, match=INDEX_NAME, reported=True
-    )
+    error = refused(spark, sources, tmp_path, garbage, CorruptFileError, match=INDEX_NAME)
     assert "canonical savepoint index" in str(error)
 
 

@@ -1,7 +1,9 @@
 """A job never resumes another query's state by accident: the examples run as a user
 would (their ``main``, settings from ``GIC_*`` variables), and ``examples/event_log.py``
-under word count's job id is refused before anything is written; the same query
-resumes, and a deliberate change resumes with ``GIC_ALLOW_QUERY_CHANGE``."""
+under word count's job id is refused before anything is written (launched with a
+fencing epoch, as the operator launches drivers, only the refusal is recorded in the
+job's status record); the same query resumes, and a deliberate change resumes with
+``GIC_ALLOW_QUERY_CHANGE``."""
 
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ from pyspark.sql import functions as F
 
 from gic_runtime.checkpoint.catalog import find_latest_checkpoint
 from gic_runtime.errors import QueryMismatchError
+from gic_runtime.fencing import highest_epoch
 from gic_runtime.query import QueryFingerprint
 from gic_runtime.spark import GICJob, count, max_
 from gic_runtime.spark.fingerprint import _describe
+from gic_runtime.status import JobState, read_status
 from gic_runtime.storage.uri import StoreResolver
 
 from .words import write_text_batches
@@ -101,6 +105,22 @@ def test_event_log_under_word_counts_job_id_is_refused_and_changes_nothing(
     assert f"{job_dir.as_uri()}/" in message
     assert job_files(job_dir) == before  # no epoch claimed, no status, nothing swept
     assert not (tmp_path / "event-log").exists()
+
+    # Launched with its fencing epoch (as the operator launches drivers), the refusal
+    # is recorded in the job's status record under that epoch; still nothing is claimed.
+    monkeypatch.setenv("GIC_EPOCH", "2")
+    with pytest.raises(QueryMismatchError):
+        event_log.main(["--input", str(events), "--output", str(tmp_path / "event-log")])
+    resolver = StoreResolver()
+    status = read_status(resolver, env.as_uri(), "word-count")
+    assert status is not None and status.state is JobState.FAILED and status.epoch == 2
+    assert status.failure is not None and status.failure.reason == "QueryMismatch"
+    assert status.failure.error_type == "QueryMismatchError"
+    assert status.failure.message == " ".join(message.split())
+    assert highest_epoch(resolver, env.as_uri(), "word-count") == 1
+    after = job_files(job_dir)
+    assert {k for k in after if after[k] != before.get(k)} == {"status.json"}
+    monkeypatch.delenv("GIC_EPOCH")
 
     # The query that wrote the checkpoints resumes them.
     monkeypatch.delenv("GIC_JOB_ID")

@@ -3,10 +3,12 @@ attempt.
 
 :meth:`Driver.prepare` runs once before the streaming query starts: refuse the job's
 checkpoints when a different query wrote them (their query fingerprint differs from
-this query's, :mod:`gic_runtime.query`; refused before anything is written), claim a
+this query's, :mod:`gic_runtime.query`; refused before the job is claimed), claim a
 fencing epoch, open the checkpoint timeline (own latest checkpoint, else the restore source),
 finish publishing the latest checkpoint's sink output, clear stale staging, sweep
-orphans, and lay Spark's checkpoint directory down from the start manifest.
+orphans, and lay Spark's checkpoint directory down from the start manifest. A start
+that fails records why in the job's status record (state ``failed`` with a structured
+``failure``, :mod:`gic_runtime.spark.telemetry`) before the error propagates.
 
 :meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N:
 
@@ -84,7 +86,7 @@ from gic_runtime.spark.stage import (
     make_drain,
     make_stage,
 )
-from gic_runtime.spark.telemetry import Telemetry
+from gic_runtime.spark.telemetry import Telemetry, record_failure
 from gic_runtime.storage.uri import StoreResolver, join
 
 __all__ = ["BatchReport", "Driver", "StartInfo"]
@@ -154,7 +156,37 @@ class Driver:
         return default_local_dir() if is_local_master(self.spark.sparkContext.master or "") else ""
 
     def prepare(self) -> StartInfo:
-        """Everything before the first batch (see the module docstring)."""
+        """Everything before the first batch (see the module docstring).
+
+        When it fails, the failure is recorded in the job's status record (under the
+        claimed epoch, else the one the settings give; without either nothing is
+        recorded) and what it opened is closed, then the error propagates."""
+        try:
+            return self._prepare()
+        except BaseException as exc:
+            self._start_failed(exc)
+            raise
+
+    def _start_failed(self, error: BaseException) -> None:
+        """Report ``error`` (best effort: nothing here may replace it) and close the
+        timeline."""
+        try:
+            if self.telemetry is not None:
+                self.telemetry.stopped(error)
+            else:
+                epoch = self.fence.epoch if self.fence is not None else self.settings.epoch
+                if epoch is not None:
+                    record_failure(self.resolver, self.root, self.job_id, epoch, error)
+        except Exception as exc:
+            _log.warning("job %s: could not record why it failed to start: %r", self.job_id, exc)
+        finally:
+            if self.timeline is not None:
+                try:
+                    self.timeline.close()
+                except Exception as exc:
+                    _log.warning("job %s: closing the timeline failed: %r", self.job_id, exc)
+
+    def _prepare(self) -> StartInfo:
         s = self.settings
         self._check_query()
         owner = f"driver {socket.gethostname()}:{os.getpid()}"

@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import DataFrame, SparkSession
 
-from gic_runtime.config import GICSettings
+from gic_runtime.config import GICSettings, env_var
 from gic_runtime.errors import ConfigurationError, GICError
 from gic_runtime.processing import (
     AggregateProcessor,
@@ -52,6 +52,7 @@ from gic_runtime.spark.fingerprint import query_fingerprint
 from gic_runtime.spark.placement import key_expression
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
 from gic_runtime.spark.sinks import DiscardSink, ForeachBatchSink
+from gic_runtime.spark.telemetry import record_failure
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StoreResolver
 
@@ -153,9 +154,12 @@ class GICJob:
         ``app_name`` is also the job id unless the settings name one (``GIC_JOB_ID``,
         the settings file, ``gic run --job-id``), so two example apps run from the same
         directory keep separate checkpoints; it must then be a valid job id."""
-        resolved = settings or GICSettings.load(
-            defaults={"job_id": (app_name, "the app name given to GICJob.create")}
-        )
+        defaults = {"job_id": (app_name, "the app name given to GICJob.create")}
+        try:
+            resolved = settings or GICSettings.load(defaults=defaults)
+        except ConfigurationError as exc:
+            _record_settings_failure(defaults, exc)
+            raise
         spark = SparkSession.getActiveSession()
         if spark is None:
             # spark-submit hands a Python app its JVM gateway through these variables.
@@ -327,7 +331,11 @@ class GICQuery:
         elif trigger:
             writer = writer.trigger(processingTime=trigger)
         error: BaseException | None = None
-        query = writer.start()
+        try:
+            query = writer.start()
+        except BaseException as exc:
+            driver.close(error=exc)
+            raise
         try:
             while True:
                 # pyspark types the timeout as int but takes float seconds (x 1000 ms)
@@ -352,7 +360,10 @@ class GICQuery:
             else:
                 cause = (getattr(exc, "desc", None) or str(exc)).strip().splitlines()
                 reason = cause[0] if cause else type(exc).__name__
-            raise GICError(f"job {settings.job_id} failed: {reason}") from exc
+            failed = GICError(f"job {settings.job_id} failed: {reason}")
+            if driver.failure is None:
+                error = failed  # reported as raised, not as Spark's wrapper with its trace
+            raise failed from exc
         except BaseException as exc:
             error = exc
             if query.isActive:
@@ -369,6 +380,23 @@ class GICQuery:
             summary.stop_reason,
         )
         return summary
+
+
+def _record_settings_failure(defaults: Mapping[str, tuple[Any, str]], error: GICError) -> None:
+    """Record settings the driver cannot load as its launch's failure, when the
+    environment still names the job's storage, id and fencing epoch (a launch by the
+    operator always does; the refusal is then shown on its GICJob). Best effort."""
+    names = (env_var("storage"), env_var("job_id"), env_var("epoch"))
+    env = {name: os.environ[name] for name in names if name in os.environ}
+    if env_var("epoch") not in env:
+        return
+    try:
+        identity = GICSettings.load(env=env, defaults=defaults)
+        if identity.epoch is not None:
+            resolver = StoreResolver(S3Settings.from_env())
+            record_failure(resolver, identity.storage, identity.job_id, identity.epoch, error)
+    except Exception as exc:  # the settings error is what the user must see
+        _log.warning("could not record the settings error in the job's status: %r", exc)
 
 
 def _origin(start: StartInfo) -> str:

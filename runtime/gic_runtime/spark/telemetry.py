@@ -6,6 +6,14 @@ After every batch (and at start, savepoints and stop) the driver updates its
 the driver. A failing status write is logged, never fails a batch: the checkpoint is
 what matters, the status is a view of it.
 
+A launch that fails -- while it runs, or at start-up before it could report anything
+(a query mismatch, invalid settings, a fencing epoch it cannot claim, storage it cannot
+reach) -- records state ``failed`` with a structured ``failure`` (reason and message,
+:class:`~gic_runtime.status.FailureStatus`) under its epoch before the error ends the
+process: :meth:`Telemetry.stopped` once the launch reports, :func:`record_failure`
+before. Neither replaces the record of a newer epoch: a superseded driver's failure is
+not the job's news.
+
 Thread-safety: called under the driver's lock (or after the query stopped).
 """
 
@@ -23,12 +31,15 @@ from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.status import (
     CheckpointStatus,
     DriverInfo,
+    FailureStatus,
     JobState,
     JobStatus,
     MaterializationStatus,
     RestoreStatus,
     SavepointStatus,
     SweepStatus,
+    error_text,
+    read_status,
     write_status,
 )
 from gic_runtime.storage.uri import StoreResolver
@@ -165,10 +176,85 @@ class Telemetry:
         self._write(state=JobState.STOPPING)
 
     def stopped(self, error: BaseException | None) -> None:
+        """The final report: ``stopped``, or ``failed`` with the error and its failure
+        (unless a newer epoch's record is there already)."""
         if error is None:
             self._write(state=JobState.STOPPED)
-        else:
-            self._write(state=JobState.FAILED, error=str(error).splitlines()[0][:500])
+        elif not _superseded(self.resolver, self.root, self.job_id, self.status.epoch):
+            self._write(
+                state=JobState.FAILED, error=error_line(error), failure=FailureStatus.of(error)
+            )
         if self.server is not None:
             self.server.close()
             self.server = None
+
+
+ERROR_LINE_MAX = 500
+"""Longest text of the status record's ``error`` (the first line of the error)."""
+
+
+def error_line(error: BaseException) -> str:
+    """The status record's ``error``: the error's first line (its class name when it has
+    no text), at most :data:`ERROR_LINE_MAX` characters."""
+    lines = error_text(error).splitlines()
+    return (lines[0] if lines else type(error).__name__)[:ERROR_LINE_MAX]
+
+
+def _current(resolver: StoreResolver, root: str, job_id: str) -> JobStatus | None:
+    """The job's status record; ``None`` when there is none or it is unreadable (then it
+    is replaced)."""
+    try:
+        return read_status(resolver, root, job_id)
+    except GICError:
+        return None
+
+
+def _newer(current: JobStatus | None, job_id: str, epoch: int) -> bool:
+    """Whether ``current`` reports a newer epoch than ``epoch`` (logged)."""
+    if current is None or current.epoch <= epoch:
+        return False
+    _log.warning(
+        "job %s: not recording the failure of epoch %d; the status record reports epoch %d",
+        job_id,
+        epoch,
+        current.epoch,
+    )
+    return True
+
+
+def _superseded(resolver: StoreResolver, root: str, job_id: str, epoch: int) -> bool:
+    """Whether the job's status record reports a newer epoch than ``epoch``."""
+    return _newer(_current(resolver, root, job_id), job_id, epoch)
+
+
+def record_failure(
+    resolver: StoreResolver, root: str, job_id: str, epoch: int, error: BaseException
+) -> bool:
+    """Record that the launch of ``job_id`` with fencing ``epoch`` failed with ``error``
+    before it wrote a status record of its own (the epoch it was given, or claimed).
+
+    Best effort, like every status write: a failing read or write is logged. A record of
+    a newer epoch is left alone. The job's latest checkpoint is carried over from the
+    record replaced. True when the record was written.
+    """
+    current = _current(resolver, root, job_id)
+    if _newer(current, job_id, epoch):
+        return False
+    now = time.time()
+    status = JobStatus(
+        job_id=job_id,
+        epoch=epoch,
+        state=JobState.FAILED,
+        updated_at=now,
+        started_at=now,
+        last_checkpoint=current.last_checkpoint if current is not None else None,
+        error=error_line(error),
+        driver=DriverInfo.current(),
+        failure=FailureStatus.of(error),
+    )
+    try:
+        write_status(resolver, root, job_id, status)
+    except GICError as exc:
+        _log.warning("could not write the status record of job %s: %s", job_id, exc)
+        return False
+    return True

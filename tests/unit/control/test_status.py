@@ -9,10 +9,25 @@ from hypothesis import strategies as st
 from gic_runtime.checkpoint.manifest import RestoreMode
 from gic_runtime.control import Outcome
 from gic_runtime.control.envelope import encode_record
-from gic_runtime.errors import ConfigurationError, CorruptFileError, UnsupportedVersionError
+from gic_runtime.errors import (
+    ConfigurationError,
+    CorruptFileError,
+    FencedError,
+    GICError,
+    ObjectTooLargeError,
+    QueryMismatchError,
+    RestoreError,
+    StorageError,
+    StoragePermissionError,
+    StorageTimeoutError,
+    UnsupportedVersionError,
+)
 from gic_runtime.status import (
+    FAILURE_MESSAGE_MAX,
     CheckpointStatus,
     DriverInfo,
+    FailureReason,
+    FailureStatus,
     JobState,
     JobStatus,
     MaterializationStatus,
@@ -21,6 +36,7 @@ from gic_runtime.status import (
     SweepStatus,
     decode_status,
     encode_status,
+    failure_reason,
     read_status,
     status_uri,
     write_status,
@@ -111,6 +127,103 @@ def test_unknown_fields_are_ignored_and_missing_parts_are_none() -> None:
     status = decode_status(encode_record("GICT", 1, body, what="t"), "file:///s.json")
     assert status.restored_from is None and status.driver is None and status.extra == {}
     assert status.last_checkpoint == full_status().last_checkpoint
+
+
+def failed_status(epoch: int = 5) -> JobStatus:
+    error = QueryMismatchError("job job-a: its checkpoints were written by a different query")
+    return JobStatus(
+        job_id=JOB,
+        epoch=epoch,
+        state=JobState.FAILED,
+        updated_at=1700000200.0,
+        started_at=1700000200.0,
+        error=str(error),
+        failure=FailureStatus.of(error),
+    )
+
+
+def test_a_failure_round_trips(resolver: StoreResolver, root: str) -> None:
+    status = failed_status()
+    write_status(resolver, root, JOB, status)
+    found = read_status(resolver, root, JOB)
+    assert found == status
+    assert found.failure == FailureStatus(
+        "QueryMismatch",
+        "job job-a: its checkpoints were written by a different query",
+        "QueryMismatchError",
+    )
+    body = encode_status(status).partition(b"\n")[2]
+    assert b'"reason": "QueryMismatch"' in body and b'"error_type": "QueryMismatchError"' in body
+
+
+def test_a_record_without_a_failure_reads_as_none() -> None:
+    """Records written before the failure existed (no ``failure`` key) still read."""
+    body = full_status().to_json()
+    del body["failure"]
+    status = decode_status(encode_record("GICT", 1, body, what="t"), "file:///s.json")
+    assert status.failure is None and status == full_status()
+    body = {**failed_status().to_json(), "failure": None}
+    assert decode_status(encode_record("GICT", 1, body, what="t"), "file:///s.json").failure is None
+
+
+def test_a_failure_from_a_newer_writer_keeps_its_reason_and_ignores_new_fields() -> None:
+    """A newer writer may know more reasons and fields: the record still reads, with the
+    reason as stored (the reader decides what it trusts)."""
+    body = failed_status().to_json()
+    body["failure"] = {"reason": "SomethingNew", "message": "m", "hint": {"x": 1}}
+    failure = decode_status(encode_record("GICT", 1, body, what="t"), "file:///s.json").failure
+    assert failure == FailureStatus("SomethingNew", "m", "")
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [{"message": "m"}, {"reason": 3, "message": "m"}, {"reason": "Fenced"}, "Fenced"],
+)
+def test_a_malformed_failure_is_corrupt(failure: object) -> None:
+    body = {**failed_status().to_json(), "failure": failure}
+    with pytest.raises(CorruptFileError, match="job status"):
+        decode_status(encode_record("GICT", 1, body, what="t"), "file:///s.json")
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (QueryMismatchError("q"), FailureReason.QUERY_MISMATCH),
+        (ConfigurationError("c"), FailureReason.INVALID_SETTINGS),
+        (RestoreError("r"), FailureReason.RESTORE_FAILED),
+        (CorruptFileError("bad", uri="file:///x"), FailureReason.UNREADABLE_FILE),
+        (UnsupportedVersionError("v9", uri="file:///x"), FailureReason.UNREADABLE_FILE),
+        (
+            ObjectTooLargeError("big", uri="file:///x", size=9, limit=1),
+            FailureReason.UNREADABLE_FILE,
+        ),
+        (StoragePermissionError("denied"), FailureReason.STORAGE_ACCESS_DENIED),
+        (StorageTimeoutError("slow"), FailureReason.STORAGE_UNAVAILABLE),
+        (StorageError("no bucket"), FailureReason.STORAGE_ERROR),
+        (FencedError("superseded"), FailureReason.FENCED),
+        (GICError("other"), FailureReason.JOB_ERROR),
+        (ZeroDivisionError("division by zero"), FailureReason.JOB_ERROR),
+        (KeyboardInterrupt(), FailureReason.JOB_ERROR),
+    ],
+)
+def test_every_error_has_a_reason(error: BaseException, reason: FailureReason) -> None:
+    assert failure_reason(error) is reason
+    assert FailureStatus.of(error).reason == reason.value
+
+
+def test_failure_messages_are_one_bounded_line() -> None:
+    assert FailureStatus.of(ConfigurationError("bad\n  - x: y\n")).message == "bad - x: y"
+    user = FailureStatus.of(ZeroDivisionError("division by zero"))
+    assert (user.message, user.error_type) == (
+        "ZeroDivisionError: division by zero",
+        "ZeroDivisionError",
+    )
+    assert FailureStatus.of(KeyboardInterrupt()).message == "KeyboardInterrupt"
+    long = FailureStatus.of(QueryMismatchError("word " * 5000)).message
+    assert len(long) <= FAILURE_MESSAGE_MAX and long.endswith("word...")
+    assert len(FailureStatus.of(GICError("x" * 10**6)).message) == FAILURE_MESSAGE_MAX
+    exact = "x" * FAILURE_MESSAGE_MAX
+    assert FailureStatus.of(GICError(exact)).message == exact
 
 
 def test_writing_for_another_job_is_refused(resolver: StoreResolver, root: str) -> None:
@@ -227,6 +340,13 @@ _text = st.text(max_size=30)
         error=st.none() | _text,
         driver=st.none() | st.builds(DriverInfo, pid=_count, host=_text),
         extra=st.dictionaries(_text, st.none() | st.booleans() | _count | _text, max_size=3),
+        failure=st.none()
+        | st.builds(
+            FailureStatus,
+            reason=st.sampled_from([r.value for r in FailureReason]) | _text,
+            message=_text,
+            error_type=_text,
+        ),
     )
 )
 def test_encoding_round_trips(status: JobStatus) -> None:
