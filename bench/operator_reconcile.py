@@ -9,7 +9,7 @@ file storage under a temporary directory holding a driver's status record
 (:func:`gic_runtime.status.write_status`, with a recent checkpoint), so every reconcile
 reads real storage. The reconciler is the operator's own:
 :class:`~gic_operator.job_reconciler.JobReconciler` on
-:class:`~gic_operator.kube.KubernetesApi` with
+:class:`~gic_operator.kube_client.KubernetesApi` with
 :func:`~gic_operator.storage_view.open_job_storage`.
 
 Passes, each reconciling every job once:
@@ -50,7 +50,7 @@ import yaml
 
 from bench.common import percentile
 from gic_operator.job_reconciler import JobReconciler
-from gic_operator.kube import KubernetesApi
+from gic_operator.kube_client import KubernetesApi
 from gic_operator.models import API_VERSION, GROUP, VERSION
 from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
 from gic_operator.naming import job_id

@@ -29,7 +29,7 @@ import kopf
 
 from gic_operator.errors import SavepointHeldError
 from gic_operator.job_reconciler import JobReconciler
-from gic_operator.kube import KubernetesApi
+from gic_operator.kube_client import KubernetesApi
 from gic_operator.metrics import OperatorMetrics, default_metrics
 from gic_operator.models import FINAL_STATES, GROUP, VERSION
 from gic_operator.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER

@@ -13,12 +13,34 @@
 :func:`restart_delay` is the restart backoff, clamped so that no spec value (``1e300``)
 can overflow it.
 
+:func:`reported_failure` is what a failed driver reported about its failure, as far as
+the operator believes it. A driver that fails records a ``failure`` in the job's status
+record (:class:`gic_runtime.status.FailureStatus`: a machine ``reason`` and the error's
+``message``) under its fencing epoch before it exits; the operator shows it on the
+GICJob and decides from the reason whether a relaunch can help
+(:attr:`DriverFailure.restartable`). The driver runs the tenant's code, so the record is
+input, not truth:
+
+* only a failure of the epoch the operator launched the current driver with
+  (``status.epoch``) counts, and only in a record in state ``failed``: a record of an
+  older launch (a superseded driver, the previous attempt) or of a launch the operator
+  did not make is not this driver's failure;
+* the reason must be one of :class:`~gic_runtime.status.FailureReason`; any other text
+  reads as :data:`GENERIC_FAILURE` (a plain driver failure, restarted as usual);
+* the message is cut to :data:`FAILURE_MESSAGE_MAX` characters, with control and format
+  characters (newlines, escapes, bidirectional overrides) replaced by spaces.
+
+A driver can at worst misname its own failure: claiming a reason that is not restarted
+stops only its own job until its spec changes.
+
 Thread-safety: used by one reconcile at a time (the job's lock).
 """
 
 from __future__ import annotations
 
 import math
+import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 from gic_operator.conditions import parse_time, rfc3339
@@ -37,6 +59,7 @@ from gic_operator.naming import (
 from gic_operator.reconcile_context import Pass
 from gic_operator.restore_sources import holders
 from gic_operator.storage_view import normalize_uri
+from gic_runtime.status import FailureReason, JobState, JobStatus
 
 CREATED_BY_ANNOTATION = "annotation"
 CREATED_BY_PERIODIC = "periodic"
@@ -53,6 +76,56 @@ def restart_delay(policy: RestartPolicySpec, restarts: int) -> float:
     delay = policy.backoff_seconds * 2.0 ** min(restarts - 1, 64)
     delay = min(delay, policy.max_backoff_seconds, MAX_RESTART_DELAY_S)
     return delay if math.isfinite(delay) and delay >= 0 else MAX_RESTART_DELAY_S
+
+
+#: The reason of a failure whose reported reason is not one the operator knows.
+GENERIC_FAILURE = "DriverFailed"
+#: Longest driver message shown (characters).
+FAILURE_MESSAGE_MAX = 2048
+#: Failures a relaunch of the same spec meets again: the job waits for a spec change.
+NOT_RESTARTED: frozenset[str] = frozenset(
+    {FailureReason.QUERY_MISMATCH.value, FailureReason.INVALID_SETTINGS.value}
+)
+_KNOWN_FAILURES: frozenset[str] = frozenset(reason.value for reason in FailureReason)
+
+
+@dataclass(frozen=True)
+class DriverFailure:
+    """A failure the current driver reported: ``reason`` (a known reason or
+    :data:`GENERIC_FAILURE`) and ``message`` (bounded, printable)."""
+
+    reason: str
+    message: str
+
+    @property
+    def restartable(self) -> bool:
+        """Whether a relaunch of the same spec may get past it."""
+        return self.reason not in NOT_RESTARTED
+
+
+def clean_text(text: str, limit: int = FAILURE_MESSAGE_MAX) -> str:
+    """``text`` as one printable line of at most ``limit`` characters: control, format
+    and other non-printing characters become spaces, runs of whitespace one space, and a
+    cut text ends in ``...``."""
+    head = text[: limit * 4]
+    printable = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in head)
+    line = " ".join(printable.split())
+    if len(line) <= limit and len(head) == len(text):
+        return line
+    return line[: limit - 3].rstrip() + "..."
+
+
+def reported_failure(runtime: JobStatus | None, epoch: int) -> DriverFailure | None:
+    """The failure the driver of fencing ``epoch`` reported in ``runtime`` (the job's
+    status record), or ``None`` when it reported none (see the module docstring)."""
+    if runtime is None or runtime.failure is None or not epoch:
+        return None
+    if runtime.epoch != epoch or runtime.state is not JobState.FAILED:
+        return None
+    reported = runtime.failure
+    reason = reported.reason if reported.reason in _KNOWN_FAILURES else GENERIC_FAILURE
+    message = clean_text(reported.message) or "the driver gave no message"
+    return DriverFailure(reason, message)
 
 
 class SavepointPolicy:

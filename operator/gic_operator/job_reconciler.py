@@ -21,7 +21,10 @@ and name (and lineage), never read back from ``status.jobId``.
 Errors: an error a step meets does not escape the pass: it is reported
 (:mod:`gic_operator.problems`: ``Reconciled=False`` and ``status.message``, a gated
 Warning Event, ``gic_operator_errors_total``) and what the steps recorded before it is
-committed, so the next pass carries on.
+committed, so the next pass carries on. A failure the job's driver reported in its status
+record is no error of the pass: the steps show it (``status.message``, the ``Ready``
+reason, a gated Warning Event) and decide from it whether to relaunch
+(:meth:`gic_operator.job_steps.JobSteps.driver_failed`).
 
 Invariants:
 
@@ -47,10 +50,12 @@ from pydantic import ValidationError
 
 from gic_operator.conditions import find_condition, parse_time
 from gic_operator.errors import GICOperatorError, KubeError
+from gic_operator.job_actions import JobActions
 from gic_operator.job_policy import SavepointPolicy
-from gic_operator.job_steps import JobSteps, job_storage_id
+from gic_operator.job_view import job_storage_id
 from gic_operator.kube import KubeApi
-from gic_operator.launcher import LaunchPlan, validate_launch
+from gic_operator.launch_config import validate_launch
+from gic_operator.launch_plan import LaunchPlan
 from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import GICJobSpec, JobPhase, JobState
 from gic_operator.problems import RECONCILED, Problem, ProblemReporter, describe
@@ -157,7 +162,9 @@ class JobReconciler:
         if p.status.get("phase") == JobPhase.INVALID.value:
             p.set(phase=JobPhase.PENDING.value, message=None)
             p.event("Normal", "SpecValid", "the spec is valid again")
-        steps = JobSteps(p, spec, self.storage_for, self.kube, self.allowlist)
+        steps = JobActions(
+            p, spec, self.storage_for, self.kube, self.allowlist, warn=self.problems.driver_failure
+        )
         try:
             steps.observe()
             pending = p.status.get("pending")
@@ -169,7 +176,8 @@ class JobReconciler:
                 _steady(p, spec, steps)
             if not steps.waiting_for_launch:
                 SavepointPolicy(p, spec, self.kube).apply()
-            _conditions(p, steps.not_ready_reason, self.health_window_s)
+            ready_reason = steps.not_ready_reason or steps.failure_reason()
+            _conditions(p, ready_reason, self.health_window_s)
             p.set(observedGeneration=p.generation)
         finally:
             if self.metrics is not None:
@@ -236,7 +244,7 @@ def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
     return None
 
 
-def _steady(p: Pass, spec: GICJobSpec, steps: JobSteps) -> None:
+def _steady(p: Pass, spec: GICJobSpec, steps: JobActions) -> None:
     """No action in progress: compare the desired state with the driver pod."""
     pod_state = steps.pod_state()
     phase = p.status.get("phase")

@@ -1,9 +1,9 @@
-"""The steps of a GICJob's lifecycle: launch, recover, upgrade, suspend.
+"""The single steps of a GICJob's lifecycle: launch, running, driver failure.
 
-:class:`JobSteps` holds what one reconcile observed (driver pod, runtime status in
-storage) and performs at most one step. Multi-step actions live in ``status.pending``
-(kind ``recover``, ``upgrade`` or ``suspend``) and :meth:`JobSteps.advance` moves them on;
-each side effect is idempotent so a repeated step (after an operator restart) is harmless:
+:class:`JobSteps` performs at most one step per reconcile over what
+:class:`~gic_operator.job_view.JobView` observed; the multi-step actions (recover,
+upgrade, suspend, in ``status.pending``) are :class:`gic_operator.job_actions.JobActions`.
+Each side effect is idempotent so a repeated step (after an operator restart) is harmless:
 
 * control requests have deterministic ids (``naming.request_id``) and are create-once;
 * driver pods are named after their epoch and created if absent;
@@ -11,10 +11,15 @@ each side effect is idempotent so a repeated step (after an operator restart) is
 * a recovery claims one epoch (recorded in ``status.pending.epoch``) however often its
   later steps fail and are retried.
 
-Trust: the job id and every savepoint directory are derived (``naming``), never read back
-from the status or from what a driver wrote; a savepoint outcome naming another directory
-is refused; the restore source's release is judged from the job's manifests; the pod
-named in ``status.driverPod`` counts only when it carries the job's driver labels.
+A driver that fails may have reported why in its status record
+(:func:`gic_operator.job_policy.reported_failure`): the reason and message are shown in
+``status.message``, the ``Ready`` reason and a gated Warning Event; a refusal that a
+relaunch of the same spec meets again (a query mismatch, invalid settings) ends in phase
+``Failed`` without a restart, waiting for a spec change; any other failure is restarted
+with backoff, like a driver that reported nothing.
+
+What a step acts on was read by :class:`gic_operator.job_view.JobView` (and trusted only
+as far as it says).
 
 Invariants: see :mod:`gic_operator.job_reconciler`.
 
@@ -24,185 +29,30 @@ Thread-safety: used by one reconcile at a time (the job's lock).
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable
 from typing import Any
 
 from gic_operator.conditions import parse_time, rfc3339
 from gic_operator.errors import ConflictError, UntrustedInputError
-from gic_operator.job_policy import restart_delay
-from gic_operator.kube import KubeApi, PodInfo
+from gic_operator.job_policy import DriverFailure, restart_delay
+from gic_operator.job_view import JobView, status_int
+from gic_operator.launch_config import validate_launch
+from gic_operator.launch_plan import LaunchPlan, on_kubernetes
 from gic_operator.launcher import (
-    LaunchPlan,
     auth_secret,
     driver_pod,
     driver_service,
     executor_template_config_map,
-    on_kubernetes,
-    validate_launch,
 )
-from gic_operator.models import GICJobSpec, JobPhase, RestoreMode, SavepointState, UpgradeMode
-from gic_operator.naming import ROLE_DRIVER, job_id, job_selector, request_id, savepoint_dir
-from gic_operator.reconcile_context import Pass
+from gic_operator.models import JobPhase, RestoreMode, SavepointState
+from gic_operator.naming import ROLE_DRIVER, job_selector
 from gic_operator.restore_sources import savepoint_place
-from gic_operator.settings import StorageAllowlist
-from gic_operator.storage_view import JobStorage, normalize_uri
-from gic_runtime.control.model import Outcome
-from gic_runtime.errors import FormatError, GICError
+from gic_runtime.errors import GICError
 
 log = logging.getLogger(__name__)
 
-#: Seconds a stop-with-savepoint may take before an upgrade or suspend gives up.
-STOP_SAVEPOINT_TIMEOUT_S = 600.0
-#: Seconds a driver may keep running after its terminal savepoint completed.
-STOP_GRACE_S = 60.0
-#: Largest number copied from a status or a driver's report (larger ones read as 0).
-MAX_NUMBER = 2**53
 
-
-def status_int(value: Any) -> int:
-    """A non-negative integer read from a status (anyone with status access may have
-    written it): anything else reads as 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return 0
-    try:
-        number = int(value)
-    except (ValueError, OverflowError):
-        return 0
-    return number if 0 <= number <= MAX_NUMBER else 0
-
-
-def job_storage_id(p: Pass) -> str:
-    """The job's id in storage, derived from its namespace, name and lineage (never
-    ``status.jobId``)."""
-    return job_id(p.namespace, p.name, status_int(p.status.get("lineage")))
-
-
-def checked_outcome_path(outcome: Outcome, target: str) -> str:
-    """The directory of completed ``outcome``: ``target`` (the derived directory the
-    request named). An outcome naming another directory is refused."""
-    if outcome.path is not None and normalize_uri(outcome.path) != target:
-        raise UntrustedInputError(
-            f"the driver reported savepoint {outcome.request_id} at {outcome.path}, but it "
-            f"was requested at {target}; the outcome is refused (nothing at that path is "
-            "used or deleted)"
-        )
-    return target
-
-
-class JobSteps:
-    """One reconcile's view of a job and the steps it may take (see the module doc)."""
-
-    def __init__(
-        self,
-        p: Pass,
-        spec: GICJobSpec,
-        storage_for: Callable[[GICJobSpec, str], JobStorage],
-        kube: KubeApi,
-        allowlist: StorageAllowlist | None = None,
-    ) -> None:
-        self.p = p
-        self.spec = spec
-        self.kube = kube
-        self.storage_for = storage_for
-        self.allowlist = allowlist or StorageAllowlist()
-        self.job_id = job_storage_id(p)
-        self.storage = storage_for(spec, self.job_id)
-        self.pod: PodInfo | None = None
-        self.waiting_for_launch = False
-        #: Reason for Ready=False when the job waits for something outside it.
-        self.not_ready_reason: str | None = None
-
-    # --- observing --------------------------------------------------------------------
-
-    def savepoint_target(self, rid: str) -> str:
-        """The derived directory of this job's savepoint for control request ``rid``."""
-        return savepoint_dir(self.storage.root, self.p.namespace, self.p.name, rid)
-
-    def observe(self) -> None:
-        """Read the driver pod, the runtime's status record and the restore source's
-        release into the status."""
-        p = self.p
-        p.set(jobId=self.job_id)
-        name = p.status.get("driverPod")
-        pod = self.kube.get_pod(p.namespace, str(name)) if name else None
-        selector = job_selector(p.name).items()
-        # A pod without the job's driver labels is not its driver, whatever the status says.
-        self.pod = pod if pod is not None and selector <= pod.labels.items() else None
-        self._observe_release()
-        runtime = self.storage.runtime_status()
-        if runtime is None:
-            return
-        last = runtime.last_checkpoint
-        if last is not None:
-            duration = last.duration_ms if math.isfinite(last.duration_ms) else 0.0
-            p.set(
-                lastCheckpoint={
-                    "id": status_int(last.id),
-                    "time": rfc3339(last.created_at),
-                    "durationMs": round(min(max(duration, 0.0), float(MAX_NUMBER)), 1),
-                    "bytes": status_int(last.bytes_uploaded),
-                }
-            )
-        sp = runtime.last_savepoint
-        mine = savepoint_dir(self.storage.root, p.namespace, p.name, "x")[: -len("x")]
-        if sp is not None and sp.state == "completed" and sp.path:
-            path = normalize_uri(sp.path) if "://" in sp.path else ""
-            if not path.startswith(mine):
-                return  # not one of this job's savepoint directories: not shown
-            ref: dict[str, Any] = {"path": path}
-            if sp.finished_at is not None:
-                ref["time"] = rfc3339(sp.finished_at)
-            old = p.status.get("lastSavepoint") or {}
-            if old.get("path") == path and old.get("name"):
-                ref["name"] = old["name"]
-            p.set(lastSavepoint=ref)
-
-    def _observe_release(self) -> None:
-        """Mark a NoClaim restore source released once the job's manifests no longer
-        reference it (the driver's report is not consulted)."""
-        p = self.p
-        restored = p.status.get("restoredFrom")
-        if not isinstance(restored, dict) or restored.get("released") or not restored.get("path"):
-            return
-        if restored.get("mode") != RestoreMode.NO_CLAIM.value:
-            return
-        if self.storage.restore_released(str(restored["path"])):
-            p.event(
-                "Normal",
-                "RestoreSourceReleased",
-                f"no retained checkpoint references {restored.get('path')} any more",
-            )
-            p.set(restoredFrom={**restored, "released": True})
-
-    def pod_state(self) -> str:
-        """``none`` (no driver recorded), ``gone`` (recorded but missing), ``deleting``,
-        or the pod's phase in lower case."""
-        if not self.p.status.get("driverPod"):
-            return "none"
-        if self.pod is None:
-            return "gone"
-        if self.pod.deleting and not self.pod.finished:
-            return "deleting"
-        return self.pod.phase.lower()
-
-    def pod_summary(self) -> str:
-        pod = self.pod
-        if pod is None:
-            return f"driver pod {self.p.status.get('driverPod')} vanished"
-        text = f"driver pod {pod.name} {pod.phase}"
-        if pod.exit_code is not None:
-            text += f", exit code {pod.exit_code}"
-        if pod.reason:
-            text += f" ({pod.reason})"
-        if pod.message:
-            text += f": {pod.message[:300]}"
-        return text
-
-    def checkpoint_age(self) -> float | None:
-        last = self.p.status.get("lastCheckpoint") or {}
-        when = parse_time(last.get("time"))
-        return None if when is None else max(0.0, self.p.now - when)
+class JobSteps(JobView):
+    """The steps one reconcile may take on a job, over what :class:`JobView` observed."""
 
     # --- launching --------------------------------------------------------------------
 
@@ -347,15 +197,56 @@ class JobSteps:
             p.set(restarts=0)
             p.event("Normal", "RestartsReset", f"running for {window:.0f} s: restart count reset")
 
+    def failure_reason(self) -> str | None:
+        """The reason the current driver reported for its failure while the job is
+        ``Failed`` or ``Recovering`` because of it (the ``Ready`` reason), else ``None``."""
+        phase = self.p.status.get("phase")
+        if self.failure is None or phase not in (JobPhase.FAILED.value, JobPhase.RECOVERING.value):
+            return None
+        return self.failure.reason
+
+    def _report_failure(self, failure: DriverFailure) -> None:
+        text = f"the driver failed: {failure.message}"
+        if not failure.restartable:  # first: an Event's message may be cut
+            text = f"not restarted until the spec changes; {text}"
+        if self.warn is not None:
+            self.warn(self.p, failure.reason, text)
+        else:
+            self.p.event("Warning", failure.reason, text)
+
     def driver_failed(self) -> None:
-        """The driver failed or vanished: schedule a recovery, or give up."""
+        """The driver failed or vanished: schedule a recovery, or give up. A refusal the
+        driver reported that a relaunch would meet again ends in ``Failed`` at once."""
         p = self.p
         policy = self.spec.restart_policy
         restarts = status_int(p.status.get("restarts"))
         summary = self.pod_summary()
+        failure = self.failure
+        if failure is not None:
+            self._report_failure(failure)
+            if not failure.restartable:
+                stop = " " if failure.message.endswith(".") else ". "
+                message = (
+                    f"{summary}; the driver reported {failure.reason}: {failure.message}{stop}"
+                    "A relaunch would fail the same way, so the driver is not restarted: "
+                    "fix the cause, then change the spec to retry"
+                )
+                p.set(
+                    phase=JobPhase.FAILED.value,
+                    message=message,
+                    runningSince=None,
+                    nextRestartTime=None,
+                )
+                return
+        # The driver's message goes to status.message and its own event; the rest
+        # (the pending reason, the restart events) names the reason only.
+        detail = summary
+        if failure is not None:
+            detail = f"{summary}; the driver reported {failure.reason}: {failure.message}"
+            summary = f"{summary} ({failure.reason})"
         if restarts >= policy.max_restarts:
             message = (
-                f"{summary}; the restart budget ({policy.max_restarts}) is used up. Fix the "
+                f"{detail}; the restart budget ({policy.max_restarts}) is used up. Fix the "
                 "cause (see the driver's log and the events), then change the spec to retry"
             )
             p.set(phase=JobPhase.FAILED.value, message=message, runningSince=None)
@@ -366,7 +257,7 @@ class JobSteps:
             phase=JobPhase.RECOVERING.value,
             runningSince=None,
             nextRestartTime=rfc3339(p.now + delay),
-            message=f"{summary}; recovering",
+            message=f"{detail}; recovering",
             pending={
                 "kind": "recover",
                 "started": rfc3339(p.now),
@@ -379,197 +270,6 @@ class JobSteps:
             "DriverFailed",
             f"{summary}; restart {restarts + 1} of {policy.max_restarts} in {delay:.0f} s",
         )
-
-    # --- multi-step actions -------------------------------------------------------------
-
-    def begin_upgrade(self) -> None:
-        p = self.p
-        mode = self.spec.upgrade_mode
-        pending: dict[str, Any] = {
-            "kind": "upgrade",
-            "mode": mode.value,
-            "started": rfc3339(p.now),
-            "targetGeneration": p.generation,
-        }
-        if mode is UpgradeMode.SAVEPOINT:
-            pending["requestId"] = request_id("upgrade", p.name, f"g{p.generation}", p.uid[:8])
-        p.set(phase=JobPhase.UPGRADING.value, pending=pending, message=f"upgrading ({mode.value})")
-        p.event("Normal", "UpgradeStarted", f"rolling out generation {p.generation} ({mode.value})")
-        self.advance(pending)
-
-    def begin_suspend(self) -> None:
-        p = self.p
-        rid = request_id("suspend", p.name, f"g{p.generation}", p.uid[:8])
-        p.set(
-            phase=JobPhase.SUSPENDING.value,
-            pending={
-                "kind": "suspend",
-                "started": rfc3339(p.now),
-                "requestId": rid,
-                "targetGeneration": p.generation,
-            },
-            message="stopping with a savepoint",
-        )
-        p.event("Normal", "SuspendStarted", "stopping the job with a savepoint")
-        self.advance(p.status["pending"])
-
-    def advance(self, pending: dict[str, Any]) -> None:
-        kind = pending.get("kind")
-        if kind == "recover":
-            self._advance_recover(pending)
-        elif kind == "upgrade":
-            self._advance_upgrade(pending)
-        elif kind == "suspend":
-            self._advance_suspend(pending)
-        else:
-            self.p.set(pending=None)
-            self.p.event("Warning", "UnknownAction", f"dropped unknown pending action {kind!r}")
-
-    def _advance_recover(self, pending: dict[str, Any]) -> None:
-        p = self.p
-        due = parse_time(pending.get("due")) or p.now
-        if p.now < due:
-            p.set(phase=JobPhase.RECOVERING.value)
-            return
-        if not self._clear_other_drivers():
-            p.set(phase=JobPhase.RECOVERING.value, message="waiting for the old driver to go")
-            self.waiting_for_launch = True
-            return
-        epoch = status_int(pending.get("epoch"))
-        if not epoch or self.storage.highest_epoch() != epoch:
-            # One epoch per recovery: recorded before the sweep, so a sweep or a launch
-            # that fails and is retried by later passes claims no further epochs.
-            epoch = self.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}")
-            pending = {**pending, "epoch": epoch}
-            restarts = status_int(p.status.get("restarts")) + 1
-            p.set(
-                pending=pending,
-                restarts=restarts,
-                lastRestartTime=rfc3339(p.now),
-                nextRestartTime=None,
-            )
-        if (p.status.get("lastSweep") or {}).get("epoch") != epoch:
-            result = self.storage.sweep_orphans()
-            p.set(
-                lastSweep={
-                    "time": rfc3339(p.now),
-                    "files": result.deleted,
-                    "bytes": result.deleted_bytes,
-                    "epoch": epoch,
-                }
-            )
-            p.event(
-                "Normal",
-                "OrphansSwept",
-                f"fenced at epoch {epoch}, then deleted {result.deleted} orphaned objects "
-                f"({result.deleted_bytes} bytes) of job {self.job_id}",
-            )
-        restarts = status_int(p.status.get("restarts"))
-        self.launch(reason=f"recovery {restarts} after: {pending.get('reason', 'failure')}")
-
-    def _stop_with_savepoint(self, pending: dict[str, Any], what: str) -> str | None:
-        """Drive a terminal savepoint; the savepoint path once the old driver is gone,
-        ``""`` when it failed (recorded), ``None`` while in progress."""
-        p = self.p
-        rid = self._pending_request_id(pending, what)
-        target = self.savepoint_target(rid)
-        if not pending.get("requested"):
-            self.storage.request_savepoint(
-                rid,
-                kind="terminal",
-                format=self.spec.savepoints.format.value,
-                requested_by=f"gic-operator {what} {p.namespace}/{p.name}",
-                target=target,
-            )
-            p.set(pending={**pending, "requested": True})
-        try:
-            outcome = self.storage.outcome(rid)
-        except FormatError as exc:  # write-once: it never becomes readable
-            return self._savepoint_failed(what, f"its outcome is unreadable: {exc}")
-        started = parse_time(pending.get("started")) or p.now
-        alive = self.pod_state() in ("running", "pending")
-        if outcome is None:
-            if not alive:
-                # The driver ended without serving it: make sure no later driver does.
-                outcome = self.storage.abandon_request(rid, f"the driver ended before the {what}")
-                if outcome.error is not None:
-                    return "-"
-            elif p.now - started > STOP_SAVEPOINT_TIMEOUT_S:
-                error = f"no savepoint after {STOP_SAVEPOINT_TIMEOUT_S:.0f} s"
-                outcome = self.storage.abandon_request(rid, error)
-                if outcome.error is not None:
-                    return self._savepoint_failed(what, error)
-            else:
-                return None
-        if outcome.error is not None:
-            return self._savepoint_failed(what, outcome.error)
-        try:
-            path = checked_outcome_path(outcome, target)
-        except UntrustedInputError as exc:
-            return self._savepoint_failed(what, str(exc))
-        p.set(lastSavepoint={"path": path, "time": rfc3339(outcome.finished_at)})
-        if alive:
-            if p.now - outcome.finished_at > STOP_GRACE_S and self.pod is not None:
-                self.kube.delete_pod(p.namespace, self.pod.name, 30)
-            return None
-        return path
-
-    def _pending_request_id(self, pending: dict[str, Any], what: str) -> str:
-        """The request id of an upgrade or suspend, derived again (never taken from the
-        status: it names a file in the job's control channel)."""
-        p = self.p
-        generation = status_int(pending.get("targetGeneration")) or p.generation
-        return request_id(what, p.name, f"g{generation}", p.uid[:8])
-
-    def _savepoint_failed(self, what: str, error: str) -> str:
-        p = self.p
-        field = "upgradeFailedGeneration" if what == "upgrade" else "suspendFailedGeneration"
-        p.set(pending=None, message=f"{what} savepoint failed: {error}", **{field: p.generation})
-        p.event("Warning", f"{what.capitalize()}Failed", f"the {what} savepoint failed: {error}")
-        return ""
-
-    def _advance_upgrade(self, pending: dict[str, Any]) -> None:
-        p = self.p
-        mode = UpgradeMode(str(pending.get("mode") or UpgradeMode.LAST_STATE.value))
-        if mode is UpgradeMode.SAVEPOINT:
-            path = self._stop_with_savepoint(pending, "upgrade")
-            if path is None or path == "":
-                if path is None:
-                    p.set(phase=JobPhase.UPGRADING.value)
-                return
-            reason = "upgrade from savepoint" if path != "-" else "upgrade (driver ended first)"
-        else:
-            if not self._clear_other_drivers(grace=30):
-                p.set(phase=JobPhase.UPGRADING.value, message="waiting for the old driver to go")
-                return
-            reason = f"upgrade ({mode.value})"
-            if mode is UpgradeMode.STATELESS:
-                lineage = status_int(p.status.get("lineage")) + 1
-                self.job_id = job_id(p.namespace, p.name, lineage)
-                self.storage = self.storage_for(self.spec, self.job_id)
-                p.set(lineage=lineage, jobId=self.job_id, restoredFrom=None, lastCheckpoint=None)
-        if self.launch(reason=reason):
-            p.event("Normal", "Upgraded", f"generation {p.generation} is deployed ({reason})")
-
-    def _advance_suspend(self, pending: dict[str, Any]) -> None:
-        p = self.p
-        path = self._stop_with_savepoint(pending, "suspend")
-        if path is None:
-            p.set(phase=JobPhase.SUSPENDING.value)
-            return
-        if path == "":
-            return
-        if not self._clear_other_drivers():
-            return
-        p.set(
-            phase=JobPhase.SUSPENDED.value,
-            pending=None,
-            driverPod=None,
-            runningSince=None,
-            message="suspended; set spec.state to running to resume",
-        )
-        where = f" at savepoint {path}" if path != "-" else " (the driver ended first)"
-        p.event("Normal", "Suspended", f"the job is suspended{where}")
 
 
 class _NotReadyError(Exception):

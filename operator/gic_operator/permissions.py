@@ -5,7 +5,7 @@ Three tables, each checked against the code by ``tests/security/test_rbac_operat
 
 * :data:`KUBE_API_GRANTS`: the API calls each :class:`gic_operator.kube.KubeApi` method
   makes (``{plural}`` stands for the custom resource it is called for); checked against
-  the client calls in :class:`gic_operator.kube.KubernetesApi`;
+  the client calls in :class:`gic_operator.kube_client.KubernetesApi`;
 * :data:`OPERATOR_CALLS`: every ``KubeApi`` call the reconcilers make, with the custom
   resource; checked against the calls in the operator's modules;
 * :data:`KOPF_HANDLER_VERBS` and the ``KOPF_*`` grants: what kopf does for the handlers

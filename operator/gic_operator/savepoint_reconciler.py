@@ -48,7 +48,7 @@ from gic_operator.errors import (
     StorageNotAllowedError,
     UntrustedInputError,
 )
-from gic_operator.job_steps import checked_outcome_path, status_int
+from gic_operator.job_view import checked_outcome_path, status_int
 from gic_operator.kube import KubeApi
 from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import (

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import launcher
+from gic_operator import launch_plan, launcher
 from gic_operator.errors import ConflictError
-from gic_operator.kube import KubernetesApi
+from gic_operator.kube_client import KubernetesApi
 from gic_operator.models import GICJobSpec
 
 from .chart import OPERATOR_ACCOUNT, RELEASE_NAMESPACE
@@ -364,13 +364,13 @@ def probe_pod(name: str) -> dict[str, Any]:
         "spec": {
             "serviceAccountName": "gic-spark",
             "automountServiceAccountToken": False,
-            "securityContext": launcher.pod_security_context(),
+            "securityContext": launch_plan.pod_security_context(),
             "containers": [
                 {
                     "name": "main",
                     "image": "gic:1",
                     "command": ["true"],
-                    "securityContext": launcher.container_security_context(),
+                    "securityContext": launch_plan.container_security_context(),
                 }
             ],
         },
@@ -490,14 +490,14 @@ def test_the_operator_account_may_do_what_the_operator_does(
 # --- PodSecurity admission -------------------------------------------------------------------
 
 
-def launch_plan(kube: Cluster, *, master: str | None) -> launcher.LaunchPlan:
+def plan_for(kube: Cluster, *, master: str | None) -> launch_plan.LaunchPlan:
     application: dict[str, Any] = {"image": "gic:1", "mainFile": "/opt/job.py"}
     if master is not None:
         application["sparkConf"] = {"spark.master": master}
     spec = GICJobSpec.model_validate(
         {"application": application, "checkpointing": {"storage": "s3://bucket/gic"}}
     )
-    return launcher.LaunchPlan(
+    return launch_plan.LaunchPlan(
         namespace=kube.namespace,
         name="psa",
         uid="00000000-0000-0000-0000-000000000003",
@@ -507,14 +507,14 @@ def launch_plan(kube: Cluster, *, master: str | None) -> launcher.LaunchPlan:
     )
 
 
-def executor_pod(plan: launcher.LaunchPlan) -> dict[str, Any]:
+def executor_pod(plan: launch_plan.LaunchPlan) -> dict[str, Any]:
     """An executor pod as Spark builds it from the operator's template: Spark adds the
     name, labels, image, ``executor`` as the container's arguments, its variables,
     resources and ports (``KubernetesExecutorBuilder`` over the template)."""
     pod = launcher.executor_pod_template(plan)
     pod["metadata"] = {
         "name": "psa-exec-1",
-        "labels": {**launcher.executor_labels(plan.name), "spark-exec-id": "1"},
+        "labels": {**launch_plan.executor_labels(plan.name), "spark-exec-id": "1"},
     }
     container = pod["spec"]["containers"][0]
     container.update(
@@ -542,11 +542,11 @@ def test_the_restricted_namespace_admits_driver_and_executor_pods(
 ) -> None:
     namespace = kube.get("namespace", kube.namespace) or {}
     assert namespace["metadata"]["labels"][ENFORCE] == "restricted"
-    plan = launch_plan(kube, master=master)
+    plan = plan_for(kube, master=master)
     driver = dry_run_create(kube, launcher.driver_pod(plan))
     assert driver.returncode == 0, driver.stderr
     admitted = json.loads(driver.stdout)
-    assert admitted["spec"]["securityContext"]["runAsUser"] == launcher.SPARK_UID
+    assert admitted["spec"]["securityContext"]["runAsUser"] == launch_plan.SPARK_UID
     volumes = {v["name"] for v in admitted["spec"].get("volumes") or []}
     if master is None:  # the ServiceAccount admission plugin added the token volume
         assert any(v.startswith("kube-api-access-") for v in volumes)
@@ -561,7 +561,7 @@ def test_the_restricted_namespace_admits_driver_and_executor_pods(
 def test_the_restricted_namespace_refuses_a_pod_without_the_security_contexts(
     kube: ControlPlaneCluster,
 ) -> None:
-    pod = executor_pod(launch_plan(kube, master=None))
+    pod = executor_pod(plan_for(kube, master=None))
     del pod["spec"]["securityContext"]
     del pod["spec"]["containers"][0]["securityContext"]
     refused = dry_run_create(kube, pod)
@@ -588,8 +588,8 @@ def test_the_garbage_collector_removes_what_the_operator_created(
     uid = (kube.get("gicjob", name) or {})["metadata"]["uid"]
     owned = {
         "service": f"{name}-driver",
-        "configmap": launcher.executor_template_name(name),
-        "secret": launcher.auth_secret_name(name),
+        "configmap": launch_plan.executor_template_name(name),
+        "secret": launch_plan.auth_secret_name(name),
     }
 
     def all_there() -> list[dict[str, Any]]:

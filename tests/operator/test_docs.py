@@ -19,6 +19,7 @@ from typing import Any, Union, get_args, get_origin
 import pytest
 from pydantic import BaseModel
 
+from gic_operator.job_policy import GENERIC_FAILURE
 from gic_operator.main import build_parser
 from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import (
@@ -31,6 +32,7 @@ from gic_operator.models import (
     SavepointState,
     SavepointStatus,
 )
+from gic_runtime.status import FailureReason
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
@@ -132,7 +134,17 @@ def _event_reasons() -> set[str]:
 def test_every_event_reason_is_documented() -> None:
     reasons = _event_reasons()
     assert {"DriverLaunched", "SavepointDisposed"} <= reasons, "the scan finds events"
-    # Built at run time from the action's name in job_steps._savepoint_failed.
+    # Built at run time from the action's name in job_actions._savepoint_failed.
     reasons |= {"UpgradeFailed", "SuspendFailed"}
     missing = sorted(r for r in reasons if f"| `{r}` |" not in DOC)
     assert missing == []
+
+
+def test_every_driver_failure_reason_is_documented() -> None:
+    """The reasons a driver records (status record, §9) are Event reasons and Ready
+    reasons on a GICJob (§14.6); the generic one is the operator's."""
+    reasons = [r.value for r in FailureReason]
+    assert "QueryMismatch" in reasons
+    missing = [r for r in reasons if DOC.count(f"| `{r}` |") < 2]
+    assert missing == [], "each needs a row in the status record's and the Events' tables"
+    assert f"| `{GENERIC_FAILURE}` |" in DOC

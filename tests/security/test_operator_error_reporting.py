@@ -291,3 +291,46 @@ def test_a_status_changed_during_a_pass_is_not_overwritten(world: World) -> None
     assert world.status()["lastCheckpoint"] == {"id": 99}
     assert len(world.kube.events) == before
     assert world.reconcile()["lastCheckpoint"]["id"] == 7
+
+
+def test_an_unknown_failure_reason_is_a_generic_driver_failure(
+    world: World, errors: Errors
+) -> None:
+    """A driver's record is input: a reason outside the known set is shown as a plain
+    driver failure (restarted as usual), its message one bounded printable line."""
+    world.apply_job(restartPolicy={"maxRestarts": 3})
+    world.run_driver()
+    hostile = "\x1b[31mall good\x1b[0m\r\nNormal Running\u202e\x00 " + "z" * 10_000
+    world.driver_refuses("QueryMismatch; rm -rf /", hostile)
+    status = world.reconcile()
+    assert status["phase"] == "Recovering", "an unknown reason is no reason to stop"
+    assert world.condition("Ready")["reason"] == "DriverFailed"
+    assert (
+        "the driver reported DriverFailed: [31mall good [0m Normal Running z" in (status["message"])
+    )
+    [event] = world.warnings("DriverFailed")[:1]
+    assert event.startswith("the driver failed: [31mall good")
+    for text in (status["message"], event):
+        assert not any(ch in text for ch in "\x1b\r\n\u202e\x00")
+    assert len(status["message"]) < 2048 + 200 and "z..." in status["message"]
+    assert "QueryMismatch" not in world.kube.reasons("wc")
+    assert errors("gicjob", "DriverFailed") == 0, "a driver's failure is no reconcile error"
+
+
+def test_the_same_failure_on_every_restart_is_posted_once(world: World, errors: Errors) -> None:
+    world.apply_job(restartPolicy={"maxRestarts": 5})
+    world.run_driver()
+    for restart in range(3):
+        world.driver_refuses("StorageAccessDenied", "S3 refused s3://b/gic (AccessDenied)")
+        status = world.reconcile()
+        assert status["phase"] == "Recovering"
+        world.clock.t += 60
+        status = world.reconcile()
+        assert status["phase"] == "Deploying" and status["restarts"] == restart + 1
+        world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+        world.reconcile()
+    assert world.warnings("StorageAccessDenied") == [
+        "the driver failed: S3 refused s3://b/gic (AccessDenied)"
+    ]
+    assert len(world.warnings("DriverFailed")) == 3, "each restart is still announced"
+    assert world.condition("Reconciled")["status"] == "True"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import launcher
-from gic_operator.launcher import LaunchPlan
+from gic_operator import launch_config, launch_plan, launcher
+from gic_operator.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 from gic_operator.naming import driver_labels
 
@@ -84,10 +84,10 @@ def job_pods(name: str) -> dict[str, dict[str, str]]:
         }
     )
     plan = LaunchPlan(namespace="team-a", name=name, uid="u", spec=spec, job_id="j", epoch=2)
-    conf = launcher.spark_conf(plan)
+    conf = launch_config.spark_conf(plan)
     prefix = "spark.kubernetes.executor.label."
     executor = {k.removeprefix(prefix): v for k, v in conf.items() if k.startswith(prefix)}
-    assert executor == launcher.executor_labels(name)
+    assert executor == launch_plan.executor_labels(name)
     driver = launcher.driver_pod(plan)["metadata"]["labels"]
     assert driver == driver_labels(name, 2)
     return {"driver": driver, "executor": executor}
@@ -128,7 +128,7 @@ def test_driver_metrics_open_only_to_the_configured_peers(helm: ModuleType) -> N
     [policy] = [p for p in _policies(docs) if p["metadata"]["name"].endswith("-spark-jobs")]
     scrape = policy["spec"]["ingress"][1]
     assert scrape["from"] == monitoring
-    assert scrape["ports"] == [{"port": launcher.METRICS_PORT, "protocol": "TCP"}]
+    assert scrape["ports"] == [{"port": launch_plan.METRICS_PORT, "protocol": "TCP"}]
 
 
 def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:

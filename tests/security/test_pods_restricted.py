@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import launcher
-from gic_operator.launcher import LaunchPlan
+from gic_operator import launch_config, launch_plan, launcher
+from gic_operator.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 
 #: Volume types the restricted profile allows.
@@ -180,7 +180,7 @@ def test_the_checker_catches_what_the_standard_forbids() -> None:
 def test_driver_pod_is_restricted(plan: LaunchPlan) -> None:
     pod = launcher.driver_pod(plan)
     assert restricted_violations(pod) == []
-    assert pod["spec"]["securityContext"]["runAsUser"] == launcher.SPARK_UID != 0
+    assert pod["spec"]["securityContext"]["runAsUser"] == launch_plan.SPARK_UID != 0
 
 
 def test_local_driver_has_no_token_and_no_volumes() -> None:
@@ -195,14 +195,16 @@ def test_executor_template_is_restricted_and_tokenless() -> None:
     assert template["spec"]["automountServiceAccountToken"] is False
     assert template["spec"]["enableServiceLinks"] is False
     [container] = template["spec"]["containers"]
-    assert container["name"] == launcher.EXECUTOR_CONTAINER
+    assert container["name"] == launch_plan.EXECUTOR_CONTAINER
 
 
 def test_spark_builds_executors_from_the_template_the_driver_mounts() -> None:
     pod = launcher.driver_pod(KUBERNETES)
-    conf = launcher.spark_conf(KUBERNETES)
+    conf = launch_config.spark_conf(KUBERNETES)
     path = conf["spark.kubernetes.executor.podTemplateFile"]
-    assert conf["spark.kubernetes.executor.podTemplateContainerName"] == launcher.EXECUTOR_CONTAINER
+    assert (
+        conf["spark.kubernetes.executor.podTemplateContainerName"] == launch_plan.EXECUTOR_CONTAINER
+    )
     [mount] = [
         m
         for m in pod["spec"]["containers"][0]["volumeMounts"]

@@ -1,8 +1,8 @@
 """Least-privilege RBAC, derived from the code: the tables of :mod:`gic_operator.permissions`
 against what the operator's modules actually call, and the chart's Roles against the tables.
 
-* every Kubernetes client call in :class:`~gic_operator.kube.KubernetesApi` (found in
-  kube.py's syntax tree, its verb and resource read off the client method's name) is the
+* every Kubernetes client call in :class:`~gic_operator.kube_client.KubernetesApi` (found in
+  kube_client.py's syntax tree, its verb and resource read off the client method's name) is the
   one :data:`~gic_operator.permissions.KUBE_API_GRANTS` lists for that KubeApi method;
 * every KubeApi call in the operator's modules (with the custom resource it names, as a
   literal, a module constant, or the plural given to a reconcile pass) is in
@@ -91,7 +91,7 @@ def _self_attr(node: ast.AST, owner: str) -> str | None:
 def kubernetes_api_grants() -> dict[str, set[Grant]]:
     """For each public method of KubernetesApi: the grants of the client calls it (and the
     private methods it calls) make."""
-    cls = _class(ast.parse((PACKAGE / "kube.py").read_text()), "KubernetesApi")
+    cls = _class(ast.parse((PACKAGE / "kube_client.py").read_text()), "KubernetesApi")
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     direct: dict[str, set[Grant]] = {}
     helpers: dict[str, set[str]] = {}
@@ -138,7 +138,7 @@ def test_every_kube_api_method_is_in_the_table() -> None:
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:
     for path in sorted(PACKAGE.glob("*.py")):
-        if path.name not in ("kube.py", "permissions.py"):
+        if path.name not in ("kube.py", "kube_client.py", "permissions.py"):
             yield path.stem, ast.parse(path.read_text())
 
 
@@ -346,7 +346,8 @@ def test_chart_grants_exactly_the_table(
 def test_spark_driver_rights_match_the_operators_spark_settings() -> None:
     """The driver's Role allows executor pods only because the operator turns off what
     else Spark would touch: its ConfigMap, the driver service's deletion, volume claims."""
-    from gic_operator.launcher import LaunchPlan, spark_conf
+    from gic_operator.launch_config import spark_conf
+    from gic_operator.launch_plan import LaunchPlan
     from gic_operator.models import GICJobSpec
 
     spec = GICJobSpec.model_validate(

@@ -16,7 +16,8 @@ message and nothing is launched):
   overflows what the operator computes from it (restart delays, deadlines);
 * ``application.sparkConf`` names only allowed Spark settings
   (:mod:`gic_operator.validation`), and ``application.env`` takes each variable either
-  from a value or from a Secret key, a ConfigMap key or a field of the pod;
+  from a value or from a Secret key, a ConfigMap key or a field of the pod
+  (:mod:`gic_operator.models.env`);
 * ``application.driver.podTemplate`` and ``application.executor.podTemplate`` never
   weaken pod security nor take over the operator's labels, volumes and mounts
   (:mod:`gic_operator.models.pod_template`).
@@ -31,6 +32,7 @@ from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_v
 from pydantic.alias_generators import to_camel
 
 from gic_operator.models.base import CONDITIONS_LIST, Condition, KubeModel, StatusPart
+from gic_operator.models.env import EnvVar
 from gic_operator.models.pod_template import PodTemplate
 from gic_operator.validation import SPARK_CONF_VALUE_MAX, check_spark_conf
 
@@ -86,93 +88,6 @@ class ImagePullPolicy(StrEnum):
     ALWAYS = "Always"
     IF_NOT_PRESENT = "IfNotPresent"
     NEVER = "Never"
-
-
-class SecretKeySelector(KubeModel):
-    """A key of a Secret in the job's namespace."""
-
-    name: str = Field(min_length=1, max_length=253, description="Name of the Secret.")
-    key: str = Field(min_length=1, max_length=253, description="Key in the Secret.")
-    optional: bool | None = Field(
-        None, description="Start the pod even when the Secret or the key is missing."
-    )
-
-
-class ConfigMapKeySelector(KubeModel):
-    """A key of a ConfigMap in the job's namespace."""
-
-    name: str = Field(min_length=1, max_length=253, description="Name of the ConfigMap.")
-    key: str = Field(min_length=1, max_length=253, description="Key in the ConfigMap.")
-    optional: bool | None = Field(
-        None, description="Start the pod even when the ConfigMap or the key is missing."
-    )
-
-
-#: Pod fields a variable may take its value from (Kubernetes' downward API for env).
-FIELD_PATH_PATTERN = (
-    r"^(metadata\.(name|namespace|uid)"
-    r"|metadata\.(labels|annotations)\['[A-Za-z0-9./_-]{1,317}'\]"
-    r"|spec\.(nodeName|serviceAccountName)|status\.(hostIP|hostIPs|podIP|podIPs))$"
-)
-
-
-class ObjectFieldSelector(KubeModel):
-    """A field of the pod itself (each pod gets its own value)."""
-
-    field_path: str = Field(
-        pattern=FIELD_PATH_PATTERN,
-        description="metadata.name, metadata.namespace, metadata.uid, "
-        "metadata.labels['<key>'], metadata.annotations['<key>'], spec.nodeName, "
-        "spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP or status.podIPs.",
-    )
-    api_version: str | None = Field(
-        None, description="Version of the schema fieldPath is written in (default v1)."
-    )
-
-
-class EnvVarSource(KubeModel):
-    """Where a variable's value comes from: exactly one of the three."""
-
-    secret_key_ref: SecretKeySelector | None = Field(
-        None, description="A key of a Secret (the value never appears in the pod spec)."
-    )
-    config_map_key_ref: ConfigMapKeySelector | None = Field(
-        None, description="A key of a ConfigMap."
-    )
-    field_ref: ObjectFieldSelector | None = Field(None, description="A field of the pod.")
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> EnvVarSource:
-        given = [self.secret_key_ref, self.config_map_key_ref, self.field_ref]
-        if sum(source is not None for source in given) != 1:
-            raise ValueError(
-                "valueFrom needs exactly one of secretKeyRef, configMapKeyRef or fieldRef"
-            )
-        return self
-
-
-class EnvVar(KubeModel):
-    """An environment variable of the driver and the executors (secrets: valueFrom)."""
-
-    # A plain value is readable by anyone who may read the GICJob or its pods, so anything
-    # secret comes from a Secret through valueFrom.secretKeyRef.
-
-    name: str = Field(
-        min_length=1,
-        max_length=256,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$",
-        description="Variable name.",
-    )
-    value: str = Field("", max_length=32768, description="Variable value (plain text).")
-    value_from: EnvVarSource | None = Field(
-        None, description="Take the value from a Secret, a ConfigMap or the pod (not with value)."
-    )
-
-    @model_validator(mode="after")
-    def _value_or_source(self) -> EnvVar:
-        if self.value and self.value_from is not None:
-            raise ValueError(f"env {self.name}: give value or valueFrom, not both")
-        return self
 
 
 class DriverSpec(KubeModel):
@@ -285,7 +200,8 @@ class CheckpointingSpec(KubeModel):
     credentials_secret: str | None = Field(
         None,
         description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optionally "
-        "AWS_REGION, AWS_ENDPOINT_URL) for S3; passed to pods only by secretKeyRef.",
+        "AWS_SESSION_TOKEN for temporary credentials, AWS_REGION, AWS_DEFAULT_REGION, "
+        "AWS_ENDPOINT_URL) for S3; passed to pods only by secretKeyRef.",
     )
     s3_endpoint_url: str | None = Field(
         None, description="S3 endpoint for S3-compatible servers (MinIO, SeaweedFS)."

@@ -11,8 +11,9 @@ import pytest
 
 from gic_operator import launcher
 from gic_operator.errors import ConflictError, TransientKubeError
-from gic_operator.kube import KubernetesApi
-from gic_operator.launcher import LaunchPlan, driver_service
+from gic_operator.kube_client import KubernetesApi
+from gic_operator.launch_plan import LaunchPlan
+from gic_operator.launcher import driver_service
 from gic_operator.models import GICJobSpec
 
 from .support import KubeEnv

@@ -26,7 +26,14 @@ from gic_runtime.control.model import OutcomeState
 from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
 from gic_runtime.fencing import highest_epoch
 from gic_runtime.state.memory_store import InMemoryStore
-from gic_runtime.status import CheckpointStatus, JobState, JobStatus, write_status
+from gic_runtime.status import (
+    CheckpointStatus,
+    FailureStatus,
+    JobState,
+    JobStatus,
+    read_status,
+    write_status,
+)
 
 NS = "team"
 
@@ -102,6 +109,40 @@ class World:
             **extra,
         )
         write_status(storage.resolver, storage.root, storage.job_id, status)
+
+    def driver_refuses(
+        self,
+        reason: str,
+        message: str,
+        name: str = "wc",
+        *,
+        epoch: int | None = None,
+        exit_code: int = 1,
+    ) -> str:
+        """The current driver records ``reason``/``message`` as its failure (under
+        ``epoch``, default its own) and its pod fails; return the pod's name."""
+        storage = self.storage(name)
+        status = JobStatus(
+            job_id=f"{NS}.{name}",
+            epoch=epoch if epoch is not None else int(self.status(name)["epoch"]),
+            state=JobState.FAILED,
+            updated_at=self.clock.t,
+            started_at=self.clock.t,
+            error=message[:500],
+            failure=FailureStatus(reason, message, "Error"),
+        )
+        write_status(storage.resolver, storage.root, storage.job_id, status)
+        pod = str(self.status(name)["driverPod"])
+        self.kube.set_pod_phase(NS, pod, "Failed", exit_code=exit_code)
+        return pod
+
+    def warnings(self, reason: str, name: str = "wc") -> list[str]:
+        """Messages of the Warning Events with ``reason`` posted on job ``name``."""
+        return [
+            e.message
+            for e in self.kube.events
+            if e.name == name and e.reason == reason and e.type == "Warning"
+        ]
 
     def complete(self, request_id: str, name: str = "wc", error: str | None = None) -> str:
         storage = self.storage(name)
@@ -530,3 +571,114 @@ def test_waiting_for_a_savepoint_says_why_in_ready(world: World) -> None:
     world.reconcile()
     ready = world.condition("Ready")
     assert ready["reason"] == "RestoreSourceNotReady" and "not Completed" in ready["message"]
+
+
+MISMATCH = (
+    "job team.wc: its checkpoints were written by a different query, so this query does "
+    "not resume them (latest checkpoint: file:///x/chk-000000000003.manifest). Differs: "
+    "output schema (stored: word: string, count: int64; this query: user: string). "
+    "Nothing was claimed and the job's checkpoints are unchanged. ... set "
+    "GIC_ALLOW_QUERY_CHANGE=1 (setting allow_query_change) for the run that resumes it"
+)
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("QueryMismatch", MISMATCH),
+        (
+            "InvalidSettings",
+            "invalid GIC settings (1 problem): - environment variable GIC_NUM_TASKS = 'x': "
+            "input should be a valid integer; accepted: a positive integer",
+        ),
+    ],
+)
+def test_a_refusal_a_restart_cannot_fix_shows_and_waits_for_a_spec_change(
+    world: World, reason: str, message: str
+) -> None:
+    world.apply_job(restartPolicy={"maxRestarts": 5})
+    world.run_driver()
+    storage = world.storage()
+    epochs = highest_epoch(storage.resolver, storage.root, storage.job_id)
+    pod = world.driver_refuses(reason, message)
+    status = world.reconcile()
+    assert status["phase"] == "Failed", status
+    assert message in status["message"] and f"reported {reason}" in status["message"]
+    assert "not restarted" in status["message"] and "change the spec" in status["message"]
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+    assert world.condition("Reconciled")["status"] == "True", "no error of the reconcile"
+    assert world.warnings(reason) == [
+        f"not restarted until the spec changes; the driver failed: {message}"
+    ]
+    assert "DriverFailed" not in world.kube.reasons("wc")
+
+    # No restart loop: the job stays as it is, whatever the backoff or the time.
+    for _ in range(3):
+        world.clock.t += 3600
+        status = world.reconcile()
+    assert status["phase"] == "Failed" and status["driverPod"] == pod
+    assert status.get("restarts", 0) == 0 and "pending" not in status
+    assert [p for p in world.kube.pods if p[1] != pod] == []
+    assert highest_epoch(storage.resolver, storage.root, storage.job_id) == epochs
+    assert world.condition("Ready")["reason"] == reason, "the reason stays while it holds"
+    assert len(world.warnings(reason)) == 1
+
+    # A spec change (the fix) relaunches, under a new epoch.
+    body = world.job()
+    body["spec"]["application"]["env"] = [{"name": "GIC_ALLOW_QUERY_CHANGE", "value": "1"}]
+    world.kube.put_object("gicjobs", NS, body)
+    status = world.reconcile()
+    assert status["phase"] == "Deploying" and status["driverPod"] != pod
+    assert status["epoch"] > 1 and world.kube.get_pod(NS, pod) is None
+    assert reason not in status["message"]
+    assert world.condition("Ready")["reason"] == "Deploying"
+    world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    assert world.reconcile()["phase"] == "Running"
+
+
+def test_a_reported_failure_a_restart_may_fix_is_restarted_with_its_reason(
+    world: World,
+) -> None:
+    world.apply_job(restartPolicy={"maxRestarts": 3, "backoffSeconds": 10})
+    world.run_driver()
+    message = "S3 request timed out after 30 s (s3://b/gic/jobs/team.wc/epochs/)"
+    world.driver_refuses("StorageUnavailable", message)
+    status = world.reconcile()
+    assert status["phase"] == "Recovering" and status["pending"]["kind"] == "recover"
+    assert f"the driver reported StorageUnavailable: {message}" in status["message"]
+    assert status["pending"]["reason"].endswith("(StorageUnavailable)")
+    assert world.condition("Ready")["reason"] == "StorageUnavailable"
+    assert world.warnings("StorageUnavailable") == [f"the driver failed: {message}"]
+    [restart] = world.warnings("DriverFailed")
+    assert "(StorageUnavailable); restart 1 of 3 in 0 s" in restart
+    status = world.reconcile()  # the first restart is immediate
+    assert status["phase"] == "Deploying" and status["restarts"] == 1
+    assert world.condition("Ready")["reason"] == "Deploying"
+    world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    assert world.reconcile()["phase"] == "Running"
+
+
+@pytest.mark.parametrize("written_by", ["older", "newer"])
+def test_a_failure_of_another_epoch_is_not_this_drivers(world: World, written_by: str) -> None:
+    world.apply_job()
+    first = world.run_driver()
+    world.kube.set_pod_phase(NS, first, "Failed", exit_code=137)
+    world.reconcile()
+    status = world.reconcile()  # recovery: a fence epoch, then the relaunch above it
+    current = status["epoch"]
+    assert current > 1
+    world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    world.reconcile()
+    # The record holds a query mismatch of another launch (the first driver, late; or a
+    # run by hand with a higher epoch); this driver dies without a word (OOM).
+    epoch = 1 if written_by == "older" else current + 5
+    world.driver_refuses("QueryMismatch", MISMATCH, epoch=epoch, exit_code=137)
+    status = world.reconcile()
+    assert status["phase"] == "Recovering", "an ordinary crash: restarted"
+    assert "QueryMismatch" not in status["message"] and MISMATCH not in status["message"]
+    assert world.warnings("QueryMismatch") == []
+    assert world.condition("Ready")["reason"] == "Recovering"
+    storage = world.storage()
+    record = read_status(storage.resolver, storage.root, storage.job_id)
+    assert record is not None and record.epoch == epoch

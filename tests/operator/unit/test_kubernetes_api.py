@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gic_operator.errors import KubeError, TransientKubeError
-from gic_operator.kube import KubernetesApi, pod_info, translate_error
+from gic_operator.kube import pod_info
+from gic_operator.kube_client import KubernetesApi, translate_error
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gic_operator import launcher
-from gic_operator.launcher import LaunchPlan
+from gic_operator import launch_config, launch_plan, launcher
+from gic_operator.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 from gic_runtime.config import GICSettings
 from gic_runtime.errors import ConfigurationError
@@ -58,7 +58,7 @@ def env_of(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_command_on_kubernetes() -> None:
     plan = make_plan()
-    command = launcher.driver_command(plan)
+    command = launch_config.driver_command(plan)
     assert command[:8] == [
         "spark-submit",
         "--master",
@@ -98,7 +98,7 @@ def test_users_conf_passes_and_the_spec_sizes_executors() -> None:
             "application.executor": {"instances": 3, "cores": 2, "memory": "2g"},
         }
     )
-    conf = conf_of(launcher.driver_command(make_plan(spec)))
+    conf = conf_of(launch_config.driver_command(make_plan(spec)))
     assert conf["spark.driver.host"] == "wordcount-driver.prod.svc"
     assert conf["spark.sql.shuffle.partitions"] == "8"
     assert conf["spark.kubernetes.executor.request.cores"] == "500m"
@@ -111,13 +111,13 @@ def test_users_conf_passes_and_the_spec_sizes_executors() -> None:
 
 
 def test_kubernetes_conf_locks_down_executors_and_authenticates_rpc() -> None:
-    conf = conf_of(launcher.driver_command(make_plan()))
-    assert conf["spark.kubernetes.executor.podTemplateFile"] == launcher.TEMPLATE_FILE
+    conf = conf_of(launch_config.driver_command(make_plan()))
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == launch_plan.TEMPLATE_FILE
     assert conf["spark.kubernetes.executor.podTemplateContainerName"] == "executor"
     assert conf["spark.kubernetes.executor.securityContext.allowPrivilegeEscalation"] == "false"
     assert conf["spark.authenticate"] == "true"
-    assert conf["spark.authenticate.secret.driver.file"] == launcher.AUTH_FILE
-    assert conf["spark.authenticate.secret.executor.file"] == launcher.AUTH_FILE
+    assert conf["spark.authenticate.secret.driver.file"] == launch_plan.AUTH_FILE
+    assert conf["spark.authenticate.secret.executor.file"] == launch_plan.AUTH_FILE
     assert "spark.authenticate.secret" not in conf  # never a value on the command line
     assert conf["spark.kubernetes.executor.label.gic.io/role"] == "executor"
     # the driver needs no ConfigMaps, services or volume claims of its own
@@ -140,7 +140,7 @@ def test_local_master_gets_only_the_users_conf_and_driver_memory() -> None:
             "application.mainFile": "/opt/app/job.py",
         }
     )
-    command = launcher.driver_command(make_plan(spec))
+    command = launch_config.driver_command(make_plan(spec))
     assert command[1:3] == ["--master", "local[2]"]
     assert conf_of(command) == {"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
     assert command[-3] == "/opt/app/job.py"
@@ -148,7 +148,7 @@ def test_local_master_gets_only_the_users_conf_and_driver_memory() -> None:
 
 def test_settings_env_is_accepted_by_the_runtime() -> None:
     plan = make_plan(restore_source="s3://bucket/gic/savepoints/sp-1", restore_mode="claim")
-    env = launcher.settings_env(plan)
+    env = launch_config.settings_env(plan)
     settings = GICSettings.from_env(env)
     assert settings.job_id == "prod.wordcount"
     assert settings.storage == "s3://bucket/gic"
@@ -160,7 +160,7 @@ def test_settings_env_is_accepted_by_the_runtime() -> None:
     assert settings.restore_source == "s3://bucket/gic/savepoints/sp-1"
     assert settings.restore_mode.value == "claim"
     assert "GIC_S3_ENDPOINT_URL" not in env
-    launcher.validate_launch(plan)
+    launch_config.validate_launch(plan)
 
 
 def test_env_order_user_env_and_secret_refs() -> None:
@@ -201,7 +201,7 @@ def test_executors_get_every_credentials_key_the_driver_gets() -> None:
     driver = {e["name"]: e for e in env_of(launcher.driver_pod(plan))}
     template = launcher.executor_pod_template(plan)
     executor = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
-    keys = [name for name, _ in launcher.SECRET_KEYS]
+    keys = [name for name, _ in launch_plan.SECRET_KEYS]
     assert {"AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL"} <= set(keys)
     for name in keys:
         assert executor[name] == driver[name], name
@@ -238,12 +238,14 @@ def test_env_value_from_reaches_driver_and_executors() -> None:
     ]
     driver = [e for e in env_of(launcher.driver_pod(plan)) if not e["name"].startswith("GIC_")]
     assert driver == expected
-    auth = {"secretKeyRef": {"name": launcher.auth_secret_name("wordcount"), "key": "executor-key"}}
-    assert launcher.executor_env(plan) == [
+    auth = {
+        "secretKeyRef": {"name": launch_plan.auth_secret_name("wordcount"), "key": "executor-key"}
+    }
+    assert launch_config.executor_env(plan) == [
         *expected,
         {"name": "_SPARK_AUTH_SECRET", "valueFrom": auth},
     ]
-    launcher.validate_launch(plan)
+    launch_config.validate_launch(plan)
 
 
 @pytest.mark.parametrize(
@@ -316,8 +318,8 @@ def test_pod_manifest() -> None:
         "privileged": False,
     }
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    assert mounts[launcher.AUTH_DIR]["readOnly"] is True
-    assert mounts[launcher.TEMPLATE_DIR]["readOnly"] is True
+    assert mounts[launch_plan.AUTH_DIR]["readOnly"] is True
+    assert mounts[launch_plan.TEMPLATE_DIR]["readOnly"] is True
     assert container["name"] == "driver"
     assert container["image"] == "registry.example/gic:1"
     assert container["imagePullPolicy"] == "IfNotPresent"
@@ -354,10 +356,10 @@ def test_resources_conversion(memory: str, overhead: str, expected: str) -> None
 
 
 def test_spark_memory_parsing() -> None:
-    assert launcher.spark_memory_mib("1025k") == 2
-    assert launcher.spark_memory_mib("300") == 300
+    assert launch_plan.spark_memory_mib("1025k") == 2
+    assert launch_plan.spark_memory_mib("300") == 300
     with pytest.raises(ConfigurationError, match="not a Spark memory size"):
-        launcher.spark_memory_mib("1.5g")
+        launch_plan.spark_memory_mib("1.5g")
 
 
 def test_headless_service() -> None:
@@ -416,25 +418,25 @@ def test_manifests_match_the_kubernetes_schema() -> None:
 
 def test_validate_launch_reports_runtime_errors() -> None:
     with pytest.raises(ConfigurationError, match="GIC_EPOCH"):
-        launcher.validate_launch(make_plan(epoch=0))
+        launch_config.validate_launch(make_plan(epoch=0))
     with pytest.raises(ConfigurationError, match="GIC_JOB_ID"):
-        launcher.validate_launch(make_plan(job_id="Not Valid"))
+        launch_config.validate_launch(make_plan(job_id="Not Valid"))
     with pytest.raises(ConfigurationError, match="GIC_RESTORE_MODE"):
-        launcher.validate_launch(make_plan(restore_source="s3://b/x", restore_mode="maybe"))
+        launch_config.validate_launch(make_plan(restore_source="s3://b/x", restore_mode="maybe"))
 
 
 def test_validate_launch_checks_user_gic_variables() -> None:
     ok = make_spec(**{"application.env": [{"name": "GIC_CONTROL_POLL_S", "value": "2"}]})
-    launcher.validate_launch(make_plan(ok))
+    launch_config.validate_launch(make_plan(ok))
     bad = make_spec(**{"application.env": [{"name": "GIC_CONTROL_POLL_S", "value": "-1"}]})
     with pytest.raises(ConfigurationError, match="GIC_CONTROL_POLL_S"):
-        launcher.validate_launch(make_plan(bad))
+        launch_config.validate_launch(make_plan(bad))
 
 
 def test_validate_launch_refuses_user_env_shadowing_the_operators() -> None:
     spec = make_spec(**{"application.env": [{"name": "GIC_EPOCH", "value": "1"}]})
     with pytest.raises(ConfigurationError, match="GIC_EPOCH, which the operator sets"):
-        launcher.validate_launch(make_plan(spec))
+        launch_config.validate_launch(make_plan(spec))
     spec = make_spec(
         **{
             "application.env": [{"name": "AWS_REGION", "value": "eu-west-1"}],
@@ -442,4 +444,4 @@ def test_validate_launch_refuses_user_env_shadowing_the_operators() -> None:
         }
     )
     with pytest.raises(ConfigurationError, match="AWS_REGION"):
-        launcher.validate_launch(make_plan(spec))
+        launch_config.validate_launch(make_plan(spec))

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gic_operator import launcher
+from gic_operator import launch_plan, launcher
 from gic_operator.errors import KubeError
-from gic_operator.kube import KubernetesApi
+from gic_operator.kube_client import KubernetesApi
 
 NS = "prod"
 
@@ -37,7 +37,7 @@ def unreachable() -> Iterator[KubernetesApi]:
 def test_an_invalid_secret_manifest_never_shows_its_data(unreachable: KubernetesApi) -> None:
     bad = launcher.auth_secret(NS, "bad", "uid-2", token=b"do-not-print-me")
     bad["metadata"]["namez"] = "typo"
-    encoded = bad["data"][launcher.AUTH_KEY]
+    encoded = bad["data"][launch_plan.AUTH_KEY]
     with pytest.raises(KubeError) as caught:
         unreachable.create_secret(NS, bad)
     text = str(caught.value)
@@ -46,8 +46,8 @@ def test_an_invalid_secret_manifest_never_shows_its_data(unreachable: Kubernetes
 
 
 def test_auth_secrets_are_random_and_printable() -> None:
-    first = launcher.auth_secret(NS, "wc", "u")["data"][launcher.AUTH_KEY]
-    second = launcher.auth_secret(NS, "wc", "u")["data"][launcher.AUTH_KEY]
+    first = launcher.auth_secret(NS, "wc", "u")["data"][launch_plan.AUTH_KEY]
+    second = launcher.auth_secret(NS, "wc", "u")["data"][launch_plan.AUTH_KEY]
     assert first != second
     text = base64.b64decode(first)
     assert len(text) >= 43 and text.isascii() and b"\n" not in text  # 32 bytes, base64url
@@ -57,16 +57,16 @@ def test_executors_get_the_key_spark_derives_from_the_drivers_file() -> None:
     """Spark's driver reads the secret file and uses the base64 of its bytes as the key;
     executors read ``_SPARK_AUTH_SECRET`` as the key itself: the two must agree."""
     data = launcher.auth_secret(NS, "wc", "u", token=b"\x00\xff" * 16)["data"]
-    file_bytes = base64.b64decode(data[launcher.AUTH_KEY])
-    executor_key = base64.b64decode(data[launcher.AUTH_ENV_KEY]).decode("ascii")
+    file_bytes = base64.b64decode(data[launch_plan.AUTH_KEY])
+    executor_key = base64.b64decode(data[launch_plan.AUTH_ENV_KEY]).decode("ascii")
     assert executor_key == base64.b64encode(file_bytes).decode("ascii")
 
 
 def test_long_job_names_give_valid_object_names() -> None:
     name = "a" * 250
-    assert len(launcher.auth_secret_name(name)) <= 253
-    assert len(launcher.executor_template_name(name)) <= 253
-    assert launcher.auth_secret_name(name) != launcher.auth_secret_name("a" * 249)
+    assert len(launch_plan.auth_secret_name(name)) <= 253
+    assert len(launch_plan.executor_template_name(name)) <= 253
+    assert launch_plan.auth_secret_name(name) != launch_plan.auth_secret_name("a" * 249)
 
 
 @pytest.mark.parametrize("master", [None, "local[2]"])

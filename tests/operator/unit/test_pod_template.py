@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gic_operator import launcher
-from gic_operator.launcher import LaunchPlan
+from gic_operator import launch_plan, launcher
+from gic_operator.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 from gic_operator.validation import describe_validation_error
 
@@ -87,7 +87,7 @@ def refusal(template: dict[str, Any], role: str = "driver") -> str:
 
 def executor_template(job: GICJobSpec) -> dict[str, Any]:
     config_map = launcher.executor_template_config_map(plan(job))
-    template: dict[str, Any] = json.loads(config_map["data"][launcher.TEMPLATE_KEY])
+    template: dict[str, Any] = json.loads(config_map["data"][launch_plan.TEMPLATE_KEY])
     return template
 
 
@@ -126,7 +126,7 @@ def test_executor_template_reaches_the_executor_pod_template() -> None:
     assert template["metadata"]["labels"] == {
         "team": "analytics",
         "app.kubernetes.io/name": "mine",
-        **launcher.executor_labels("wordcount"),
+        **launch_plan.executor_labels("wordcount"),
     }
     assert template["metadata"]["annotations"] == {"example.com/owner": "oncall"}
     assert pod_spec["nodeSelector"] == {"node-pool": "streaming"}
