@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.stores import DelegatingStore
 
 from gic_runtime.checkpoint import (
     ManifestKind,
@@ -26,7 +27,7 @@ from gic_runtime.checkpoint import (
     load_retained,
 )
 from gic_runtime.errors import ConfigurationError, TransientStorageError
-from gic_runtime.storage import LocalObjectStore, ObjectInfo, StoreResolver
+from gic_runtime.storage import StoreResolver
 
 
 def _registry(
@@ -158,41 +159,11 @@ class TestNeverDeletesWhatTheJobDoesNotOwn:
         assert stats.delete_failures == 2  # the manifest and the object
 
 
-class TestingFlakyDeleteStore:
+class TestingFlakyDeleteStore(DelegatingStore):
     """Delegates to a real store but every delete fails transiently."""
-
-    __test__ = False
-
-    def __init__(self, inner: LocalObjectStore) -> None:
-        self._inner = inner
-
-    @property
-    def root_uri(self) -> str:
-        return self._inner.root_uri
-
-    def uri_for(self, key: str) -> str:
-        return self._inner.uri_for(key)
-
-    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        self._inner.put(key, data, if_absent=if_absent)
-
-    def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
-        return self._inner.get(key, start=start, length=length)
-
-    def size(self, key: str) -> int:
-        return self._inner.size(key)
-
-    def exists(self, key: str) -> bool:
-        return self._inner.exists(key)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        return self._inner.list(prefix)
 
     def delete_many(self, keys: Iterable[str]) -> int:
         raise TransientStorageError("injected delete failure", uri=self.root_uri)
-
-    def copy(self, src_key: str, dst_key: str) -> None:
-        self._inner.copy(src_key, dst_key)
 
 
 # --- property: invariant 1 and rebuild ----------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.stores import DelegatingStore, StorageRoot, storage_root
 
 from gic_runtime.checkpoint.catalog import (
     find_latest_checkpoint,
@@ -59,7 +60,7 @@ from gic_runtime.layout import (
 )
 from gic_runtime.storage.base import ObjectInfo, ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
-from gic_runtime.storage.uri import StoreResolver, join
+from gic_runtime.storage.uri import join
 from gic_runtime.testing import TestingClock
 
 JOB = "job-z"
@@ -93,25 +94,12 @@ def test_rule_matches_its_definition(starts: dict[int, int], epoch: int, n: int)
 # --- storage helpers -------------------------------------------------------------------------
 
 
-@dataclass
-class Env:
-    store: ObjectStore
-    resolver: StoreResolver
-    root: str
-
-
-def make_env(store: ObjectStore) -> Env:
-    resolver = StoreResolver()
-    resolver.register(store)
-    return Env(store, resolver, store.root_uri)
-
-
 @pytest.fixture
-def env(local_store: LocalObjectStore) -> Env:
-    return make_env(local_store)
+def env(local_store: LocalObjectStore) -> StorageRoot:
+    return storage_root(local_store)
 
 
-def segment(env: Env, epoch: int, n: int) -> ChangelogHandle:
+def segment(env: StorageRoot, epoch: int, n: int) -> ChangelogHandle:
     """Upload a one-section segment for checkpoint ``n`` of ``epoch``."""
     uri = join(job_dir(env.root, JOB), "changelog", str(epoch), f"{uuid.uuid4().hex}.seg")
     store, key = env.resolver.resolve(uri)
@@ -130,7 +118,7 @@ def handles_of(manifest: Manifest | None) -> tuple[ChangelogHandle, ...]:
     return () if manifest is None else manifest.buckets[0].changelog
 
 
-def complete(env: Env, manifest: Manifest) -> bool:
+def complete(env: StorageRoot, manifest: Manifest) -> bool:
     for uri in manifest.uris():
         store, key = env.resolver.resolve(uri)
         if not store.exists(key):
@@ -152,7 +140,7 @@ def plain_manifest(n: int, epoch: int, handles: tuple[ChangelogHandle, ...]) -> 
 # --- the claim protocol ------------------------------------------------------------------
 
 
-def test_a_claim_records_the_newest_counting_checkpoint(env: Env) -> None:
+def test_a_claim_records_the_newest_counting_checkpoint(env: StorageRoot) -> None:
     assert claim_epoch(env.resolver, env.root, JOB, claimed_by="d1") == 1
     assert read_start(env.resolver, env.root, JOB, 1).start_checkpoint == NO_CHECKPOINT
     handles: tuple[ChangelogHandle, ...] = ()
@@ -174,7 +162,7 @@ def test_a_claim_records_the_newest_counting_checkpoint(env: Env) -> None:
     assert read_start(env.resolver, env.root, JOB, 3).start_checkpoint == 2
 
 
-def test_a_lower_claim_without_start_gets_one_from_the_next_claimer(env: Env) -> None:
+def test_a_lower_claim_without_start_gets_one_from_the_next_claimer(env: StorageRoot) -> None:
     # Epoch 1's claimer created its marker and died before recording its start.
     store, key = env.resolver.resolve(epoch_marker_uri(env.root, JOB, 1))
     store.put(key, EpochMarker(1, 1.0, "dead").encode(), if_absent=True)
@@ -190,7 +178,7 @@ def test_a_lower_claim_without_start_gets_one_from_the_next_claimer(env: Env) ->
     assert read_start(env.resolver, env.root, JOB, 1) == one
 
 
-def test_a_slow_lower_claimer_wins_or_loses_its_record_consistently(env: Env) -> None:
+def test_a_slow_lower_claimer_wins_or_loses_its_record_consistently(env: StorageRoot) -> None:
     """Epoch 2's claimer finds epoch 1 without a start record and is about to record
     one for it when epoch 1's own claimer records first: epoch 2 lists again, so its
     start is computed knowing epoch 1's."""
@@ -209,7 +197,7 @@ def test_a_slow_lower_claimer_wins_or_loses_its_record_consistently(env: Env) ->
                 env.resolver, manifest_uri(env.root, JOB, 1), plain_manifest(1, 0, late)
             )
 
-    hooked = make_env(HookedStore(env.store, on_put=slow_claimer_records))
+    hooked = storage_root(HookedStore(env.store, on_put=slow_claimer_records))
     assert claim_epoch(hooked.resolver, hooked.root, JOB, claimed_by="d2") == 2
     assert read_start(env.resolver, env.root, JOB, 1).start_checkpoint == NO_CHECKPOINT
     # Under epoch 1's record both manifests of epoch 0 are superseded; epoch 2 knew it.
@@ -217,7 +205,7 @@ def test_a_slow_lower_claimer_wins_or_loses_its_record_consistently(env: Env) ->
     assert find_latest_checkpoint(env.resolver, env.root, JOB) is None
 
 
-def test_racing_auto_claims_all_succeed_and_record_their_starts(env: Env) -> None:
+def test_racing_auto_claims_all_succeed_and_record_their_starts(env: StorageRoot) -> None:
     higher = {"done": False}
 
     def hook() -> None:  # a launch with epoch 5 appears right after epoch 1's marker
@@ -225,20 +213,20 @@ def test_racing_auto_claims_all_succeed_and_record_their_starts(env: Env) -> Non
             higher["done"] = True
             claim_epoch(env.resolver, env.root, JOB, epoch=5, claimed_by="d5")
 
-    hooked = make_env(HookedStore(env.store, on_list=hook))
+    hooked = storage_root(HookedStore(env.store, on_list=hook))
     assert claim_epoch(hooked.resolver, hooked.root, JOB, claimed_by="auto") == 1
     claims = Claims(env.resolver, env.root, JOB)
     assert claims.recorded == claims.markers == {1, 5}
     assert not claims.pending
 
 
-def test_a_retried_given_claim_keeps_its_start(env: Env) -> None:
+def test_a_retried_given_claim_keeps_its_start(env: StorageRoot) -> None:
     assert claim_epoch(env.resolver, env.root, JOB, epoch=3, claimed_by="pod-3") == 3
     assert claim_epoch(env.resolver, env.root, JOB, epoch=3, claimed_by="pod-3") == 3
     assert read_start(env.resolver, env.root, JOB, 3).recorded_by == "pod-3"
 
 
-def test_start_records_are_checked(env: Env) -> None:
+def test_start_records_are_checked(env: StorageRoot) -> None:
     claim_epoch(env.resolver, env.root, JOB, claimed_by="d1")
     uri = epoch_start_uri(env.root, JOB, 1)
     store, key = env.resolver.resolve(uri)
@@ -253,7 +241,7 @@ def test_start_records_are_checked(env: Env) -> None:
 
 
 def test_a_manifest_landing_between_marker_and_listing_counts_and_its_writer_stops(
-    env: Env,
+    env: StorageRoot,
 ) -> None:
     """The one window a check cannot close: epoch 1 passed its check, then epoch 2's
     marker appears, then epoch 1's manifest lands, then epoch 2 lists the checkpoints.
@@ -266,7 +254,7 @@ def test_a_manifest_landing_between_marker_and_listing_counts_and_its_writer_sto
             store, mkey = env.resolver.resolve(epoch_marker_uri(env.root, JOB, 2))
             store.put(mkey, EpochMarker(2, 1.0, "d2").encode(), if_absent=True)
 
-    hooked = make_env(HookedStore(env.store, on_put=marker_first))
+    hooked = storage_root(HookedStore(env.store, on_put=marker_first))
     zombie = CheckpointTimeline(hooked.resolver, hooked.root, JOB, epoch=1, num_buckets=1, retain=1)
     first = (segment(env, 1, 0),)
     zombie.commit(0, chain(first))
@@ -283,7 +271,7 @@ def test_a_manifest_landing_between_marker_and_listing_counts_and_its_writer_sto
 
 
 def test_the_sweep_keeps_a_superseded_manifest_file_and_deletes_what_only_it_references(
-    env: Env,
+    env: StorageRoot,
 ) -> None:
     claim_epoch(env.resolver, env.root, JOB, claimed_by="d1")
     old = CheckpointTimeline(env.resolver, env.root, JOB, epoch=1, num_buckets=1, retain=2)
@@ -316,7 +304,7 @@ def test_the_sweep_keeps_a_superseded_manifest_file_and_deletes_what_only_it_ref
 
 
 def test_a_name_held_by_a_superseded_manifest_is_written_under_the_alternate_name(
-    env: Env,
+    env: StorageRoot,
 ) -> None:
     claim_epoch(env.resolver, env.root, JOB, claimed_by="d1")
     claim_epoch(env.resolver, env.root, JOB, claimed_by="d2")
@@ -337,14 +325,14 @@ def test_a_name_held_by_a_superseded_manifest_is_written_under_the_alternate_nam
     restart.close()
 
 
-def test_an_alternate_name_must_match_the_epoch_inside(env: Env) -> None:
+def test_an_alternate_name_must_match_the_epoch_inside(env: StorageRoot) -> None:
     uri = alternate_manifest_uri(env.root, JOB, 4, 7)
     write_manifest(env.resolver, uri, plain_manifest(4, 6, (segment(env, 6, 4),)))
     with pytest.raises(CorruptFileError, match="named for epoch 7 but was written by epoch 6"):
         read_manifest(env.resolver, uri)
 
 
-def test_a_sweep_stops_when_a_newer_launch_claims_the_job(env: Env) -> None:
+def test_a_sweep_stops_when_a_newer_launch_claims_the_job(env: StorageRoot) -> None:
     """A sweeper that lists, is paused while a newer launch claims the job and uploads,
     and then resumes deletes nothing: the check before each deletion batch sees the
     newer claim, and everything it would delete was listed before that check."""
@@ -362,7 +350,7 @@ def test_a_sweep_stops_when_a_newer_launch_claims_the_job(env: Env) -> None:
             newer_launch()
 
     hooked_store = ListingHook(env.store, on_list_changelog)
-    hooked = make_env(hooked_store)
+    hooked = storage_root(hooked_store)
     with pytest.raises(FencedError, match="epoch 2 claimed the job while it ran"):
         sweep_orphans(hooked.resolver, hooked.root, JOB, [], epoch=1)
     assert all(exists(env, uri) for uri in [*orphans, *newer])
@@ -370,7 +358,7 @@ def test_a_sweep_stops_when_a_newer_launch_claims_the_job(env: Env) -> None:
     assert sweep_orphans(env.resolver, env.root, JOB, []).deleted == 4
 
 
-def test_a_live_sweep_deletes_only_its_own_epochs_segments(env: Env) -> None:
+def test_a_live_sweep_deletes_only_its_own_epochs_segments(env: StorageRoot) -> None:
     older = segment(env, 1, 0).uri
     own = segment(env, 2, 0).uri
     sweeper = LiveSweeper(env.resolver, env.root, JOB, interval_s=1.0, epoch=2)
@@ -379,7 +367,7 @@ def test_a_live_sweep_deletes_only_its_own_epochs_segments(env: Env) -> None:
     assert exists(env, older) and not exists(env, own)
 
 
-def exists(env: Env, uri: str) -> bool:
+def exists(env: StorageRoot, uri: str) -> bool:
     store, key = env.resolver.resolve(uri)
     return store.exists(key)
 
@@ -406,7 +394,7 @@ class ListingHook:
         return iter(answer)
 
 
-class HookedStore:
+class HookedStore(DelegatingStore):
     """Passes everything to ``inner``; runs ``on_list`` after a LIST was answered (before
     the caller sees it) and ``on_put(key)`` before a PUT: where another party's request
     can land in between."""
@@ -418,42 +406,20 @@ class HookedStore:
         on_list: Callable[[], None] | None = None,
         on_put: Callable[[str], None] | None = None,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._on_list = on_list
         self._on_put = on_put
-
-    @property
-    def root_uri(self) -> str:
-        return self._inner.root_uri
-
-    def uri_for(self, key: str) -> str:
-        return self._inner.uri_for(key)
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         if self._on_put is not None:
             self._on_put(key)
-        self._inner.put(key, data, if_absent=if_absent)
-
-    def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
-        return self._inner.get(key, start=start, length=length)
-
-    def size(self, key: str) -> int:
-        return self._inner.size(key)
-
-    def exists(self, key: str) -> bool:
-        return self._inner.exists(key)
+        super().put(key, data, if_absent=if_absent)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        answer = list(self._inner.list(prefix))
+        answer = list(self.inner.list(prefix))
         if self._on_list is not None:
             self._on_list()
         return iter(answer)
-
-    def delete_many(self, keys: Iterable[str]) -> int:
-        return self._inner.delete_many(keys)
-
-    def copy(self, src_key: str, dst_key: str) -> None:
-        self._inner.copy(src_key, dst_key)
 
 
 # --- any interleaving, real code ---------------------------------------------------------
@@ -575,7 +541,7 @@ class Driver:
     error: BaseException | None = None
 
 
-def run_driver(env: Env, d: Driver) -> None:
+def run_driver(env: StorageRoot, d: Driver) -> None:
     """What a driver does: claim, open the timeline, sweep, then per batch a fence check,
     an upload and a commit (which checks the fence around the manifest write)."""
     timeline: CheckpointTimeline | None = None
@@ -610,10 +576,10 @@ def run_driver(env: Env, d: Driver) -> None:
 def test_any_interleaving_restores_a_complete_counting_checkpoint(data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         inner = LocalObjectStore(tmp)
-        plain = make_env(inner)
+        plain = storage_root(inner)
         scheduler = Scheduler()
         scheduled = ScheduledStore(inner, scheduler)
-        env = make_env(scheduled)
+        env = storage_root(scheduled)
         plans = data.draw(st.lists(st.integers(0, 3), min_size=2, max_size=4), label="batches")
         drivers = [Driver(f"driver-{i}", b) for i, b in enumerate(plans)]
         pending = list(drivers)
@@ -647,7 +613,7 @@ def test_any_interleaving_restores_a_complete_counting_checkpoint(data: st.DataO
         check_final_state(plain, scheduled, drivers)
 
 
-def check_final_state(plain: Env, scheduled: ScheduledStore, drivers: list[Driver]) -> None:
+def check_final_state(plain: StorageRoot, scheduled: ScheduledStore, drivers: list[Driver]) -> None:
     latest = find_latest_checkpoint(plain.resolver, plain.root, JOB)
     retained = load_retained(plain.resolver, plain.root, JOB)
     assert (latest is None) == (not retained)

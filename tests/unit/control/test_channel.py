@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import pytest
+from tests.support.stores import StorageRoot, storage_root
 
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 from gic_runtime.control import (
@@ -28,31 +28,16 @@ from gic_runtime.errors import (
     UnsupportedVersionError,
 )
 from gic_runtime.layout import savepoint_dir
-from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.s3 import S3ObjectStore
-from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing_store import FaultRule, TestingFaultyStore
 
 JOB = "job-a"
 
 
-@dataclass
-class Storage:
-    resolver: StoreResolver
-    store: ObjectStore
-    root: str
-
-
-def make_storage(store: ObjectStore) -> Storage:
-    resolver = StoreResolver()
-    resolver.register(store)
-    return Storage(resolver, store, store.root_uri)
-
-
 @pytest.fixture
-def storage(local_store: LocalObjectStore) -> Storage:
-    return make_storage(local_store)
+def storage(local_store: LocalObjectStore) -> StorageRoot:
+    return storage_root(local_store)
 
 
 class FakeTime:
@@ -73,12 +58,12 @@ class FakeTime:
         self.now += seconds
 
 
-def channel(storage: Storage, clock: FakeTime | None = None) -> ControlChannel:
+def channel(storage: StorageRoot, clock: FakeTime | None = None) -> ControlChannel:
     clock = clock or FakeTime()
     return ControlChannel(storage.resolver, storage.root, JOB, clock=clock, sleep=clock.sleep)
 
 
-def test_a_savepoint_request_is_pending_until_completed(storage: Storage) -> None:
+def test_a_savepoint_request_is_pending_until_completed(storage: StorageRoot) -> None:
     ch = channel(storage)
     req = ch.request_savepoint(requested_by="cli")
     assert re.fullmatch(r"sp-\d{14}-[0-9a-f]{6}", req.request_id)
@@ -92,7 +77,7 @@ def test_a_savepoint_request_is_pending_until_completed(storage: Storage) -> Non
     assert ch.outcome(req.request_id) == done
 
 
-def test_requests_and_outcomes_survive_a_restart_of_either_side(storage: Storage) -> None:
+def test_requests_and_outcomes_survive_a_restart_of_either_side(storage: StorageRoot) -> None:
     requester = channel(storage)
     req = requester.request_savepoint("stop", "canonical", request_id="sp-upgrade")
     driver = channel(storage)  # a fresh process: nothing cached
@@ -106,7 +91,7 @@ def test_requests_and_outcomes_survive_a_restart_of_either_side(storage: Storage
     assert requester.pending() == []  # the first channel lists again, no stale cache
 
 
-def test_pending_is_oldest_first_and_leaves_stops_apart(storage: Storage) -> None:
+def test_pending_is_oldest_first_and_leaves_stops_apart(storage: StorageRoot) -> None:
     ch = channel(storage)
     late = ch.request_savepoint(request_id="sp-b", requested_at=200.0)
     early = ch.request_savepoint(request_id="sp-c", requested_at=100.0)
@@ -121,13 +106,13 @@ def test_pending_is_oldest_first_and_leaves_stops_apart(storage: Storage) -> Non
     assert ch.pending() == [early, late]
 
 
-def test_default_stop_request_id(storage: Storage) -> None:
+def test_default_stop_request_id(storage: StorageRoot) -> None:
     stop = channel(storage).request_stop()
     assert isinstance(stop, StopRequest)
     assert re.fullmatch(r"stop-\d{14}-[0-9a-f]{6}", stop.request_id)
 
 
-def test_same_id_same_intent_is_idempotent(storage: Storage) -> None:
+def test_same_id_same_intent_is_idempotent(storage: StorageRoot) -> None:
     first = channel(storage).request_savepoint(
         request_id="sp-1", requested_by="operator-pod-1", requested_at=10.0
     )
@@ -149,7 +134,7 @@ def test_same_id_same_intent_is_idempotent(storage: Storage) -> None:
         {"target": "s3://elsewhere/sp"},
     ],
 )
-def test_same_id_other_intent_is_refused(storage: Storage, other: dict[str, str]) -> None:
+def test_same_id_other_intent_is_refused(storage: StorageRoot, other: dict[str, str]) -> None:
     ch = channel(storage)
     ch.request_savepoint(request_id="sp-1")
     with pytest.raises(ConfigurationError, match="already names a different request"):
@@ -158,7 +143,7 @@ def test_same_id_other_intent_is_refused(storage: Storage, other: dict[str, str]
         ch.request_stop(request_id="sp-1")
 
 
-def test_lost_response_inside_the_store_client_is_success(storage: Storage) -> None:
+def test_lost_response_inside_the_store_client_is_success(storage: StorageRoot) -> None:
     faulty = TestingFaultyStore(storage.store)
     faulty.add_rule(
         FaultRule(
@@ -168,14 +153,14 @@ def test_lost_response_inside_the_store_client_is_success(storage: Storage) -> N
             times=2,
         )
     )
-    ch = channel(make_storage(faulty))
+    ch = channel(storage_root(faulty))
     req = ch.request_savepoint(request_id="sp-lost")
     ch.complete(Outcome.completed(req.request_id))
     assert channel(storage).request("sp-lost") == req
     assert channel(storage).outcome("sp-lost") is not None
 
 
-def test_lost_response_then_requester_retry_is_success(storage: Storage) -> None:
+def test_lost_response_then_requester_retry_is_success(storage: StorageRoot) -> None:
     faulty = TestingFaultyStore(storage.store)
     faulty.add_rule(
         FaultRule(
@@ -185,7 +170,7 @@ def test_lost_response_then_requester_retry_is_success(storage: Storage) -> None
             times=1,
         )
     )
-    ch = channel(make_storage(faulty))
+    ch = channel(storage_root(faulty))
     with pytest.raises(TransientStorageError):
         ch.request_savepoint(request_id="sp-retry", requested_at=1.0)
     req = ch.request_savepoint(request_id="sp-retry", requested_at=2.0)
@@ -193,7 +178,7 @@ def test_lost_response_then_requester_retry_is_success(storage: Storage) -> None
     assert [r.request_id for r in ch.requests()] == ["sp-retry"]
 
 
-def test_complete_is_write_once(storage: Storage) -> None:
+def test_complete_is_write_once(storage: StorageRoot) -> None:
     ch = channel(storage)
     ch.request_savepoint(request_id="sp-1")
     done = Outcome.completed("sp-1", path="s3://b/sp", finished_at=5.0)
@@ -216,7 +201,7 @@ def test_outcome_values_are_checked() -> None:
         Outcome.completed("Bad Id")
 
 
-def test_kind_and_format_parsing(storage: Storage) -> None:
+def test_kind_and_format_parsing(storage: StorageRoot) -> None:
     ch = channel(storage)
     assert ch.request_savepoint("Intermediate", "NATIVE").kind is SavepointType.INTERMEDIATE
     assert ch.request_savepoint("STOP").kind is SavepointType.TERMINAL
@@ -228,12 +213,12 @@ def test_kind_and_format_parsing(storage: Storage) -> None:
         ch.request_savepoint(request_id="Has Spaces")
 
 
-def test_target_paths_become_uris(storage: Storage) -> None:
+def test_target_paths_become_uris(storage: StorageRoot) -> None:
     req = channel(storage).request_savepoint(target="/data/savepoints/one/")
     assert req.target == "file:///data/savepoints/one"
 
 
-def test_listing_for_display(storage: Storage) -> None:
+def test_listing_for_display(storage: StorageRoot) -> None:
     ch = channel(storage)
     a = ch.request_savepoint(request_id="sp-a", requested_at=1.0)
     b = ch.request_stop(request_id="stop-b", requested_at=2.0)
@@ -244,12 +229,12 @@ def test_listing_for_display(storage: Storage) -> None:
     assert [(e.request, e.outcome) for e in entries] == [(a, done), (b, None)]
 
 
-def _corrupt(storage: Storage, uri: str, data: bytes) -> None:
+def _corrupt(storage: StorageRoot, uri: str, data: bytes) -> None:
     store, key = storage.resolver.resolve(uri)
     store.put(key, data)
 
 
-def test_corrupt_request_names_the_file(storage: Storage) -> None:
+def test_corrupt_request_names_the_file(storage: StorageRoot) -> None:
     ch = channel(storage)
     req = ch.request_savepoint(request_id="sp-1")
     uri = request_uri(storage.root, JOB, "sp-1")
@@ -275,14 +260,14 @@ def test_corrupt_request_names_the_file(storage: Storage) -> None:
         (encode_record("GICR", 1, {"a": float("1e308")}, what="x")[:-2], "checksum mismatch"),
     ],
 )
-def test_damaged_requests(storage: Storage, data: bytes, message: str) -> None:
+def test_damaged_requests(storage: StorageRoot, data: bytes, message: str) -> None:
     uri = request_uri(storage.root, JOB, "sp-1")
     _corrupt(storage, uri, data)
     with pytest.raises(CorruptFileError, match=re.escape(message)):
         channel(storage).request("sp-1")
 
 
-def test_unknown_version_is_its_own_error(storage: Storage) -> None:
+def test_unknown_version_is_its_own_error(storage: StorageRoot) -> None:
     uri = outcome_uri(storage.root, JOB, "sp-1")
     channel(storage).request_savepoint(request_id="sp-1")
     _corrupt(storage, uri, encode_record("GICO", 2, {"request_id": "sp-1"}, what="x"))
@@ -290,7 +275,7 @@ def test_unknown_version_is_its_own_error(storage: Storage) -> None:
         channel(storage).outcome("sp-1")
 
 
-def test_a_request_under_another_name_is_corrupt(storage: Storage) -> None:
+def test_a_request_under_another_name_is_corrupt(storage: StorageRoot) -> None:
     req = channel(storage).request_savepoint(request_id="sp-1")
     uri = request_uri(storage.root, JOB, "sp-2")
     _corrupt(storage, uri, encode_request(req))
@@ -312,7 +297,7 @@ def test_request_round_trip_through_the_format() -> None:
     assert decode_request(data, "file:///x/sp-1.req") == req
 
 
-def test_wait_returns_the_outcome_once_written(storage: Storage) -> None:
+def test_wait_returns_the_outcome_once_written(storage: StorageRoot) -> None:
     clock = FakeTime()
     req = channel(storage).request_savepoint(request_id="sp-1")
     driver = channel(storage)
@@ -331,7 +316,7 @@ def test_wait_returns_the_outcome_once_written(storage: Storage) -> None:
     assert progress == [0.0, 0.5, 1.0]
 
 
-def test_wait_times_out_with_advice(storage: Storage) -> None:
+def test_wait_times_out_with_advice(storage: StorageRoot) -> None:
     clock = FakeTime()
     ch = channel(storage, clock)
     ch.request_savepoint(request_id="sp-1")
@@ -343,19 +328,19 @@ def test_wait_times_out_with_advice(storage: Storage) -> None:
     assert sum(clock.sleeps) == pytest.approx(2.0)
 
 
-def test_wait_for_an_unknown_request_fails_at_once(storage: Storage) -> None:
+def test_wait_for_an_unknown_request_fails_at_once(storage: StorageRoot) -> None:
     clock = FakeTime()
     with pytest.raises(ConfigurationError, match="no control request 'sp-none'"):
         channel(storage, clock).wait("sp-none", timeout_s=10)
     assert clock.sleeps == []
 
 
-def test_polling_reads_each_request_once(storage: Storage) -> None:
+def test_polling_reads_each_request_once(storage: StorageRoot) -> None:
     faulty = TestingFaultyStore(storage.store)
     writer = channel(storage)
     for i in range(3):
         writer.request_savepoint(request_id=f"sp-{i}", requested_at=float(i))
-    ch = channel(make_storage(faulty))
+    ch = channel(storage_root(faulty))
     for _ in range(4):
         assert len(ch.pending()) == 3
     assert faulty.calls("get") == 3
@@ -363,7 +348,7 @@ def test_polling_reads_each_request_once(storage: Storage) -> None:
 
 
 def test_channel_on_s3(s3_store: S3ObjectStore) -> None:
-    storage = make_storage(s3_store)
+    storage = storage_root(s3_store)
     ch = channel(storage)
     req = ch.request_savepoint(request_id="sp-s3")
     assert ch.request_savepoint(request_id="sp-s3") == req

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.stores import DelegatingStore, StorageRoot, storage_root
 
 from gic_runtime.errors import (
     ConfigurationError,
@@ -35,29 +36,16 @@ from gic_runtime.testing_store import FaultRule, TestingFaultyStore
 JOB = "job-a"
 
 
-@dataclass
-class Storage:
-    resolver: StoreResolver
-    store: ObjectStore
-    root: str
-
-
-def make_storage(store: ObjectStore) -> Storage:
-    resolver = StoreResolver()
-    resolver.register(store)
-    return Storage(resolver, store, store.root_uri)
-
-
 @pytest.fixture
-def storage(local_store: LocalObjectStore) -> Storage:
-    return make_storage(local_store)
+def storage(local_store: LocalObjectStore) -> StorageRoot:
+    return storage_root(local_store)
 
 
-def claim(s: Storage, by: str = "driver-1", epoch: int | None = None) -> int:
+def claim(s: StorageRoot, by: str = "driver-1", epoch: int | None = None) -> int:
     return claim_epoch(s.resolver, s.root, JOB, epoch=epoch, claimed_by=by)
 
 
-def test_auto_claims_count_up_from_one(storage: Storage) -> None:
+def test_auto_claims_count_up_from_one(storage: StorageRoot) -> None:
     assert highest_epoch(storage.resolver, storage.root, JOB) == 0
     assert [claim(storage, f"d{i}") for i in range(3)] == [1, 2, 3]
     assert list_epochs(storage.resolver, storage.root, JOB) == [1, 2, 3]
@@ -65,7 +53,7 @@ def test_auto_claims_count_up_from_one(storage: Storage) -> None:
     assert (marker.epoch, marker.claimed_by) == (2, "d1")
 
 
-def test_a_superseded_driver_is_fenced(storage: Storage) -> None:
+def test_a_superseded_driver_is_fenced(storage: StorageRoot) -> None:
     old = Fence(storage.resolver, storage.root, JOB, claim(storage, "old"))
     old.check()
     new_epoch = claim(storage, "new")
@@ -79,7 +67,7 @@ def test_a_superseded_driver_is_fenced(storage: Storage) -> None:
     )
 
 
-def test_given_epoch_must_be_above_every_claim(storage: Storage) -> None:
+def test_given_epoch_must_be_above_every_claim(storage: StorageRoot) -> None:
     assert claim(storage, "operator-launch-5", epoch=5) == 5
     with pytest.raises(FencedError, match=r"cannot claim epoch 4 .* epoch 5 was already claimed"):
         claim(storage, "late", epoch=4)
@@ -95,7 +83,7 @@ def test_given_epoch_must_be_above_every_claim(storage: Storage) -> None:
 
 
 def test_racing_claimers_get_distinct_epochs(
-    storage: Storage, local_store: LocalObjectStore
+    storage: StorageRoot, local_store: LocalObjectStore
 ) -> None:
     n = 6
     barrier = threading.Barrier(n)
@@ -127,7 +115,7 @@ def test_racing_claimers_get_distinct_epochs(
     assert unfenced == [n]
 
 
-def test_lost_response_on_the_marker_is_a_claim(storage: Storage) -> None:
+def test_lost_response_on_the_marker_is_a_claim(storage: StorageRoot) -> None:
     faulty = TestingFaultyStore(storage.store)
     faulty.add_rule(
         FaultRule(
@@ -137,20 +125,20 @@ def test_lost_response_on_the_marker_is_a_claim(storage: Storage) -> None:
             times=1,
         )
     )
-    assert claim(make_storage(faulty), "d") == 1
+    assert claim(storage_root(faulty), "d") == 1
     assert claim(storage, "e") == 2
 
 
-def test_check_is_one_list_and_reads_nothing(storage: Storage) -> None:
+def test_check_is_one_list_and_reads_nothing(storage: StorageRoot) -> None:
     for i in range(3):
         claim(storage, f"d{i}")
     faulty = TestingFaultyStore(storage.store)
-    fence = Fence(make_storage(faulty).resolver, storage.root, JOB, 3)
+    fence = Fence(storage_root(faulty).resolver, storage.root, JOB, 3)
     fence.check()
     assert (faulty.calls("list"), faulty.calls("get")) == (1, 0)
 
 
-def test_foreign_files_in_the_epochs_directory_are_ignored(storage: Storage) -> None:
+def test_foreign_files_in_the_epochs_directory_are_ignored(storage: StorageRoot) -> None:
     claim(storage)
     epochs = join("jobs", JOB, "epochs")
     storage.store.put(f"{epochs}/README", b"hello")
@@ -159,7 +147,7 @@ def test_foreign_files_in_the_epochs_directory_are_ignored(storage: Storage) -> 
     assert list_epochs(storage.resolver, storage.root, JOB) == [1]
 
 
-def test_damaged_markers(storage: Storage) -> None:
+def test_damaged_markers(storage: StorageRoot) -> None:
     claim(storage)
     uri = epoch_marker_uri(storage.root, JOB, 1)
     store, key = storage.resolver.resolve(uri)
@@ -180,44 +168,19 @@ def test_damaged_markers(storage: Storage) -> None:
 # --- interleavings ---------------------------------------------------------------------
 
 
-class InterleavingStore:
+class InterleavingStore(DelegatingStore):
     """Wraps a store; after a LIST has been answered and before the caller sees it, runs
     ``hook`` (which may claim epochs itself): the window between a claimer's LIST and
     its create, where races happen."""
 
     def __init__(self, inner: ObjectStore, hook: Callable[[], None]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._hook = hook
 
-    @property
-    def root_uri(self) -> str:
-        return self._inner.root_uri
-
-    def uri_for(self, key: str) -> str:
-        return self._inner.uri_for(key)
-
-    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        self._inner.put(key, data, if_absent=if_absent)
-
-    def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
-        return self._inner.get(key, start=start, length=length)
-
-    def size(self, key: str) -> int:
-        return self._inner.size(key)
-
-    def exists(self, key: str) -> bool:
-        return self._inner.exists(key)
-
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        answer = list(self._inner.list(prefix))
+        answer = list(self.inner.list(prefix))
         self._hook()
         return iter(answer)
-
-    def delete_many(self, keys: Iterable[str]) -> int:
-        return self._inner.delete_many(keys)
-
-    def copy(self, src_key: str, dst_key: str) -> None:
-        self._inner.copy(src_key, dst_key)
 
 
 @dataclass
@@ -235,7 +198,7 @@ class Claim:
 def test_claims_are_distinct_and_increasing_under_interleavings(data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         inner = LocalObjectStore(tmp)
-        plain = make_storage(inner)
+        plain = storage_root(inner)
         clock = [0]
         claims: list[Claim] = []
         budget = [data.draw(st.integers(2, 8), label="claims")]
@@ -258,7 +221,7 @@ def test_claims_are_distinct_and_increasing_under_interleavings(data: st.DataObj
                 while budget[0] > 0 and depth < 3 and data.draw(st.booleans(), label="interlope"):
                     run_claim(depth + 1)
 
-            s = make_storage(InterleavingStore(inner, hook))
+            s = storage_root(InterleavingStore(inner, hook))
             try:
                 record.epoch = claim_epoch(
                     s.resolver, s.root, JOB, epoch=given_epoch, claimed_by=name
