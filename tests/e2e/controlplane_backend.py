@@ -54,7 +54,7 @@ from ..controlplane.kubelet import default_rewrite
 from ..controlplane.pod_env import EnvError
 from .chart import OPERATOR_ACCOUNT, RELEASE_NAMESPACE, render_access
 from .cluster import Cluster, JobDefaults, Place
-from .kube_proxy import SERVICE_ADDRESS, SERVICE_NAMES, TcpForwarder
+from .kube_proxy import SERVICE_NAMES, TcpForwarder, service_forwarder
 from .kubectl import Kubectl, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -345,7 +345,7 @@ class ControlPlaneBackend:
         """The forwarder for the ``kubernetes`` Service (started on first use)."""
         if self._service_proxy is None:
             target = ("127.0.0.1", self.plane.port)
-            self._service_proxy = TcpForwarder(SERVICE_ADDRESS, target).start()
+            self._service_proxy = service_forwarder(target)
         return self._service_proxy
 
     def kubectl(self) -> Kubectl:
@@ -436,11 +436,11 @@ class ControlPlaneBackend:
         }
         runtime: dict[str, Any] = {}
         if kubernetes_executors:
-            self.service_proxy()
+            service = self.service_proxy().listen[0]
             runtime = {
                 "entrypoint": spark_entrypoint,
                 "isolated": True,
-                "hosts": dict.fromkeys(SERVICE_NAMES, SERVICE_ADDRESS[0]),
+                "hosts": dict.fromkeys(SERVICE_NAMES, service),
             }
         self.plane.kubelet.configure_namespace(
             namespace,
