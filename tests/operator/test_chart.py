@@ -170,14 +170,31 @@ def helm() -> ModuleType:
     return module
 
 
-def _render(helm: ModuleType, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def _manifests(
+    helm: ModuleType, values: dict[str, Any] | None = None, release: str = "gic"
+) -> dict[str, str]:
     with helm.Chart.load(str(CHART)) as chart:
-        manifests: dict[str, str] = chart.render(values, name="gic", namespace=RELEASE_NS)
+        manifests: dict[str, str] = chart.render(values, name=release, namespace=RELEASE_NS)
+    return manifests
+
+
+def _render(
+    helm: ModuleType, values: dict[str, Any] | None = None, release: str = "gic"
+) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
-    for path, text in sorted(manifests.items()):
+    for path, text in sorted(_manifests(helm, values, release).items()):
         if path.endswith(".yaml"):
             docs.extend(d for d in yaml.safe_load_all(text) if d)
     return docs
+
+
+def _notes(helm: ModuleType, values: dict[str, Any] | None = None, release: str = "gic") -> str:
+    [notes] = [
+        text
+        for path, text in _manifests(helm, values, release).items()
+        if path.endswith("NOTES.txt")
+    ]
+    return notes
 
 
 def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -415,3 +432,187 @@ def test_service_monitor_only_when_enabled(helm: ModuleType) -> None:
             helm,
             {"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}},
         )
+
+
+# --- resource names ---------------------------------------------------------------------------
+
+#: Everything the chart can render at once (the ServiceMonitor included).
+ALL_PARTS: dict[str, Any] = {
+    "watchNamespaces": ["team-a", "team-b"],
+    "metrics": {"serviceMonitor": {"enabled": True}},
+}
+
+
+def _names(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(kind, namespace) -> the names of that kind there ("" for cluster-scoped)."""
+    names: dict[tuple[str, str], set[str]] = {}
+    for doc in docs:
+        key = (doc["kind"], doc["metadata"].get("namespace", ""))
+        names.setdefault(key, set()).add(doc["metadata"]["name"])
+    return names
+
+
+def _check_references(docs: list[dict[str, Any]], fullname: str) -> None:
+    """Every name one resource gives another resolves, and only gic-spark and the peering
+    objects are not named after the release."""
+    names = _names(docs)
+    by_kind = {d["kind"]: d for d in docs}
+    deployment = by_kind["Deployment"]
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert account == fullname
+    assert names[("ServiceAccount", RELEASE_NS)] >= {fullname}
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        if doc["kind"] in ("KopfPeering", "ClusterKopfPeering"):
+            assert name == VALUES["peering"]["name"]
+        elif doc["kind"] == "ServiceAccount" and name == SPARK_SERVICE_ACCOUNT:
+            assert doc["metadata"]["namespace"] in ALL_PARTS["watchNamespaces"] + [RELEASE_NS]
+        else:
+            assert name.startswith(fullname[:40]), (doc["kind"], name)
+        assert len(name) <= 63, (doc["kind"], name)
+        if doc["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            namespace = doc["metadata"].get("namespace", "")
+            ref = doc["roleRef"]
+            scope = namespace if ref["kind"] == "Role" else ""
+            assert ref["name"] in names[(ref["kind"], scope)], (name, ref)
+            for subject in doc["subjects"]:
+                subject_names = names[("ServiceAccount", subject["namespace"])]
+                assert subject["name"] in subject_names, (name, subject)
+                if doc["metadata"]["labels"].get("app.kubernetes.io/component") == "spark-driver":
+                    assert subject == {
+                        "kind": "ServiceAccount",
+                        "name": SPARK_SERVICE_ACCOUNT,
+                        "namespace": namespace,
+                    }
+                else:
+                    assert subject["name"] == account
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    for doc in docs:
+        if doc["kind"] == "Service":
+            assert doc["spec"]["selector"] == selector
+        if doc["kind"] == "NetworkPolicy" and doc["metadata"]["namespace"] == RELEASE_NS:
+            assert doc["spec"]["podSelector"]["matchLabels"] == selector
+        if doc["kind"] == "ServiceMonitor":
+            [service] = names[("Service", RELEASE_NS)]
+            assert doc["metadata"]["name"] == fullname
+            assert doc["spec"]["selector"]["matchLabels"].items() <= selector.items() | {
+                ("app.kubernetes.io/component", "metrics")
+            }
+            assert service.startswith(fullname[:40])
+
+
+@pytest.mark.parametrize(
+    ("release", "values", "fullname"),
+    [
+        ("gic", {}, "gic-gic-operator"),  # <release>-<chart>: the release lacks the chart name
+        ("gic-operator", {}, "gic-operator"),  # the release is the chart name: no doubling
+        ("prod", {}, "prod-gic-operator"),
+        ("blue-gic-operator-eu", {}, "blue-gic-operator-eu"),  # contains it: the release alone
+        ("gic", {"nameOverride": "gic"}, "gic"),
+        ("prod", {"nameOverride": "streams"}, "prod-streams"),
+        ("prod", {"fullnameOverride": "streaming-operator"}, "streaming-operator"),
+    ],
+    ids=str,
+)
+def test_resource_names_follow_the_release(
+    helm: ModuleType, release: str, values: dict[str, Any], fullname: str
+) -> None:
+    docs = _render(helm, {**ALL_PARTS, **values}, release=release)
+    names = _names(docs)
+    assert names[("Deployment", RELEASE_NS)] == {fullname}
+    assert names[("ServiceAccount", RELEASE_NS)] == {fullname}
+    assert names[("Service", RELEASE_NS)] == {f"{fullname}-metrics"}
+    assert names[("ServiceMonitor", RELEASE_NS)] == {fullname}
+    assert names[("NetworkPolicy", RELEASE_NS)] == {fullname}
+    assert names[("ClusterRole", "")] == names[("ClusterRoleBinding", "")] == {f"{fullname}-scan"}
+    for namespace in ALL_PARTS["watchNamespaces"]:
+        assert names[("Role", namespace)] == {fullname, f"{fullname}-spark"}
+        assert names[("RoleBinding", namespace)] == {fullname, f"{fullname}-spark"}
+        assert names[("ServiceAccount", namespace)] == {SPARK_SERVICE_ACCOUNT}
+        assert names[("NetworkPolicy", namespace)] == {f"{fullname}-spark-jobs"}
+        assert names[("KopfPeering", namespace)] == {"gic-operator"}
+    _check_references(docs, fullname)
+    name_label = values.get("nameOverride", "gic-operator")
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == release
+        assert labels["app.kubernetes.io/name"] == name_label
+
+
+@pytest.mark.parametrize("cluster_wide", [False, True], ids=["namespaced", "cluster-wide"])
+def test_every_reference_resolves_for_another_release(helm: ModuleType, cluster_wide: bool) -> None:
+    values: dict[str, Any] = {**ALL_PARTS}
+    if cluster_wide:
+        values = {
+            "clusterWide": True,
+            "spark": {"namespaces": ALL_PARTS["watchNamespaces"]},
+            "metrics": ALL_PARTS["metrics"],
+        }
+    docs = _render(helm, values, release="team-ops")
+    _check_references(docs, "team-ops-gic-operator")
+    if cluster_wide:
+        binding = _one(docs, "ClusterRoleBinding")
+        assert binding["metadata"]["name"] == "team-ops-gic-operator"
+        assert binding["subjects"][0]["name"] == "team-ops-gic-operator"
+
+
+@pytest.mark.parametrize(
+    ("release", "values"),
+    [("r" * 53, {}), ("gic", {"fullnameOverride": "f" * 70})],
+    ids=["longest-release", "long-override"],
+)
+def test_long_names_stay_dns_labels_and_keep_their_suffixes(
+    helm: ModuleType, release: str, values: dict[str, Any]
+) -> None:
+    docs = _render(helm, {**ALL_PARTS, **values}, release=release)
+    fullname = _one(docs, "Deployment")["metadata"]["name"]
+    assert len(fullname) == 63
+    for doc in docs:
+        assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
+    names = _names(docs)
+    [service] = names[("Service", RELEASE_NS)]
+    assert service.endswith("-metrics") and service != fullname
+    assert {n.rsplit("-", 1)[-1] for n in names[("ClusterRole", "")]} == {"scan"}
+    assert {n for n in names[("Role", "team-a")] if n.endswith("-spark")}
+    [jobs_policy] = names[("NetworkPolicy", "team-a")]
+    assert jobs_policy.endswith("-spark-jobs")
+    # every name of a kind in a namespace is distinct
+    assert sum(len(v) for v in names.values()) == len(docs)
+
+
+# --- NOTES.txt --------------------------------------------------------------------------------
+
+
+def test_notes_give_the_steps_for_a_job_in_a_watched_namespace(helm: ModuleType) -> None:
+    notes = _notes(helm, {"watchNamespaces": ["team-a"]}, release="gic-operator")
+    assert "The GIC operator gic-operator is installed in namespace gic-system" in notes
+    assert "It handles GICJobs and Savepoints in: team-a." in notes
+    assert '"gic-spark" (created by this chart in: team-a)' in notes
+    for command in (
+        "kubectl -n gic-system get pods -l app.kubernetes.io/instance=gic-operator",
+        "kubectl -n team-a apply -f examples/k8s/gicjob-s3.yaml",
+        "kubectl -n team-a get gicjob rate-count -w",
+        "kubectl -n team-a annotate gicjob/rate-count gic.io/savepoint=$(date +%s)",
+        "kubectl create namespace team-b",
+        "helm upgrade gic-operator charts/gic-operator -n gic-system --reuse-values \\\n"
+        "    --set 'watchNamespaces={team-a,team-b}'",
+    ):
+        assert command in notes, command
+    assert "storageCredentials.secretName" in notes  # none given: the notes say so
+    with_credentials = _notes(
+        helm, {"watchNamespaces": ["team-a"], "storageCredentials": {"secretName": "s3"}}
+    )
+    assert "storageCredentials.secretName" not in with_credentials
+
+
+def test_notes_by_default_and_cluster_wide(helm: ModuleType) -> None:
+    default = _notes(helm, release="gic-operator")
+    assert f"kubectl -n {RELEASE_NS} apply -f examples/k8s/gicjob-s3.yaml" in default
+    assert f"--set 'watchNamespaces={{{RELEASE_NS},team-b}}'" in default  # keeps its own
+    wide = _notes(helm, {"clusterWide": True}, release="gic-operator")
+    assert "in all namespaces" in wide
+    assert f"--set 'spark.namespaces={{{RELEASE_NS},team-b}}'" in wide
+    assert "watchNamespaces=" not in wide
+    listed = _notes(helm, {"clusterWide": True, "spark": {"namespaces": ["a", "b"]}})
+    assert "kubectl -n a apply -f examples/k8s/gicjob-s3.yaml" in listed
+    assert "--set 'spark.namespaces={a,b,team-b}'" in listed

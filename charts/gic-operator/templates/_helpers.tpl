@@ -3,7 +3,12 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Full name prefix of every resource: <release>-gic-operator unless overridden. */}}
+{{/*
+Full name of the release's resources (Helm's usual rule): fullnameOverride when set; else
+the release name when it already contains the chart name (nameOverride when set), e.g.
+release gic-operator -> gic-operator; else <release>-<chart name>, e.g. release prod ->
+prod-gic-operator. At most 63 characters.
+*/}}
 {{- define "gic-operator.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
@@ -15,6 +20,18 @@
 {{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The full name with a suffix: "gic-operator.suffixedName" (list . "metrics") ->
+<fullname>-metrics. The full name is shortened so that the result still has at most 63
+characters (a Service name is a DNS label) and keeps its suffix.
+*/}}
+{{- define "gic-operator.suffixedName" -}}
+{{- $root := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- $base := include "gic-operator.fullname" $root | trunc (int (sub 62 (len $suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $base $suffix }}
 {{- end }}
 
 {{/* Labels that select the operator pods (never change them: Deployment selectors are immutable). */}}
