@@ -9,9 +9,9 @@ Everything in that directory was written by the job's driver, which runs the ten
 code: it is input, not truth. So:
 
 * every read of a file a driver writes is bounded: the status record and control
-  records go through :func:`read_bounded`, manifests (the job's and a restore
-  source's) through the runtime's readers, which bound them the same way; a larger
-  object is refused instead of loaded;
+  records go through :func:`~gic_operator.storage_reads.read_bounded`, manifests (the
+  job's and a restore source's) through the runtime's readers, which bound them the
+  same way; a larger object is refused instead of loaded;
 * every listing of a prefix a driver writes is bounded the same way: the job's
   checkpoints and epochs and the orphan sweep through the runtime's bounded listings
   (:func:`gic_runtime.storage.listing.list_bounded`), a savepoint's directory here with
@@ -24,7 +24,8 @@ code: it is input, not truth. So:
   restore source), and :meth:`JobStorage.dispose_savepoint` only objects under
   ``<storage>/savepoints/``, at a path the caller derived;
 * control requests are idempotent by id, and a request already stored under an id with
-  another intent (e.g. another target) is refused, never adopted;
+  another intent (e.g. another target) is refused, never adopted
+  (:mod:`gic_operator.control_requests`);
 * S3 credentials come only from the operator's own environment
   (:meth:`gic_runtime.storage.S3Settings.from_env`), never from a job's Secret; a job
   may override only the endpoint, and only one the allowlist admits (checked by the
@@ -41,36 +42,22 @@ import contextlib
 import dataclasses
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from gic_operator.control_requests import MAX_CONTROL_BYTES, ControlRequests
 from gic_operator.models.gicjob import GICJobSpec
+from gic_operator.storage_reads import normalize_uri, read_bounded
 from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
 from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import MAX_SWEPT_OBJECTS, SweepResult, policy_for, sweep_orphans
-from gic_runtime.control.channel import outcome_uri, request_uri
-from gic_runtime.control.model import (
-    ControlRequest,
-    Outcome,
-    OutcomeState,
-    SavepointRequest,
-    StopRequest,
-    decode_outcome,
-    decode_request,
-    encode_outcome,
-    encode_request,
-    parse_savepoint_format,
-    parse_savepoint_type,
-)
 from gic_runtime.errors import (
     ConfigurationError,
     CorruptFileError,
     FormatError,
     GICError,
-    ObjectExistsError,
     ObjectNotFoundError,
     RestoreError,
 )
@@ -78,18 +65,26 @@ from gic_runtime.fencing import claim_epoch, highest_epoch
 from gic_runtime.layout import validate_id
 from gic_runtime.status import JobStatus, decode_status, status_uri
 from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
-from gic_runtime.storage.base import read_bounded as store_read_bounded
 from gic_runtime.storage.listing import count_bounded, list_bounded
 from gic_runtime.storage.s3_settings import S3Settings
-from gic_runtime.storage.uri import StorageURI, StoreResolver, join
-from gic_runtime.storage.writes import create_once
+from gic_runtime.storage.uri import StoreResolver, join
+
+__all__ = [
+    "MAX_CONTROL_BYTES",
+    "MAX_RESOLVERS",
+    "MAX_SAVEPOINT_OBJECTS",
+    "MAX_STATUS_BYTES",
+    "JobStorage",
+    "normalize_uri",
+    "open_job_storage",
+    "read_bounded",
+    "resolver_for",
+]
 
 _log = logging.getLogger(__name__)
 
 #: Largest status record the operator reads (bytes).
 MAX_STATUS_BYTES = 1 << 20
-#: Largest control request or outcome the operator reads (bytes).
-MAX_CONTROL_BYTES = 256 << 10
 #: Most resolvers (one per S3 endpoint) kept at once.
 MAX_RESOLVERS = 32
 #: Most objects a savepoint directory may hold for the operator to size or dispose of
@@ -106,21 +101,6 @@ _resolvers: OrderedDict[str | None, StoreResolver] = OrderedDict()
 _released: OrderedDict[tuple[str, ...], bool] = OrderedDict()
 _warned: OrderedDict[str, str] = OrderedDict()
 _lock = threading.Lock()
-
-
-def read_bounded(resolver: StoreResolver, uri: str, limit: int, what: str) -> bytes | None:
-    """The object at ``uri`` if it holds at most ``limit`` bytes; ``None`` when absent.
-
-    At most ``limit + 1`` bytes are transferred (the runtime's
-    :func:`gic_runtime.storage.base.read_bounded`): a larger object raises
-    :class:`~gic_runtime.errors.ObjectTooLargeError` (a ``CorruptFileError``) naming it
-    and the limit. The operator's reads of status and control records go through here.
-    """
-    store, key = resolver.resolve(uri)
-    try:
-        return store_read_bounded(store, key, limit, what=what)
-    except ObjectNotFoundError:
-        return None
 
 
 def _remember(cache: OrderedDict[tuple[str, ...], bool], key: tuple[str, ...], value: bool) -> None:
@@ -147,18 +127,13 @@ def resolver_for(endpoint_url: str | None) -> StoreResolver:
         return resolver
 
 
-def normalize_uri(uri: str) -> str:
-    """``uri`` as the runtime writes URIs: a full URI without a trailing ``/``."""
-    return str(StorageURI.parse(uri.strip())).rstrip("/")
-
-
 def _inside(uri: str, directory: str) -> bool:
     return uri == directory or uri.startswith(directory.rstrip("/") + "/")
 
 
-class JobStorage:
-    """The storage of job ``job_id`` under root URI ``root`` (see the module docstring).
-    Thread-safe."""
+class JobStorage(ControlRequests):
+    """The storage of job ``job_id`` under root URI ``root`` (see the module docstring);
+    its control requests and outcomes come with :class:`ControlRequests`. Thread-safe."""
 
     def __init__(self, resolver: StoreResolver, root: str, job_id: str) -> None:
         self.resolver = resolver
@@ -291,90 +266,6 @@ class JobStorage:
                 "releases it"
             )
         return policy
-
-    # --- control requests ------------------------------------------------------------
-
-    def _request(self, request_id: str) -> ControlRequest | None:
-        uri = request_uri(self.root, self.job_id, request_id)
-        data = read_bounded(self.resolver, uri, MAX_CONTROL_BYTES, "control request")
-        return None if data is None else decode_request(data, uri)
-
-    def _submit(self, request: SavepointRequest | StopRequest) -> ControlRequest:
-        """Write ``request`` once; an existing one with the same intent is returned, one
-        with another intent refused (:class:`~gic_runtime.errors.ConfigurationError`)."""
-        rid = request.request_id
-        existing = self._request(rid)
-        if existing is None:
-            store, key = self.resolver.resolve(request_uri(self.root, self.job_id, rid))
-            try:
-                create_once(store, key, encode_request(request))
-                return request
-            except ObjectExistsError:
-                existing = self._request(rid)
-        if existing is not None and request.same_intent(existing):
-            return existing
-        raise ConfigurationError(
-            f"request id {rid!r} of job {self.job_id!r} already names a different request "
-            f"({existing!r}); it was not written by the operator for this intent and is "
-            "not acted on"
-        )
-
-    def request_savepoint(
-        self, request_id: str, *, kind: str, format: str, requested_by: str, target: str
-    ) -> str:
-        """Ask the driver for a savepoint (``kind``: ``intermediate`` or ``terminal``)
-        into ``target`` (a directory the caller derived); return it. Asking again with
-        the same id and intent returns the same target."""
-        request = SavepointRequest(
-            request_id=validate_id("request id", request_id),
-            kind=parse_savepoint_type(kind),
-            format=parse_savepoint_format(format),
-            target=normalize_uri(target),
-            requested_at=time.time(),
-            requested_by=requested_by,
-        )
-        stored = self._submit(request)
-        assert isinstance(stored, SavepointRequest)
-        return stored.target
-
-    def request_stop(self, request_id: str, requested_by: str) -> None:
-        """Ask the driver to stop without a savepoint (idempotent by id)."""
-        self._submit(StopRequest(request_id, requested_at=time.time(), requested_by=requested_by))
-
-    def abandon_request(self, request_id: str, reason: str) -> Outcome:
-        """Record a failed outcome for a request no driver served, so no later driver
-        serves it (a stale stop request would stop the next launch). If a driver wrote
-        an outcome first, that one stands and is returned."""
-        existing = self.outcome(request_id)
-        if existing is not None:
-            return existing
-        outcome = Outcome(request_id, OutcomeState.FAILED, error=f"abandoned: {reason}")
-        store, key = self.resolver.resolve(outcome_uri(self.root, self.job_id, request_id))
-        try:
-            create_once(store, key, encode_outcome(outcome))
-        except ObjectExistsError:
-            existing = self.outcome(request_id)
-            if existing is None:
-                raise
-            return existing
-        return outcome
-
-    def outcome(self, request_id: str) -> Outcome | None:
-        """How request ``request_id`` ended, ``None`` while it is pending (or unknown).
-        An outcome that cannot be read (too large, corrupt, another request's) raises
-        :class:`~gic_runtime.errors.FormatError`: outcomes are write-once, so it never
-        becomes readable later."""
-        uri = outcome_uri(self.root, self.job_id, request_id)
-        data = read_bounded(self.resolver, uri, MAX_CONTROL_BYTES, "control outcome")
-        if data is None:
-            return None
-        outcome = decode_outcome(data, uri)
-        if outcome.request_id != request_id:
-            raise CorruptFileError(
-                f"the outcome of request {request_id!r} names request {outcome.request_id!r}",
-                uri=uri,
-            )
-        return outcome
 
     # --- savepoints --------------------------------------------------------------------
 
