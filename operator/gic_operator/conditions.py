@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from gic_operator.models.base import ConditionStatus
+
 #: Latest time :func:`rfc3339` writes (the end of year 9999); later ones are clamped.
 MAX_TIME = 253402300799.0
 
@@ -55,7 +57,12 @@ def set_condition(
     generation: int | None = None,
 ) -> list[dict[str, Any]]:
     """A new list with condition ``type_`` set; ``status`` None means Unknown."""
-    text = "Unknown" if status is None else ("True" if status else "False")
+    value = (
+        ConditionStatus.UNKNOWN
+        if status is None
+        else (ConditionStatus.TRUE if status else ConditionStatus.FALSE)
+    )
+    text = value.value
     old = find_condition(conditions, type_)
     changed = old is None or old.get("status") != text
     condition: dict[str, Any] = {

@@ -8,6 +8,10 @@ A CustomResourceDefinition's ``openAPIV3Schema`` must be structural: every node 
 
 * every ``$ref`` is inlined from ``$defs``;
 * ``anyOf: [X, {type: null}]`` becomes ``X`` with ``nullable: true`` (other unions are refused);
+* a discriminated union of objects (``oneOf`` with a ``discriminator``) becomes one object
+  with every member's properties (a property several members have must be the same in
+  each), the discriminator an ``enum`` of the members' tags (required, no default), and
+  required what every member requires; other ``oneOf`` are refused;
 * ``const`` becomes a one-value ``enum``; enums stay;
 * ``title`` and ``additionalProperties: false`` are dropped (the API server prunes unknown
   fields, and kubectl reports them);
@@ -159,6 +163,8 @@ def _convert(node: Schema, defs: dict[str, Schema], path: str) -> Schema:
         nullable = len(members) != len(node["anyOf"])
         outer = {k: v for k, v in node.items() if k != "anyOf"}
         node = {**_resolve(members[0], defs, path), **outer}
+    if "oneOf" in node:
+        return _union(node, defs, path, nullable)
     out: Schema = {}
     for key, value in node.items():
         if key in _KEPT:
@@ -197,6 +203,38 @@ def _convert(node: Schema, defs: dict[str, Schema], path: str) -> Schema:
     default = node.get("default")
     if default is not None:
         out["default"] = _kube_default(out, _drop_nulls(default), path)
+    return _ordered(out)
+
+
+def _union(node: Schema, defs: dict[str, Schema], path: str, nullable: bool) -> Schema:
+    """One object schema for a discriminated union of objects (module docstring)."""
+    tag = (node.get("discriminator") or {}).get("propertyName")
+    if not isinstance(tag, str):
+        raise CrdSchemaError(f"{path}: a union without a discriminator is not structural")
+    members = [_convert(member, defs, path) for member in node["oneOf"]]
+    properties: dict[str, Schema] = {}
+    tags: list[Any] = []
+    required = None
+    for member in members:
+        if member.get("type") != "object" or tag not in member.get("properties", {}):
+            raise CrdSchemaError(f"{path}: union members must be objects with {tag!r}")
+        for name, schema in member["properties"].items():
+            sub = schema
+            if name == tag:
+                tags += [t for t in schema.get("enum", ()) if t not in tags]
+                sub = {k: v for k, v in schema.items() if k not in ("enum", "default")}
+            if properties.setdefault(name, sub) != sub:
+                raise CrdSchemaError(f"{path}.{name}: differs between the union's members")
+        names = set(member.get("required", ()))
+        required = names if required is None else required & names
+    properties[tag] = _ordered({**properties[tag], "enum": tags})
+    out: Schema = {"type": "object", "properties": properties}
+    out["required"] = [tag] + [n for n in properties if n != tag and n in (required or ())]
+    for key in ("description",):
+        if key in node:
+            out[key] = node[key]
+    if nullable:
+        out["nullable"] = True
     return _ordered(out)
 
 

@@ -31,7 +31,7 @@ from gic_operator.errors import SavepointHeldError
 from gic_operator.job_reconciler import JobReconciler
 from gic_operator.kube_client import KubernetesApi
 from gic_operator.metrics import OperatorMetrics, default_metrics
-from gic_operator.models import FINAL_STATES, GROUP, VERSION
+from gic_operator.models import FINAL_STATES, GROUP, VERSION, GICJobStatus, SavepointStatus
 from gic_operator.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
 from gic_operator.savepoint_reconciler import SavepointReconciler
 from gic_operator.settings import OperatorSettings
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 DISPOSAL_RETRY_DELAY_S = 5.0
 #: How often a held Savepoint's deletion looks again whether it was released (seconds).
 HELD_RETRY_DELAY_S = 30.0
-_FINAL = frozenset(s.value for s in FINAL_STATES)
 
 
 class _Runtime:
@@ -100,8 +99,7 @@ class _Runtime:
             if deleted:
                 self._states.pop(key, None)
             else:
-                state = (body.get("status") or {}).get("state") or "TriggerPending"
-                self._states[key] = str(state)
+                self._states[key] = SavepointStatus.read(body.get("status")).state.value
             counts: dict[str, int] = {}
             for state in self._states.values():
                 counts[state] = counts.get(state, 0) + 1
@@ -141,8 +139,9 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
             rt.metrics.set_job_phase(namespace, name, None)
             return
         rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, name))
-        phase = (body.get("status") or {}).get("phase")
-        rt.metrics.set_job_phase(namespace, name, str(phase) if phase else None)
+        status = body.get("status")
+        phase = GICJobStatus.read(status).phase.value if status else None
+        rt.metrics.set_job_phase(namespace, name, phase)
 
     @kopf.timer(GROUP, VERSION, "gicjobs", interval=1.0, id="gicjob-timer")
     def job_timer(namespace: str | None, name: str, **_: Any) -> None:
@@ -171,12 +170,12 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
             rt.count_savepoint(body, deleted=True)
             return
         rt.count_savepoint(body)
-        if (body.get("status") or {}).get("state") in _FINAL:
+        if SavepointStatus.read(body.get("status")).state in FINAL_STATES:
             return
         rt.run("savepoint", lambda: rt.savepoints.reconcile(body))
 
     def _savepoint_active(status: Mapping[str, Any], **_: Any) -> bool:
-        return status.get("state") not in _FINAL
+        return SavepointStatus.read(status).state not in FINAL_STATES
 
     @kopf.timer(
         GROUP, VERSION, "savepoints", interval=1.0, when=_savepoint_active, id="savepoint-timer"

@@ -45,7 +45,15 @@ from typing import Any
 
 from gic_operator.conditions import parse_time, rfc3339
 from gic_operator.kube import KubeApi
-from gic_operator.models import API_VERSION, FINAL_STATES, GICJobSpec, JobPhase
+from gic_operator.models import (
+    API_VERSION,
+    FINAL_STATES,
+    GICJobSpec,
+    JobPhase,
+    SavepointMode,
+    SavepointSpec,
+    SavepointStatus,
+)
 from gic_operator.models.gicjob import RestartPolicySpec
 from gic_operator.naming import (
     ANNOTATION_SAVEPOINT,
@@ -56,7 +64,7 @@ from gic_operator.naming import (
     savepoint_request_id,
     savepoint_resource_name,
 )
-from gic_operator.reconcile_context import Pass
+from gic_operator.reconcile_context import JobPass
 from gic_operator.restore_sources import holders
 from gic_operator.storage_view import normalize_uri
 from gic_runtime.status import FailureReason, JobState, JobStatus
@@ -131,21 +139,27 @@ def reported_failure(runtime: JobStatus | None, epoch: int) -> DriverFailure | N
 class SavepointPolicy:
     """Applies the job's savepoint annotation, period and retention (module doc)."""
 
-    def __init__(self, p: Pass, spec: GICJobSpec, kube: KubeApi) -> None:
+    def __init__(self, p: JobPass, spec: GICJobSpec, kube: KubeApi) -> None:
         self.p = p
         self.spec = spec
         self.kube = kube
 
     def apply(self) -> None:
-        if self.p.status.get("phase") == JobPhase.INVALID.value:
+        if self.p.status.phase is JobPhase.INVALID:
             return
         self._annotation()
-        if self.p.status.get("phase") == JobPhase.RUNNING.value:
+        if self.p.status.phase is JobPhase.RUNNING:
             self._periodic()
         self._retention()
 
     def _savepoint(self, name: str, created_by: str, dispose: bool) -> dict[str, Any]:
         p = self.p
+        spec = SavepointSpec(
+            job=p.name,
+            format=self.spec.savepoints.format,
+            mode=SavepointMode.INTERMEDIATE,
+            dispose_on_delete=dispose,
+        )
         return {
             "apiVersion": API_VERSION,
             "kind": "Savepoint",
@@ -154,24 +168,19 @@ class SavepointPolicy:
                 "namespace": p.namespace,
                 "labels": {LABEL_JOB: label_value(p.name), LABEL_CREATED_BY: created_by},
             },
-            "spec": {
-                "job": p.name,
-                "format": self.spec.savepoints.format.value,
-                "mode": "intermediate",
-                "disposeOnDelete": dispose,
-            },
+            "spec": spec.to_kube(),
         }
 
     def _annotation(self) -> None:
         p = self.p
         nonce = p.annotations.get(ANNOTATION_SAVEPOINT)
-        if not nonce or nonce == p.status.get("processedSavepointNonce"):
+        if not nonce or nonce == p.status.processed_savepoint_nonce:
             return
         name = savepoint_resource_name(p.name, nonce)
         created = self.kube.create_object(
             "savepoints", p.namespace, self._savepoint(name, CREATED_BY_ANNOTATION, False)
         )
-        p.set(processedSavepointNonce=nonce)
+        p.update(processed_savepoint_nonce=nonce)
         if created:
             p.event("Normal", "SavepointTriggered", f"created Savepoint {name} for nonce {nonce}")
 
@@ -180,8 +189,8 @@ class SavepointPolicy:
         interval = self.spec.savepoints.interval_seconds
         if not interval:
             return
-        last = parse_time(p.status.get("lastPeriodicSavepoint"))
-        last = last or parse_time(p.status.get("runningSince")) or p.now
+        last = parse_time(p.status.last_periodic_savepoint)
+        last = last or parse_time(p.status.running_since) or p.now
         if p.now - last < interval:
             return
         stamp = rfc3339(p.now).replace(":", "").replace("-", "").lower()
@@ -190,7 +199,7 @@ class SavepointPolicy:
             "savepoints", p.namespace, self._savepoint(name, CREATED_BY_PERIODIC, True)
         ):
             p.event("Normal", "SavepointTriggered", f"created periodic Savepoint {name}")
-        p.set(lastPeriodicSavepoint=rfc3339(p.now))
+        p.update(last_periodic_savepoint=rfc3339(p.now))
 
     def _retention(self) -> None:
         p = self.p
@@ -209,10 +218,8 @@ class SavepointPolicy:
         jobs = self.kube.list_objects("gicjobs", p.namespace) if owned else []
         root = normalize_uri(self.spec.checkpointing.storage)
         for index, sp in enumerate(owned):
-            status = sp.get("status") or {}
-            if status.get("claimedBy") or status.get("state") not in {
-                s.value for s in FINAL_STATES
-            }:
+            status = SavepointStatus.read(sp.get("status"))
+            if status.claimed_by or status.state not in FINAL_STATES:
                 continue
             meta = sp.get("metadata") or {}
             rid = savepoint_request_id(str(meta.get("name")), str(meta.get("uid") or ""))

@@ -10,7 +10,10 @@ progress, a restart backoff) simply returns and is picked up by the next call.
 Durable intents: a multi-step action (upgrade, suspend, recovery) is recorded in
 ``status.pending`` *before* its first side effect, and every side effect is idempotent
 (deterministic control request ids, pod names carrying the epoch, create-if-absent), so
-an operator restarted at any point carries on where the previous one stopped.
+an operator restarted at any point carries on where the previous one stopped. A
+``status.pending`` the operator cannot read (an unknown kind, a missing field) is
+dropped with a log line and an ``UnknownAction`` Warning Event; the next pass decides
+afresh from the spec and the driver pod.
 
 Trust: the spec is trusted only as far as its schema and the administrator's storage
 allowlist (:class:`~gic_operator.settings.StorageAllowlist`) go: storage, restore path or
@@ -48,18 +51,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gic_operator.conditions import find_condition, parse_time
+from gic_operator.conditions import parse_time
 from gic_operator.errors import GICOperatorError, KubeError
 from gic_operator.job_actions import JobActions
 from gic_operator.job_policy import SavepointPolicy
-from gic_operator.job_view import job_storage_id
+from gic_operator.job_view import DriverState, job_storage_id
 from gic_operator.kube import KubeApi
 from gic_operator.launch_config import validate_launch
 from gic_operator.launch_plan import LaunchPlan
 from gic_operator.metrics import OperatorMetrics
-from gic_operator.models import GICJobSpec, JobPhase, JobState
+from gic_operator.models import GICJobSpec, GICJobStatus, JobPhase, JobState, RestoreMode
+from gic_operator.models.base import ConditionStatus
 from gic_operator.problems import RECONCILED, Problem, ProblemReporter, describe
-from gic_operator.reconcile_context import KeyedLocks, Pass
+from gic_operator.reconcile_context import JobPass, KeyedLocks, Pass
 from gic_operator.restore_sources import restore_problem
 from gic_operator.settings import ENV_ALLOWED_S3_ENDPOINTS, ENV_ALLOWED_STORAGE, StorageAllowlist
 from gic_operator.storage_view import JobStorage
@@ -126,26 +130,28 @@ class JobReconciler:
         return self.reconcile_named(str(meta.get("namespace") or "default"), str(meta["name"]))
 
     def _reconcile(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        p = Pass(self.kube, PLURAL, body, clock=self.clock)
-        old_error = find_condition(p.status.get("conditions") or [], RECONCILED) or {}
+        p = Pass(self.kube, PLURAL, body, GICJobStatus, clock=self.clock)
+        old_error = p.status.find_condition(RECONCILED)
         try:
             self._pass(p, body)
         except Exception as exc:
             problem = describe(exc)
             self.problems.report(p, problem, exc)
-            p.set(message=problem.message, phase=p.status.get("phase") or JobPhase.PENDING.value)
-            if p.status["phase"] != JobPhase.INVALID.value:
+            p.update(message=problem.message, phase=p.status.phase)
+            if p.status.phase is not JobPhase.INVALID:
                 _conditions(p, problem.reason, self.health_window_s)
         else:
-            if p.status.get("phase") != JobPhase.INVALID.value:
-                if old_error.get("status") == "False" and (
-                    p.status.get("message") == old_error.get("message")
+            if p.status.phase is not JobPhase.INVALID:
+                if (
+                    old_error is not None
+                    and old_error.status is ConditionStatus.FALSE
+                    and p.status.message == old_error.message
                 ):
-                    p.set(message=None)  # the error is over; the phase says the rest
+                    p.update(message=None)  # the error is over; the phase says the rest
                 self.problems.resolved(p)
         return self.problems.commit(p)
 
-    def _pass(self, p: Pass, body: Mapping[str, Any]) -> None:
+    def _pass(self, p: JobPass, body: Mapping[str, Any]) -> None:
         try:
             spec = GICJobSpec.model_validate(body.get("spec") or {})
         except ValidationError as exc:
@@ -159,33 +165,33 @@ class JobReconciler:
         if problem is not None:
             self._invalid(p, problem)
             return
-        if p.status.get("phase") == JobPhase.INVALID.value:
-            p.set(phase=JobPhase.PENDING.value, message=None)
+        if p.status.phase is JobPhase.INVALID:
+            p.update(phase=JobPhase.PENDING, message=None)
             p.event("Normal", "SpecValid", "the spec is valid again")
         steps = JobActions(
             p, spec, self.storage_for, self.kube, self.allowlist, warn=self.problems.driver_failure
         )
         try:
             steps.observe()
-            pending = p.status.get("pending")
-            if pending and not isinstance(pending, dict):
-                pending = {"kind": repr(pending)[:40]}
-            if pending:
+            pending = p.status.pending
+            if pending is not None:
                 steps.advance(pending)
+            elif p.stored("pending") is not None:
+                _drop_unreadable_action(p)
             else:
                 _steady(p, spec, steps)
             if not steps.waiting_for_launch:
                 SavepointPolicy(p, spec, self.kube).apply()
             ready_reason = steps.not_ready_reason or steps.failure_reason()
             _conditions(p, ready_reason, self.health_window_s)
-            p.set(observedGeneration=p.generation)
+            p.update(observed_generation=p.generation)
         finally:
             if self.metrics is not None:
                 self.metrics.set_checkpoint_age(p.namespace, p.name, steps.checkpoint_age())
 
-    def _invalid(self, p: Pass, message: str, reason: str = "InvalidSpec") -> None:
+    def _invalid(self, p: JobPass, message: str, reason: str = "InvalidSpec") -> None:
         """Record an invalid spec: nothing is launched; a running driver is left alone."""
-        p.set(phase=JobPhase.INVALID.value, message=message, observedGeneration=p.generation)
+        p.update(phase=JobPhase.INVALID, message=message, observed_generation=p.generation)
         p.condition("Ready", False, reason, message)
         self.problems.report(p, Problem(reason, message))
 
@@ -217,7 +223,18 @@ def _access_problem(allowlist: StorageAllowlist, namespace: str, spec: GICJobSpe
     return None
 
 
-def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
+def _drop_unreadable_action(p: JobPass) -> None:
+    """``status.pending`` holds an action this operator cannot read (an unknown kind, a
+    field missing or invalid): drop it; the next pass decides from the spec and the pod."""
+    raw = p.stored("pending")
+    kind = raw.get("kind") if isinstance(raw, dict) else raw
+    text = repr(kind)[:40]
+    log.warning("gicjob %s/%s: dropped unreadable pending action %s", p.namespace, p.name, text)
+    p.update(pending=None)
+    p.event("Warning", "UnknownAction", f"dropped unknown pending action {text}")
+
+
+def _launch_problem(p: JobPass, spec: GICJobSpec) -> str | None:
     """What the runtime would refuse in a driver launched from ``spec`` (checked before
     anything is launched), or ``None``."""
     restore = spec.restore
@@ -244,101 +261,102 @@ def _launch_problem(p: Pass, spec: GICJobSpec) -> str | None:
     return None
 
 
-def _steady(p: Pass, spec: GICJobSpec, steps: JobActions) -> None:
+def _steady(p: JobPass, spec: GICJobSpec, steps: JobActions) -> None:
     """No action in progress: compare the desired state with the driver pod."""
     pod_state = steps.pod_state()
-    phase = p.status.get("phase")
+    status = p.status
+    phase = status.phase
     if spec.state is JobState.SUSPENDED:
-        if pod_state in ("running", "pending"):
-            if p.status.get("suspendFailedGeneration") == p.generation:
+        if pod_state.alive:
+            if status.suspend_failed_generation == p.generation:
                 return
             steps.begin_suspend()
-        elif phase != JobPhase.SUSPENDED.value:
-            p.set(phase=JobPhase.SUSPENDED.value, driverPod=None, runningSince=None)
-            p.set(message="suspended; set spec.state to running to resume")
+        elif phase is not JobPhase.SUSPENDED:
+            p.update(phase=JobPhase.SUSPENDED, driver_pod=None, running_since=None)
+            p.update(message="suspended; set spec.state to running to resume")
             p.event("Normal", "Suspended", "the job is suspended (no driver)")
         return
-    if phase == JobPhase.FAILED.value:
-        if p.status.get("deployedGeneration") == p.generation:
+    if phase is JobPhase.FAILED:
+        if status.deployed_generation == p.generation:
             return  # stays Failed until the spec changes
-        p.set(restarts=0)
+        p.update(restarts=0)
         steps.launch(reason="the spec changed after the job failed")
         return
-    if pod_state == "none":
-        finished = phase == JobPhase.FINISHED.value
-        if finished and p.status.get("deployedGeneration") == p.generation:
+    if pod_state is DriverState.NONE:
+        finished = phase is JobPhase.FINISHED
+        if finished and status.deployed_generation == p.generation:
             return
-        steps.launch(reason="resumed" if phase == JobPhase.SUSPENDED.value else "started")
-    elif pod_state in ("failed", "gone"):
+        steps.launch(reason="resumed" if phase is JobPhase.SUSPENDED else "started")
+    elif pod_state in (DriverState.FAILED, DriverState.GONE):
         steps.driver_failed()
-    elif pod_state == "succeeded":
-        if p.status.get("deployedGeneration") != p.generation:
+    elif pod_state is DriverState.SUCCEEDED:
+        if status.deployed_generation != p.generation:
             steps.launch(reason="spec changed after the job finished")
-        elif phase != JobPhase.FINISHED.value:
-            p.set(phase=JobPhase.FINISHED.value, runningSince=None, message=steps.pod_summary())
+        elif phase is not JobPhase.FINISHED:
+            p.update(phase=JobPhase.FINISHED, running_since=None, message=steps.pod_summary())
             p.event("Normal", "JobFinished", f"the driver exited: {steps.pod_summary()}")
-    elif pod_state == "pending":
-        p.set(phase=JobPhase.DEPLOYING.value)
-    elif pod_state == "running":
+    elif pod_state is DriverState.PENDING:
+        p.update(phase=JobPhase.DEPLOYING)
+    elif pod_state is DriverState.RUNNING:
         steps.running()
-        upgrade_due = p.status.get("deployedGeneration") not in (None, p.generation)
-        if upgrade_due and p.status.get("upgradeFailedGeneration") != p.generation:
+        upgrade_due = status.deployed_generation not in (None, p.generation)
+        if upgrade_due and status.upgrade_failed_generation != p.generation:
             steps.begin_upgrade()
 
 
-def _conditions(p: Pass, not_ready_reason: str | None, window_s: float) -> None:
-    phase = p.status.get("phase", JobPhase.PENDING.value)
-    if phase == JobPhase.INVALID.value:
+def _conditions(p: JobPass, not_ready_reason: str | None, window_s: float) -> None:
+    phase = p.status.phase
+    if phase is JobPhase.INVALID:
         return
-    running = phase == JobPhase.RUNNING.value
+    running = phase is JobPhase.RUNNING
     p.condition(
         "Ready",
         running,
         "Running" if running else (not_ready_reason or str(phase)),
-        "the driver is running" if running else str(p.status.get("message") or f"phase {phase}"),
+        "the driver is running" if running else (p.status.message or f"phase {phase}"),
     )
     _checkpoint_health(p, running, window_s)
-    restored = p.status.get("restoredFrom")
-    if restored:
-        if restored.get("mode") == "Claim":
+    restored = p.status.restored_from
+    if restored is not None:
+        if restored.mode is RestoreMode.CLAIM:
             p.condition(
                 "RestoreSourceReleased",
                 False,
                 "Claimed",
-                f"the job owns {restored.get('path')} (Claim): it is never released",
+                f"the job owns {restored.path} (Claim): it is never released",
             )
-        elif restored.get("released"):
+        elif restored.released:
             p.condition(
                 "RestoreSourceReleased",
                 True,
                 "Released",
-                f"no retained checkpoint references {restored.get('path')}: it may be deleted",
+                f"no retained checkpoint references {restored.path}: it may be deleted",
             )
         else:
             p.condition(
                 "RestoreSourceReleased",
                 False,
                 "StillReferenced",
-                f"retained checkpoints still reference {restored.get('path')}; it is released "
+                f"retained checkpoints still reference {restored.path}; it is released "
                 "after the first checkpoint completes",
             )
 
 
-def _checkpoint_health(p: Pass, running: bool, window_s: float) -> None:
+def _checkpoint_health(p: JobPass, running: bool, window_s: float) -> None:
     if not running:
         p.condition("CheckpointsHealthy", None, "NotRunning", "the driver is not running")
         return
-    last = p.status.get("lastCheckpoint") or {}
-    last_time = parse_time(last.get("time"))
-    since = parse_time(p.status.get("runningSince")) or p.now
-    if last_time is not None and p.now - last_time <= window_s:
+    last = p.status.last_checkpoint
+    last_time = None if last is None else parse_time(last.time)
+    since = parse_time(p.status.running_since) or p.now
+    if last is not None and last_time is not None and p.now - last_time <= window_s:
         # The message names the checkpoint, not its age: a status that changes every
         # second would be patched on every reconcile.
         p.condition(
             "CheckpointsHealthy",
             True,
             "Recent",
-            f"checkpoint {last.get('id')} completed at {last.get('time')}",
+            f"checkpoint {last.id} completed at {last.time}",
         )
     elif last_time is None and p.now - since <= window_s:
         p.condition("CheckpointsHealthy", None, "Starting", "no checkpoint completed yet")

@@ -29,12 +29,11 @@ Thread-safety: used by one reconcile at a time (the job's lock).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from gic_operator.conditions import parse_time, rfc3339
 from gic_operator.errors import ConflictError, UntrustedInputError
 from gic_operator.job_policy import DriverFailure, restart_delay
-from gic_operator.job_view import JobView, status_int
+from gic_operator.job_view import JobView
 from gic_operator.launch_config import validate_launch
 from gic_operator.launch_plan import LaunchPlan, on_kubernetes
 from gic_operator.launcher import (
@@ -43,7 +42,14 @@ from gic_operator.launcher import (
     driver_service,
     executor_template_config_map,
 )
-from gic_operator.models import JobPhase, RestoreMode, SavepointState
+from gic_operator.models import (
+    JobPhase,
+    RecoverAction,
+    RestoredFrom,
+    RestoreMode,
+    SavepointState,
+    SavepointStatus,
+)
 from gic_operator.naming import ROLE_DRIVER, job_selector
 from gic_operator.restore_sources import savepoint_place
 from gic_runtime.errors import GICError
@@ -69,18 +75,18 @@ class JobSteps(JobView):
         left = [pod for pod in self.kube.list_pods(p.namespace, selector) if pod.name != keep]
         return not left
 
-    def _restore_source(self) -> tuple[str, str, str | None] | None:
-        """``(path, runtime mode, savepoint name)`` for a first launch, else ``None``.
+    def _restore_source(self) -> RestoredFrom | None:
+        """Where a first launch restores from (path, mode, savepoint name), else ``None``.
         Raises :class:`_NotReadyError` when the named Savepoint cannot be used (yet).
         A Claim is recorded on the Savepoint here, before anything is launched."""
         restore = self.spec.restore
         if restore is None or self.storage.has_checkpoint():
             return None
-        mode = "claim" if restore.mode is RestoreMode.CLAIM else "no-claim"
         if restore.path is not None:
             if restore.mode is RestoreMode.CLAIM:  # the spec check refuses it first
                 raise UntrustedInputError("a restore path is never claimed")
-            return self.storage.resolve_restore_path(restore.path), "no-claim", None
+            path = self.storage.resolve_restore_path(restore.path)
+            return RestoredFrom(path=path, mode=RestoreMode.NO_CLAIM, released=False)
         assert restore.savepoint is not None
         body = self.kube.get_object("savepoints", self.p.namespace, restore.savepoint)
         if body is None:
@@ -88,13 +94,13 @@ class JobSteps(JobView):
                 f"spec.restore.savepoint names Savepoint {restore.savepoint!r}, which does not "
                 f"exist in namespace {self.p.namespace}; create it or fix the name"
             )
-        status = body.get("status") or {}
-        if status.get("state") != SavepointState.COMPLETED.value or not status.get("path"):
+        status = SavepointStatus.read(body.get("status"))
+        if status.state is not SavepointState.COMPLETED or not status.path:
             raise _NotReadyError(
-                f"Savepoint {restore.savepoint!r} is {status.get('state', 'TriggerPending')}, "
+                f"Savepoint {restore.savepoint!r} is {status.state}, "
                 "not Completed; the job starts once it completes"
             )
-        claimed = status.get("claimedBy")
+        claimed = status.claimed_by
         me = f"{self.p.namespace}/{self.p.name}"
         if restore.mode is RestoreMode.CLAIM and claimed not in (None, me):
             raise _NotReadyError(
@@ -117,25 +123,27 @@ class JobSteps(JobView):
                     f"Savepoint {restore.savepoint!r} changed while this job claimed it; "
                     "trying again"
                 ) from None
-        return place.path, mode, restore.savepoint
+        return RestoredFrom(
+            path=place.path, savepoint=restore.savepoint, mode=restore.mode, released=False
+        )
 
-    def launch(self, *, reason: str, restore_from: str | None = None) -> bool:
+    def launch(self, *, reason: str) -> bool:
         """Launch a driver for the current spec (after clearing old ones); True if done."""
         p = self.p
         if not self._clear_other_drivers():
-            p.set(phase=JobPhase.DEPLOYING.value, message="waiting for old driver pods to go")
+            p.update(phase=JobPhase.DEPLOYING, message="waiting for old driver pods to go")
             self.waiting_for_launch = True
             return False
         try:
             source = self._restore_source()
         except _NotReadyError as exc:
-            p.set(phase=JobPhase.PENDING.value, message=str(exc))
+            p.update(phase=JobPhase.PENDING, message=str(exc))
             self.not_ready_reason = "RestoreSourceNotReady"
             self.waiting_for_launch = True
             return False
         # Above every claimed epoch and above the last launch's (its driver may have died
         # before claiming it): pod names never repeat and fencing always moves forward.
-        epoch = max(self.storage.highest_epoch(), status_int(p.status.get("epoch"))) + 1
+        epoch = max(self.storage.highest_epoch(), p.status.epoch or 0) + 1
         plan = LaunchPlan(
             namespace=p.namespace,
             name=p.name,
@@ -143,15 +151,15 @@ class JobSteps(JobView):
             spec=self.spec,
             job_id=self.job_id,
             epoch=epoch,
-            restore_source=source[0] if source else restore_from,
-            restore_mode=source[1] if source else ("no-claim" if restore_from else None),
+            restore_source=None if source is None else source.path,
+            restore_mode=None if source is None else source.mode.to_runtime(),
             generation=p.generation,
         )
         try:
             validate_launch(plan)
         except GICError as exc:
             message = f"cannot launch: {exc}"
-            p.set(phase=JobPhase.INVALID.value, message=message)
+            p.update(phase=JobPhase.INVALID, message=message)
             p.event("Warning", "InvalidSpec", message)
             return False
         self.kube.apply_service(p.namespace, driver_service(p.namespace, p.name, p.uid))
@@ -159,27 +167,19 @@ class JobSteps(JobView):
             self.kube.create_secret(p.namespace, auth_secret(p.namespace, p.name, p.uid))
             self.kube.apply_config_map(p.namespace, executor_template_config_map(plan))
         self.kube.create_pod(p.namespace, driver_pod(plan))
-        p.set(
-            driverPod=plan.pod_name,
+        p.update(
+            driver_pod=plan.pod_name,
             epoch=epoch,
-            deployedGeneration=p.generation,
-            phase=JobPhase.DEPLOYING.value,
-            runningSince=None,
+            deployed_generation=p.generation,
+            phase=JobPhase.DEPLOYING,
+            running_since=None,
             message=f"driver {plan.pod_name} launched ({reason})",
             pending=None,
         )
         text = f"launched driver pod {plan.pod_name} with fencing epoch {epoch} ({reason})"
         if source is not None:
-            path, mode, savepoint = source
-            restored: dict[str, Any] = {
-                "path": path,
-                "mode": "Claim" if mode == "claim" else "NoClaim",
-                "released": False,
-            }
-            if savepoint:
-                restored["savepoint"] = savepoint
-            p.set(restoredFrom=restored)
-            text += f", restoring from {path} ({restored['mode']})"
+            p.update(restored_from=source)
+            text += f", restoring from {source.path} ({source.mode})"
         p.event("Normal", "DriverLaunched", text)
         return True
 
@@ -187,21 +187,21 @@ class JobSteps(JobView):
 
     def running(self) -> None:
         p = self.p
-        if p.status.get("phase") != JobPhase.RUNNING.value:
-            p.event("Normal", "Running", f"driver {p.status.get('driverPod')} is running")
-        since = p.status.get("runningSince") or rfc3339(p.now)
-        p.set(phase=JobPhase.RUNNING.value, runningSince=since, message=None)
+        if p.status.phase is not JobPhase.RUNNING:
+            p.event("Normal", "Running", f"driver {p.status.driver_pod} is running")
+        since = p.status.running_since or rfc3339(p.now)
+        p.update(phase=JobPhase.RUNNING, running_since=since, message=None)
         started = parse_time(since) or p.now
         window = self.spec.restart_policy.reset_after_seconds
-        if p.status.get("restarts") and p.now - started >= window:
-            p.set(restarts=0)
+        if p.status.restarts and p.now - started >= window:
+            p.update(restarts=0)
             p.event("Normal", "RestartsReset", f"running for {window:.0f} s: restart count reset")
 
     def failure_reason(self) -> str | None:
         """The reason the current driver reported for its failure while the job is
         ``Failed`` or ``Recovering`` because of it (the ``Ready`` reason), else ``None``."""
-        phase = self.p.status.get("phase")
-        if self.failure is None or phase not in (JobPhase.FAILED.value, JobPhase.RECOVERING.value):
+        phase = self.p.status.phase
+        if self.failure is None or phase not in (JobPhase.FAILED, JobPhase.RECOVERING):
             return None
         return self.failure.reason
 
@@ -219,7 +219,7 @@ class JobSteps(JobView):
         driver reported that a relaunch would meet again ends in ``Failed`` at once."""
         p = self.p
         policy = self.spec.restart_policy
-        restarts = status_int(p.status.get("restarts"))
+        restarts = p.status.restarts
         summary = self.pod_summary()
         failure = self.failure
         if failure is not None:
@@ -231,11 +231,11 @@ class JobSteps(JobView):
                     "A relaunch would fail the same way, so the driver is not restarted: "
                     "fix the cause, then change the spec to retry"
                 )
-                p.set(
-                    phase=JobPhase.FAILED.value,
+                p.update(
+                    phase=JobPhase.FAILED,
                     message=message,
-                    runningSince=None,
-                    nextRestartTime=None,
+                    running_since=None,
+                    next_restart_time=None,
                 )
                 return
         # The driver's message goes to status.message and its own event; the rest
@@ -249,21 +249,18 @@ class JobSteps(JobView):
                 f"{detail}; the restart budget ({policy.max_restarts}) is used up. Fix the "
                 "cause (see the driver's log and the events), then change the spec to retry"
             )
-            p.set(phase=JobPhase.FAILED.value, message=message, runningSince=None)
+            p.update(phase=JobPhase.FAILED, message=message, running_since=None)
             p.event("Warning", "JobFailed", message)
             return
         delay = restart_delay(policy, restarts)
-        p.set(
-            phase=JobPhase.RECOVERING.value,
-            runningSince=None,
-            nextRestartTime=rfc3339(p.now + delay),
+        p.update(
+            phase=JobPhase.RECOVERING,
+            running_since=None,
+            next_restart_time=rfc3339(p.now + delay),
             message=f"{detail}; recovering",
-            pending={
-                "kind": "recover",
-                "started": rfc3339(p.now),
-                "due": rfc3339(p.now + delay),
-                "reason": summary,
-            },
+            pending=RecoverAction(
+                started=rfc3339(p.now), due=rfc3339(p.now + delay), reason=summary
+            ),
         )
         p.event(
             "Warning",

@@ -6,11 +6,11 @@ in storage, the restore source's release, the checkpoint and savepoint shown in 
 
 Trust: the job id and every savepoint directory are derived (``naming``), never read back
 from the status or from what a driver wrote; numbers copied from a status or a driver's
-report are bounded (:func:`status_int`); a savepoint outcome naming another directory is
-refused (:func:`checked_outcome_path`); the restore source's release is judged from the
-job's manifests; the pod named in ``status.driverPod`` counts only when it carries the
-job's driver labels; a driver's failure counts only for the epoch the current driver was
-launched with.
+report are bounded (the status model's integers, :func:`status_int`); a savepoint
+outcome naming another directory is refused (:func:`checked_outcome_path`); the restore
+source's release is judged from the job's manifests; the pod named in
+``status.driverPod`` counts only when it carries the job's driver labels; a driver's
+failure counts only for the epoch the current driver was launched with.
 
 Thread-safety: used by one reconcile at a time (the job's lock).
 """
@@ -20,41 +20,58 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from enum import StrEnum
 
 from gic_operator.conditions import parse_time, rfc3339
 from gic_operator.errors import UntrustedInputError
 from gic_operator.job_policy import DriverFailure, reported_failure
 from gic_operator.kube import KubeApi, PodInfo
-from gic_operator.models import GICJobSpec, RestoreMode
+from gic_operator.models import CheckpointInfo, GICJobSpec, RestoreMode, SavepointRef
+from gic_operator.models.base import MAX_STATUS_NUMBER, status_number
 from gic_operator.naming import job_id, job_selector, savepoint_dir
-from gic_operator.reconcile_context import Pass
+from gic_operator.reconcile_context import JobPass
 from gic_operator.settings import StorageAllowlist
 from gic_operator.storage_view import JobStorage, normalize_uri
-from gic_runtime.control.model import Outcome
+from gic_runtime.control.model import Outcome, OutcomeState
 
 log = logging.getLogger(__name__)
 
-#: Largest number copied from a status or a driver's report (larger ones read as 0).
-MAX_NUMBER = 2**53
+#: Largest number copied from a driver's report (larger ones read as 0).
+MAX_NUMBER = MAX_STATUS_NUMBER
 
 
-def status_int(value: Any) -> int:
-    """A non-negative integer read from a status (anyone with status access may have
-    written it): anything else reads as 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return 0
+def status_int(value: object) -> int:
+    """A non-negative integer read from a driver's report or another resource's status
+    (a driver or anyone with status access may have written it): anything else reads
+    as 0."""
     try:
-        number = int(value)
-    except (ValueError, OverflowError):
+        return status_number(value)
+    except ValueError:
         return 0
-    return number if 0 <= number <= MAX_NUMBER else 0
 
 
-def job_storage_id(p: Pass) -> str:
+class DriverState(StrEnum):
+    """The state of a job's driver pod, as a pass sees it (:meth:`JobView.pod_state`)."""
+
+    NONE = "none"  # no driver recorded
+    GONE = "gone"  # recorded, but the pod is missing (or is not the job's driver)
+    DELETING = "deleting"
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the driver may still run (or start)."""
+        return self in (DriverState.RUNNING, DriverState.PENDING)
+
+
+def job_storage_id(p: JobPass) -> str:
     """The job's id in storage, derived from its namespace, name and lineage (never
     ``status.jobId``)."""
-    return job_id(p.namespace, p.name, status_int(p.status.get("lineage")))
+    return job_id(p.namespace, p.name, p.status.lineage)
 
 
 def checked_outcome_path(outcome: Outcome, target: str) -> str:
@@ -74,13 +91,13 @@ class JobView:
 
     def __init__(
         self,
-        p: Pass,
+        p: JobPass,
         spec: GICJobSpec,
         storage_for: Callable[[GICJobSpec, str], JobStorage],
         kube: KubeApi,
         allowlist: StorageAllowlist | None = None,
         *,
-        warn: Callable[[Pass, str, str], None] | None = None,
+        warn: Callable[[JobPass, str, str], None] | None = None,
     ) -> None:
         self.p = p
         self.spec = spec
@@ -109,74 +126,71 @@ class JobView:
         """Read the driver pod, the runtime's status record and the restore source's
         release into the status."""
         p = self.p
-        p.set(jobId=self.job_id)
-        name = p.status.get("driverPod")
-        pod = self.kube.get_pod(p.namespace, str(name)) if name else None
+        p.update(job_id=self.job_id)
+        name = p.status.driver_pod
+        pod = self.kube.get_pod(p.namespace, name) if name else None
         selector = job_selector(p.name).items()
         # A pod without the job's driver labels is not its driver, whatever the status says.
         self.pod = pod if pod is not None and selector <= pod.labels.items() else None
         self._observe_release()
         runtime = self.storage.runtime_status()
-        self.failure = reported_failure(runtime, status_int(p.status.get("epoch")))
+        self.failure = reported_failure(runtime, p.status.epoch or 0)
         if runtime is None:
             return
         last = runtime.last_checkpoint
         if last is not None:
             duration = last.duration_ms if math.isfinite(last.duration_ms) else 0.0
-            p.set(
-                lastCheckpoint={
-                    "id": status_int(last.id),
-                    "time": rfc3339(last.created_at),
-                    "durationMs": round(min(max(duration, 0.0), float(MAX_NUMBER)), 1),
-                    "bytes": status_int(last.bytes_uploaded),
-                }
+            checkpoint = CheckpointInfo(
+                id=status_int(last.id),
+                time=rfc3339(last.created_at),
+                duration_ms=round(min(max(duration, 0.0), float(MAX_NUMBER)), 1),
+                bytes=status_int(last.bytes_uploaded),
             )
+            p.update(last_checkpoint=checkpoint)
         sp = runtime.last_savepoint
         mine = savepoint_dir(self.storage.root, p.namespace, p.name, "x")[: -len("x")]
-        if sp is not None and sp.state == "completed" and sp.path:
+        if sp is not None and sp.state == OutcomeState.COMPLETED.value and sp.path:
             path = normalize_uri(sp.path) if "://" in sp.path else ""
             if not path.startswith(mine):
                 return  # not one of this job's savepoint directories: not shown
-            ref: dict[str, Any] = {"path": path}
-            if sp.finished_at is not None:
-                ref["time"] = rfc3339(sp.finished_at)
-            old = p.status.get("lastSavepoint") or {}
-            if old.get("path") == path and old.get("name"):
-                ref["name"] = old["name"]
-            p.set(lastSavepoint=ref)
+            when = None if sp.finished_at is None else rfc3339(sp.finished_at)
+            p.update(last_savepoint=SavepointRef(path=path, time=when))
 
     def _observe_release(self) -> None:
         """Mark a NoClaim restore source released once the job's manifests no longer
         reference it (the driver's report is not consulted)."""
         p = self.p
-        restored = p.status.get("restoredFrom")
-        if not isinstance(restored, dict) or restored.get("released") or not restored.get("path"):
+        restored = p.status.restored_from
+        if restored is None or restored.released or not restored.path:
             return
-        if restored.get("mode") != RestoreMode.NO_CLAIM.value:
+        if restored.mode is not RestoreMode.NO_CLAIM:
             return
-        if self.storage.restore_released(str(restored["path"])):
+        if self.storage.restore_released(restored.path):
             p.event(
                 "Normal",
                 "RestoreSourceReleased",
-                f"no retained checkpoint references {restored.get('path')} any more",
+                f"no retained checkpoint references {restored.path} any more",
             )
-            p.set(restoredFrom={**restored, "released": True})
+            p.update(restored_from=restored.model_copy(update={"released": True}))
 
-    def pod_state(self) -> str:
-        """``none`` (no driver recorded), ``gone`` (recorded but missing), ``deleting``,
-        or the pod's phase in lower case."""
-        if not self.p.status.get("driverPod"):
-            return "none"
+    def pod_state(self) -> DriverState:
+        """:attr:`~DriverState.NONE` (no driver recorded), :attr:`~DriverState.GONE`
+        (recorded but missing), :attr:`~DriverState.DELETING`, or the pod's phase."""
+        if not self.p.status.driver_pod:
+            return DriverState.NONE
         if self.pod is None:
-            return "gone"
+            return DriverState.GONE
         if self.pod.deleting and not self.pod.finished:
-            return "deleting"
-        return self.pod.phase.lower()
+            return DriverState.DELETING
+        try:
+            return DriverState(self.pod.phase.lower())
+        except ValueError:
+            return DriverState.UNKNOWN
 
     def pod_summary(self) -> str:
         pod = self.pod
         if pod is None:
-            return f"driver pod {self.p.status.get('driverPod')} vanished"
+            return f"driver pod {self.p.status.driver_pod} vanished"
         text = f"driver pod {pod.name} {pod.phase}"
         if pod.exit_code is not None:
             text += f", exit code {pod.exit_code}"
@@ -187,6 +201,6 @@ class JobView:
         return text
 
     def checkpoint_age(self) -> float | None:
-        last = self.p.status.get("lastCheckpoint") or {}
-        when = parse_time(last.get("time"))
+        last = self.p.status.last_checkpoint
+        when = None if last is None else parse_time(last.time)
         return None if when is None else max(0.0, self.p.now - when)

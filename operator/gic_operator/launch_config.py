@@ -66,7 +66,7 @@ def settings_env(plan: LaunchPlan) -> dict[str, str]:
     if plan.restore_source is not None:
         env[env_var("restore_source")] = plan.restore_source
     if plan.restore_mode is not None:
-        env[env_var("restore_mode")] = plan.restore_mode
+        env[env_var("restore_mode")] = str(plan.restore_mode)
     if cp.s3_endpoint_url:
         env[S3_ENDPOINT_ENV] = cp.s3_endpoint_url
     env[env_var("metrics_port")] = str(METRICS_PORT)

@@ -34,6 +34,7 @@ from gic_operator.naming import (
     label_value,
 )
 from gic_operator.validation import IN_CLUSTER_MASTER
+from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
 from gic_runtime.errors import ConfigurationError
 
 DEFAULT_MASTER = IN_CLUSTER_MASTER
@@ -95,8 +96,8 @@ _MIB_PER_UNIT = {"k": 1 / 1024, "m": 1, "": 1, "g": 1024, "t": 1024 * 1024}
 class LaunchPlan:
     """One launch of a job's driver: the GICJob (``namespace``, ``name``, ``uid``,
     ``spec``, ``generation``), its job id in storage, the fencing epoch of this launch,
-    and where it restores from (``restore_mode`` in the runtime's words: ``claim`` or
-    ``no-claim``). Immutable."""
+    and where it restores from (``restore_mode`` is the runtime's mode,
+    :meth:`gic_operator.models.RestoreMode.to_runtime`). Immutable."""
 
     namespace: str
     name: str
@@ -105,7 +106,7 @@ class LaunchPlan:
     job_id: str
     epoch: int
     restore_source: str | None = None
-    restore_mode: str | None = None
+    restore_mode: RuntimeRestoreMode | None = None
     generation: int | None = None
 
     @property

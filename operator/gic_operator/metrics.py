@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gic_operator.models.gicjob import JobPhase
+from gic_operator.models.gicjob_status import JobPhase
 
 __all__ = ["CONTENT_TYPE_LATEST", "OperatorMetrics", "default_metrics"]
 

@@ -63,6 +63,8 @@ from gic_runtime.errors import (
 
 log = logging.getLogger(__name__)
 
+#: The pass of any resource.
+AnyPass = Pass[Any]
 RECONCILED = "Reconciled"
 INTERNAL_ERROR = "InternalError"
 
@@ -131,13 +133,13 @@ class ProblemReporter:
         self.metrics = metrics
         self.gate = gate or ErrorEventGate()
 
-    def _key(self, p: Pass) -> tuple[str, ...]:
+    def _key(self, p: AnyPass) -> tuple[str, ...]:
         return (self.resource, p.namespace, p.name, p.uid)
 
-    def _driver_key(self, p: Pass) -> tuple[str, ...]:
+    def _driver_key(self, p: AnyPass) -> tuple[str, ...]:
         return (*self._key(p), "driver")
 
-    def report(self, p: Pass, problem: Problem, exc: BaseException | None = None) -> None:
+    def report(self, p: AnyPass, problem: Problem, exc: BaseException | None = None) -> None:
         """Record ``problem`` in ``p`` (condition, gated Warning event), count it, log it."""
         p.condition(RECONCILED, False, problem.reason, problem.message)
         if self.metrics is not None:
@@ -153,7 +155,7 @@ class ProblemReporter:
         else:
             log.warning("%s: %s: %s", where, problem.reason, problem.message)
 
-    def driver_failure(self, p: Pass, reason: str, message: str) -> None:
+    def driver_failure(self, p: AnyPass, reason: str, message: str) -> None:
         """Post the failure the resource's driver reported as a Warning Event with
         ``reason``, gated like errors (see the module docstring); no condition, no
         metric: the reconcile itself met no error."""
@@ -165,7 +167,7 @@ class ProblemReporter:
         p.event("Warning", reason, text)
         log.info("%s: the driver failed: %s: %s", where, reason, message)
 
-    def commit(self, p: Pass) -> dict[str, Any]:
+    def commit(self, p: AnyPass) -> dict[str, Any]:
         """Write the pass's status (:meth:`Pass.commit`) and return the patch. An API error
         where no status can be written is logged and counted, and gives ``{}``; a pass
         whose patch conflicted had its events dropped, so they are posted again next time."""
@@ -185,13 +187,13 @@ class ProblemReporter:
         if self.metrics is not None:
             self.metrics.count_error(self.resource, reason)
 
-    def unposted(self, p: Pass) -> None:
+    def unposted(self, p: AnyPass) -> None:
         """The pass's events were dropped (its status patch conflicted): the next pass
         that meets the error (or the driver's failure) posts it again."""
         self.gate.clear(self._key(p))
         self.gate.clear(self._driver_key(p))
 
-    def resolved(self, p: Pass) -> None:
+    def resolved(self, p: AnyPass) -> None:
         """A pass without an error: ``Reconciled=True``; the next error is posted at once."""
         p.condition(RECONCILED, True, "Succeeded", "the last reconcile met no error")
         self.gate.clear(self._key(p))

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from gic_operator.errors import UntrustedInputError
 from gic_operator.kube import KubeApi
-from gic_operator.models import GICJobSpec, RestoreMode
+from gic_operator.models import GICJobSpec, GICJobStatus, RestoreMode, SavepointStatus
 from gic_operator.naming import job_id, savepoint_dir, savepoint_request_id
 from gic_operator.settings import StorageAllowlist
 from gic_operator.storage_view import normalize_uri
@@ -88,10 +88,10 @@ def savepoint_place(
             endpoint = cp.s3_endpoint_url
             root = normalize_uri(cp.storage)
             derived = savepoint_dir(root, namespace, job, rid)
-            recorded = (body.get("status") or {}).get("path")
-            if not recorded or _normalized(str(recorded)) == derived:
+            recorded = SavepointStatus.read(body.get("status")).path
+            if not recorded or _normalized(recorded) == derived:
                 return SavepointPlace(derived, root, endpoint)
-    recorded = _normalized(str((body.get("status") or {}).get("path") or ""))
+    recorded = _normalized(SavepointStatus.read(body.get("status")).path or "")
     root = recorded[: -len(suffix)] if recorded.endswith(suffix) else ""
     if not root or not allowlist.storage_allowed(namespace, root):
         raise UntrustedInputError(
@@ -111,25 +111,38 @@ def _normalized(path: str) -> str:
 
 def holders(
     jobs: Sequence[Mapping[str, Any]], savepoint: str, path: str | None
-) -> list[tuple[str, str]]:
+) -> list[tuple[str, RestoreMode]]:
     """``(job name, mode)`` of the GICJobs in ``jobs`` (one namespace) that still need the
-    files of Savepoint ``savepoint`` at ``path`` (module docstring), sorted; ``mode`` is
-    ``Claim`` or ``NoClaim``."""
+    files of Savepoint ``savepoint`` at ``path`` (module docstring), sorted."""
     held = []
     for job in jobs:
         if _meta(job).get("deletionTimestamp"):
             continue
-        restored = (job.get("status") or {}).get("restoredFrom") or {}
-        wanted = ((job.get("spec") or {}).get("restore") or {}).get("savepoint")
-        source = _normalized(str(restored.get("path") or ""))
-        uses = restored.get("savepoint") == savepoint or (bool(path) and source == path)
+        restored = GICJobStatus.read(job.get("status")).restored_from
         name = str(_meta(job).get("name"))
-        if uses:
-            if restored.get("mode") == RestoreMode.CLAIM.value:
-                held.append((name, RestoreMode.CLAIM.value))
-            elif not restored.get("released"):
-                held.append((name, RestoreMode.NO_CLAIM.value))
-        elif wanted == savepoint and not restored:
-            mode = ((job.get("spec") or {}).get("restore") or {}).get("mode")
-            held.append((name, str(mode or RestoreMode.NO_CLAIM.value)))
+        if restored is not None:
+            source = _normalized(restored.path)
+            uses = restored.savepoint == savepoint or (bool(path) and source == path)
+            if uses and restored.mode is RestoreMode.CLAIM:
+                held.append((name, RestoreMode.CLAIM))
+            elif uses and not restored.released:
+                held.append((name, RestoreMode.NO_CLAIM))
+            continue
+        wanted = _wanted_restore(job)
+        if wanted is not None and wanted[0] == savepoint:
+            held.append((name, wanted[1]))
     return sorted(held)
+
+
+def _wanted_restore(job: Mapping[str, Any]) -> tuple[str, RestoreMode] | None:
+    """``(Savepoint name, mode)`` a GICJob's ``spec.restore`` names (before its launch),
+    or ``None``. A spec that does not validate is read field by field, so a job whose
+    spec is broken elsewhere still holds the Savepoint it names."""
+    restore = (job.get("spec") or {}).get("restore")
+    if not isinstance(restore, Mapping) or not isinstance(restore.get("savepoint"), str):
+        return None
+    try:
+        mode = RestoreMode(restore.get("mode") or RestoreMode.NO_CLAIM)
+    except ValueError:
+        mode = RestoreMode.NO_CLAIM
+    return restore["savepoint"], mode

@@ -54,15 +54,17 @@ from gic_operator.metrics import OperatorMetrics
 from gic_operator.models import (
     FINAL_STATES,
     GICJobSpec,
+    GICJobStatus,
     JobPhase,
     RestoreMode,
-    SavepointMode,
     SavepointSpec,
     SavepointState,
+    SavepointStatus,
 )
+from gic_operator.models.gicjob import SAVEPOINT_TIMEOUT_S
 from gic_operator.naming import job_id, savepoint_dir, savepoint_request_id
 from gic_operator.problems import ProblemReporter, describe
-from gic_operator.reconcile_context import KeyedLocks, Pass
+from gic_operator.reconcile_context import KeyedLocks, Pass, SavepointPass
 from gic_operator.restore_sources import holders, savepoint_place
 from gic_operator.settings import StorageAllowlist
 from gic_operator.storage_view import JobStorage
@@ -74,7 +76,7 @@ log = logging.getLogger(__name__)
 PLURAL = "savepoints"
 MAX_DISPOSAL_ATTEMPTS = 5
 #: Timeout of an InProgress Savepoint whose job's spec cannot be read (seconds).
-DEFAULT_TIMEOUT_S = 600
+DEFAULT_TIMEOUT_S = SAVEPOINT_TIMEOUT_S
 
 StorageFactory = Callable[[GICJobSpec, str], JobStorage]
 
@@ -123,25 +125,25 @@ class SavepointReconciler:
             return self._reconcile(fresh)
 
     def _reconcile(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        p = Pass(self.kube, PLURAL, body, clock=self.clock)
-        state = str(p.status.get("state") or SavepointState.TRIGGER_PENDING.value)
-        if state in {s.value for s in FINAL_STATES} or p.deleting:
+        p = Pass(self.kube, PLURAL, body, SavepointStatus, clock=self.clock)
+        state = p.status.state
+        if state in FINAL_STATES or p.deleting:
             return {}
         try:
             self._pass(p, body, state)
         except Exception as exc:
             problem = describe(exc)
             self.problems.report(p, problem, exc)
-            if state == SavepointState.IN_PROGRESS.value:
+            if state is SavepointState.IN_PROGRESS:
                 timeout = self._timeout_of(p, body)
-                started = parse_time(p.status.get("triggerTime")) or p.now
+                started = parse_time(p.status.trigger_time) or p.now
                 if p.now - started > timeout:
                     self._fail(p, f"no savepoint after {timeout} s; meanwhile: {problem.message}")
         else:
             self.problems.resolved(p)
         return self.problems.commit(p)
 
-    def _timeout_of(self, p: Pass, body: Mapping[str, Any]) -> int:
+    def _timeout_of(self, p: SavepointPass, body: Mapping[str, Any]) -> int:
         try:
             job = self.kube.get_object("gicjobs", p.namespace, str(body["spec"]["job"]))
             spec = GICJobSpec.model_validate((job or {}).get("spec") or {})
@@ -149,7 +151,7 @@ class SavepointReconciler:
             return DEFAULT_TIMEOUT_S
         return spec.savepoints.timeout_seconds
 
-    def _pass(self, p: Pass, body: Mapping[str, Any], state: str) -> None:
+    def _pass(self, p: SavepointPass, body: Mapping[str, Any], state: SavepointState) -> None:
         try:
             spec = SavepointSpec.model_validate(body.get("spec") or {})
         except ValidationError as exc:
@@ -158,24 +160,27 @@ class SavepointReconciler:
         job = self.kube.get_object("gicjobs", p.namespace, spec.job)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             message = f"GICJob {spec.job!r} does not exist (any more) in namespace {p.namespace}"
-            p.set(state=SavepointState.ABANDONED.value, error=message)
-            p.set(completionTime=rfc3339(p.now))
+            p.update(state=SavepointState.ABANDONED, error=message)
+            p.update(completion_time=rfc3339(p.now))
             p.event("Warning", "SavepointAbandoned", message)
             return
         try:
             job_spec = GICJobSpec.model_validate(job.get("spec") or {})
         except ValidationError as exc:
-            p.set(state=state, error=f"GICJob {spec.job} is invalid: {exc.error_count()} errors")
+            p.update(state=state, error=f"GICJob {spec.job} is invalid: {exc.error_count()} errors")
             return
         storage = self._storage(p, spec.job, job, job_spec)
         rid = savepoint_request_id(p.name, p.uid)
         request = _Request(storage, rid, savepoint_dir(storage.root, p.namespace, spec.job, rid))
-        if state == SavepointState.TRIGGER_PENDING.value:
-            self._trigger(p, spec, job.get("status") or {}, request)
+        job_status = GICJobStatus.read(job.get("status"))
+        if state is SavepointState.TRIGGER_PENDING:
+            self._trigger(p, spec, job_status, request)
         else:
             self._follow(p, job_spec, job, request)
 
-    def _storage(self, p: Pass, job: str, body: Mapping[str, Any], spec: GICJobSpec) -> JobStorage:
+    def _storage(
+        self, p: SavepointPass, job: str, body: Mapping[str, Any], spec: GICJobSpec
+    ) -> JobStorage:
         """The storage of the Savepoint's job, once the allowlist admits it."""
         cp = spec.checkpointing
         endpoint = cp.s3_endpoint_url
@@ -186,42 +191,41 @@ class SavepointReconciler:
                 f"GICJob {job} names storage or an S3 endpoint the operator may not use in "
                 f"namespace {p.namespace} (see the GICJob's status); nothing was read or written"
             )
-        lineage = status_int((body.get("status") or {}).get("lineage"))
+        lineage = GICJobStatus.read(body.get("status")).lineage
         return self.storage_for(spec, job_id(p.namespace, job, lineage))
 
     def _trigger(
-        self, p: Pass, spec: SavepointSpec, job_status: Mapping[str, Any], request: _Request
+        self, p: SavepointPass, spec: SavepointSpec, job_status: GICJobStatus, request: _Request
     ) -> None:
         rid, target = request.rid, request.target
-        if job_status.get("phase") != JobPhase.RUNNING.value:
-            p.set(state=SavepointState.TRIGGER_PENDING.value)
+        if job_status.phase is not JobPhase.RUNNING:
+            p.update(state=SavepointState.TRIGGER_PENDING)
             p.condition(
                 "Triggered",
                 False,
                 "JobNotRunning",
-                f"waiting for GICJob {spec.job} to be Running "
-                f"(it is {job_status.get('phase', 'Pending')})",
+                f"waiting for GICJob {spec.job} to be Running (it is {job_status.phase})",
             )
             return
-        kind = "terminal" if spec.mode is SavepointMode.STOP else "intermediate"
+        kind = spec.mode.to_runtime()
         request.storage.request_savepoint(
             rid,
             kind=kind,
-            format=spec.format.value,
+            format=spec.format,
             requested_by=f"gic-operator savepoint {p.namespace}/{p.name}",
             target=target,
         )
-        p.set(
-            state=SavepointState.IN_PROGRESS.value,
-            requestId=rid,
+        p.update(
+            state=SavepointState.IN_PROGRESS,
+            request_id=rid,
             path=target,
-            triggerTime=rfc3339(p.now),
+            trigger_time=rfc3339(p.now),
         )
         p.condition("Triggered", True, "Requested", f"request {rid} written for the driver")
         p.event("Normal", "SavepointTriggered", f"asked job {spec.job} for a savepoint ({kind})")
 
     def _follow(
-        self, p: Pass, job_spec: GICJobSpec, job: Mapping[str, Any], request: _Request
+        self, p: SavepointPass, job_spec: GICJobSpec, job: Mapping[str, Any], request: _Request
     ) -> None:
         storage, rid, target = request.storage, request.rid, request.target
         try:
@@ -230,7 +234,7 @@ class SavepointReconciler:
             self._fail(p, f"the driver's outcome is unreadable (it stays so): {exc}")
             return
         if outcome is None:
-            started = parse_time(p.status.get("triggerTime")) or p.now
+            started = parse_time(p.status.trigger_time) or p.now
             timeout = job_spec.savepoints.timeout_seconds
             if p.now - started > timeout:
                 error = f"no savepoint after {timeout} s (spec.savepoints.timeoutSeconds)"
@@ -250,26 +254,26 @@ class SavepointReconciler:
             return
         size = None if outcome.size_bytes is None else status_int(outcome.size_bytes)
         checkpoint = None if outcome.checkpoint_id is None else status_int(outcome.checkpoint_id)
-        p.set(
-            state=SavepointState.COMPLETED.value,
-            requestId=rid,
+        p.update(
+            state=SavepointState.COMPLETED,
+            request_id=rid,
             path=path,
-            checkpointId=checkpoint,
-            sizeBytes=size,
-            completionTime=rfc3339(outcome.finished_at),
+            checkpoint_id=checkpoint,
+            size_bytes=size,
+            completion_time=rfc3339(outcome.finished_at),
             error=None,
         )
         message = f"savepoint of checkpoint {checkpoint} completed at {path} ({size or 0} bytes)"
         p.event("Normal", "SavepointCompleted", message)
         self.kube.event(job, "Normal", "SavepointCompleted", f"Savepoint {p.name}: {message}")
 
-    def _fail(self, p: Pass, error: str, *, count: bool = True) -> None:
-        failures = status_int(p.status.get("failures")) + (1 if count else 0)
-        p.set(
-            state=SavepointState.FAILED.value,
+    def _fail(self, p: SavepointPass, error: str, *, count: bool = True) -> None:
+        failures = p.status.failures + (1 if count else 0)
+        p.update(
+            state=SavepointState.FAILED,
             error=error,
             failures=failures,
-            completionTime=rfc3339(p.now),
+            completion_time=rfc3339(p.now),
         )
         p.event("Warning", "SavepointFailed", error)
 
@@ -284,12 +288,11 @@ class SavepointReconciler:
         disposal while attempts remain; after :data:`MAX_DISPOSAL_ATTEMPTS` failures it
         gives up with a Warning event and returns, so the resource can go.
         """
-        p = Pass(self.kube, PLURAL, body, clock=self.clock)
+        p = Pass(self.kube, PLURAL, body, SavepointStatus, clock=self.clock)
         spec = body.get("spec") or {}
-        status = body.get("status") or {}
         if not spec.get("disposeOnDelete"):
             return "kept (disposeOnDelete is false)"
-        if status.get("state") != SavepointState.COMPLETED.value:
+        if p.status.state is not SavepointState.COMPLETED:
             return "nothing to dispose of"
         try:
             place = savepoint_place(self.kube, self.allowlist, p.namespace, body)
@@ -300,9 +303,10 @@ class SavepointReconciler:
             return message
         except Exception as exc:
             return self._disposal_failed(p, body, attempt, exc)
-        claimers = [name for name, mode in held if mode == RestoreMode.CLAIM.value]
-        if status.get("claimedBy") or claimers:
-            owner = status.get("claimedBy") or f"{p.namespace}/{claimers[0]}"
+        claimers = [name for name, mode in held if mode is RestoreMode.CLAIM]
+        claimed_by = p.status.claimed_by
+        if claimed_by or claimers:
+            owner = claimed_by or f"{p.namespace}/{claimers[0]}"
             message = f"files kept: claimed by {owner} (Claim restore)"
             self.kube.event(body, "Normal", "SavepointKept", message)
             return message
@@ -329,7 +333,7 @@ class SavepointReconciler:
         return message
 
     def _disposal_failed(
-        self, p: Pass, body: Mapping[str, Any], attempt: int, exc: Exception
+        self, p: SavepointPass, body: Mapping[str, Any], attempt: int, exc: Exception
     ) -> str:
         if attempt + 1 >= MAX_DISPOSAL_ATTEMPTS:
             message = (

@@ -43,32 +43,47 @@ OPERATOR = ROOT / "operator" / "gic_operator"
 SHARED: tuple[type[BaseModel], ...] = (Condition, PodTemplate)
 
 
-def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
-    """The model inside ``annotation`` (``X``, ``X | None``, ``list[X]``) and whether it is
-    a list item. Conditions are a standard Kubernetes shape, documented as one field."""
+def _nested_models(annotation: Any) -> tuple[list[type[BaseModel]], bool]:
+    """The models inside ``annotation`` (``X``, ``X | None``, ``list[X]``, a union of
+    models such as ``status.pending``'s actions) and whether they are list items.
+    Conditions are a standard Kubernetes shape, documented as one field."""
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
+        models: list[type[BaseModel]] = []
+        in_list = False
         for arg in get_args(annotation):
-            found, in_list = _nested_model(arg)
-            if found is not None:
-                return found, in_list
-        return None, False
+            found, listed = _nested_models(arg)
+            models += [m for m in found if m not in models]
+            in_list = in_list or listed
+        return models, in_list
     if origin is list:
-        found, _ = _nested_model(get_args(annotation)[0])
+        found, _ = _nested_models(get_args(annotation)[0])
         return found, True
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return (None if annotation in SHARED else annotation), False
-    return None, False
+        return ([] if annotation in SHARED else [annotation]), False
+    return [], False
 
 
 def field_paths(model: type[BaseModel], prefix: str) -> Iterator[str]:
-    """Every field of ``model`` as its path in a manifest (camelCase, ``[]`` for lists)."""
+    """Every field of ``model`` as its path in a manifest (camelCase, ``[]`` for lists);
+    a field shared by several members of a union once."""
+    seen: set[str] = set()
     for name, info in model.model_fields.items():
         path = f"{prefix}.{info.alias or name}"
         yield path
-        nested, in_list = _nested_model(info.annotation)
-        if nested is not None:
-            yield from field_paths(nested, path + ("[]" if in_list else ""))
+        nested, in_list = _nested_models(info.annotation)
+        for member in nested:
+            for sub in field_paths(member, path + ("[]" if in_list else "")):
+                if sub not in seen:
+                    seen.add(sub)
+                    yield sub
+
+
+def test_union_members_are_all_documented_fields() -> None:
+    """Every action in ``status.pending`` contributes its fields."""
+    paths = set(field_paths(GICJobStatus, "status"))
+    for field in ("kind", "due", "epoch", "mode", "requestId", "requested", "targetGeneration"):
+        assert f"status.pending.{field}" in paths
 
 
 @pytest.mark.parametrize(

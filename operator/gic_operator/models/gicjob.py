@@ -3,8 +3,15 @@
 A GICJob is one stateful PySpark streaming job whose state is checkpointed by GIC. The spec
 says what to run (``application``), whether it should run (``state``), where its
 checkpoints live (``checkpointing``), where it starts from (``restore``), how a spec change
-is rolled out (``upgradeMode``), its savepoint policy and its restart policy. The status is
-written only by the operator.
+is rolled out (``upgradeMode``), its savepoint policy and its restart policy. The status
+(:mod:`gic_operator.models.gicjob_status`) is written only by the operator.
+
+The checkpoint tuning fields (``checkpointing.buckets``, ``retainedCheckpoints``,
+``materializationIntervalSeconds``, ``changelog.*``) default to the runtime's own defaults
+(:class:`gic_runtime.config.GICSettings`, read here, never restated): the CRD states them
+as its defaults, so the API server stores them with each new job and a later runtime
+with other defaults never changes the settings of an existing job (its bucket count
+above all). The CRD's bounds are the operator's and may be tighter than the runtime's.
 
 Invariants checked at validation (an invalid spec gets a ``Ready=False`` condition with the
 message and nothing is launched):
@@ -28,13 +35,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from gic_operator.models.base import CONDITIONS_LIST, Condition, KubeModel, StatusPart
+from gic_operator.models.base import KubeModel
 from gic_operator.models.env import EnvVar
 from gic_operator.models.pod_template import PodTemplate
 from gic_operator.validation import SPARK_CONF_VALUE_MAX, check_spark_conf
+from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
+from gic_runtime.checkpoint.manifest import SavepointFormat
+from gic_runtime.config import GICSettings
 
 #: Service account of every driver pod (the Helm chart creates it in each Spark namespace
 #: with exactly the rights ``spark-submit`` needs to manage executor pods). A GICJob cannot
@@ -51,6 +60,25 @@ MAX_SECONDS_YEAR = 366 * MAX_SECONDS_DAY
 MAX_SECONDS_10_YEARS = 10 * MAX_SECONDS_YEAR
 #: Spark memory sizes: a number of at most 9 digits and an optional unit.
 MEMORY_PATTERN = r"^[0-9]{1,9}[kmgtKMGT]?$"
+#: Seconds a savepoint may take: the default of ``spec.savepoints.timeoutSeconds``, and
+#: what upgrade and suspend savepoints always allow.
+SAVEPOINT_TIMEOUT_S = 600
+
+
+def runtime_default(setting: str) -> int | float:
+    """The runtime's default of its numeric setting ``setting``
+    (:class:`gic_runtime.config.GICSettings`), the default of the CRD field tuning it."""
+    default = GICSettings.model_fields[setting].default
+    if isinstance(default, bool) or not isinstance(default, int | float):
+        raise TypeError(f"the runtime's setting {setting} has no numeric default")
+    return default
+
+
+def _runtime_int(setting: str) -> int:
+    default = runtime_default(setting)
+    if not isinstance(default, int):
+        raise TypeError(f"the runtime's setting {setting} is not an integer")
+    return default
 
 
 class JobState(StrEnum):
@@ -69,17 +97,17 @@ class UpgradeMode(StrEnum):
 
 
 class RestoreMode(StrEnum):
-    """Who owns a restore source's files after the restore."""
+    """Who owns a restore source's files after the restore (the CRD's spelling;
+    :meth:`to_runtime` gives the runtime's)."""
 
     CLAIM = "Claim"
     NO_CLAIM = "NoClaim"
 
-
-class SavepointFormat(StrEnum):
-    """Savepoint file format."""
-
-    NATIVE = "native"
-    CANONICAL = "canonical"
+    def to_runtime(self) -> RuntimeRestoreMode:
+        """The runtime's mode (``claim`` / ``no-claim``: ``GIC_RESTORE_MODE``)."""
+        if self is RestoreMode.CLAIM:
+            return RuntimeRestoreMode.CLAIM
+        return RuntimeRestoreMode.NO_CLAIM
 
 
 class ImagePullPolicy(StrEnum):
@@ -178,13 +206,18 @@ class ChangelogSpec(KubeModel):
     """Changelog upload tuning (defaults suit most jobs)."""
 
     preemptive_upload_bytes: int = Field(
-        4 * 1024 * 1024,
+        _runtime_int("changelog_preemptive_upload_bytes"),
         ge=1,
         le=1024 * 1024 * 1024,
-        description="Buffered changelog bytes that trigger an upload before the checkpoint.",
+        description="Buffered changelog bytes that trigger an upload before the checkpoint. "
+        "Default: the runtime's (changelog_preemptive_upload_bytes).",
     )
     max_hedges: int = Field(
-        1, ge=0, le=8, description="Extra upload attempts started when one is slow (0: off)."
+        _runtime_int("max_hedges"),
+        ge=0,
+        le=8,
+        description="Extra upload attempts started when one is slow (0: off). Default: the "
+        "runtime's (max_hedges).",
     )
 
 
@@ -207,18 +240,25 @@ class CheckpointingSpec(KubeModel):
         None, description="S3 endpoint for S3-compatible servers (MinIO, SeaweedFS)."
     )
     buckets: int = Field(
-        128,
+        _runtime_int("num_buckets"),
         ge=1,
         le=32768,
-        description="Key buckets (units of rescaling), fixed for the life of the state.",
+        description="Key buckets (units of rescaling), fixed for the life of the state. "
+        "Default: the runtime's (num_buckets).",
     )
-    retained_checkpoints: int = Field(3, ge=1, le=1000, description="Completed checkpoints kept.")
+    retained_checkpoints: int = Field(
+        _runtime_int("retained_checkpoints"),
+        ge=1,
+        le=1000,
+        description="Completed checkpoints kept. Default: the runtime's (retained_checkpoints).",
+    )
     materialization_interval_seconds: float = Field(
-        120.0,
+        float(runtime_default("materialization_interval_s")),
         gt=0,
         le=MAX_SECONDS_WEEK,
         allow_inf_nan=False,
-        description="Seconds between materializations of one bucket; bounds restore replay.",
+        description="Seconds between materializations of one bucket; bounds restore replay. "
+        "Default: the runtime's (materialization_interval_s).",
     )
     changelog: ChangelogSpec = Field(
         default_factory=lambda: ChangelogSpec.model_validate({}),
@@ -294,11 +334,11 @@ class SavepointPolicySpec(KubeModel):
         description="Retention of periodic savepoints.",
     )
     timeout_seconds: int = Field(
-        600,
+        SAVEPOINT_TIMEOUT_S,
         ge=10,
         le=MAX_SECONDS_DAY,
         description="A triggered Savepoint resource not completed after this is marked "
-        "Failed (upgrade and suspend savepoints allow 600 s).",
+        f"Failed (upgrade and suspend savepoints allow {SAVEPOINT_TIMEOUT_S} s).",
     )
 
 
@@ -365,121 +405,4 @@ class GICJobSpec(KubeModel):
     restart_policy: RestartPolicySpec = Field(
         default_factory=lambda: RestartPolicySpec.model_validate({}),
         description="Restart budget and backoff.",
-    )
-
-
-class JobPhase(StrEnum):
-    """Lifecycle phase shown in ``kubectl get gj``."""
-
-    PENDING = "Pending"
-    DEPLOYING = "Deploying"
-    RUNNING = "Running"
-    UPGRADING = "Upgrading"
-    RECOVERING = "Recovering"
-    SUSPENDING = "Suspending"
-    SUSPENDED = "Suspended"
-    FINISHED = "Finished"
-    FAILED = "Failed"
-    INVALID = "Invalid"
-
-
-class CheckpointInfo(StatusPart):
-    """The job's latest completed checkpoint."""
-
-    id: int = Field(description="Checkpoint (micro-batch) id.")
-    time: str | None = Field(None, description="RFC 3339 completion time.")
-    duration_ms: float | None = Field(None, description="Critical-path duration.")
-    bytes: int | None = Field(None, description="Bytes uploaded for it.")
-
-
-class SavepointRef(StatusPart):
-    """The job's latest completed savepoint."""
-
-    path: str = Field(description="Savepoint directory URI.")
-    time: str | None = Field(None, description="RFC 3339 completion time.")
-
-
-class RestoredFrom(StatusPart):
-    """Where the current lineage started."""
-
-    path: str = Field(description="Source URI.")
-    savepoint: str | None = Field(None, description="Savepoint resource, if one was named.")
-    mode: RestoreMode = Field(description="Claim or NoClaim.")
-    released: bool = Field(
-        False, description="NoClaim: no retained checkpoint references the source any more."
-    )
-
-
-class SweepInfo(StatusPart):
-    """The last orphan sweep of the job's storage."""
-
-    time: str = Field(description="RFC 3339 time of the sweep.")
-    files: int = Field(description="Orphaned objects deleted.")
-    bytes: int = Field(description="Bytes deleted.")
-    epoch: int | None = Field(None, description="Fencing epoch claimed before the sweep.")
-
-
-class PendingAction(StatusPart):
-    """A durable intent of the operator (survives operator restarts)."""
-
-    kind: str = Field(description="upgrade, suspend or recover.")
-    request_id: str | None = Field(None, description="Control request id sent to the driver.")
-    started: str = Field(description="RFC 3339 time the action began.")
-    target_generation: int | None = Field(None, description="Spec generation it rolls out.")
-    requested: bool | None = Field(
-        None, description="The stop-with-savepoint request was written to storage."
-    )
-    due: str | None = Field(None, description="RFC 3339 time the next step may run (backoff).")
-    mode: str | None = Field(None, description="Upgrade mode the upgrade runs with.")
-    reason: str | None = Field(None, description="Why the action began.")
-
-
-class GICJobStatus(KubeModel):
-    """Observed state, written by the operator."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
-    )
-
-    phase: JobPhase = Field(JobPhase.PENDING, description="Lifecycle phase.")
-    observed_generation: int | None = Field(
-        None, description="metadata.generation the operator last acted on."
-    )
-    job_id: str | None = Field(None, description="Job id in storage (<namespace>.<name>).")
-    epoch: int | None = Field(None, description="Fencing epoch of the current driver.")
-    driver_pod: str | None = Field(None, description="Name of the current driver pod.")
-    deployed_generation: int | None = Field(
-        None, description="Spec generation the current driver runs."
-    )
-    lineage: int = Field(
-        0, description="State lineage; a stateless upgrade starts a new one (new job id)."
-    )
-    restarts: int = Field(0, description="Restarts since the count was last reset.")
-    last_restart_time: str | None = Field(None, description="RFC 3339 time of the last restart.")
-    next_restart_time: str | None = Field(
-        None, description="RFC 3339 time the pending restart is due (backoff)."
-    )
-    running_since: str | None = Field(None, description="RFC 3339 time the driver was Running.")
-    last_checkpoint: CheckpointInfo | None = Field(None, description="Latest checkpoint.")
-    last_savepoint: SavepointRef | None = Field(None, description="Latest completed savepoint.")
-    restored_from: RestoredFrom | None = Field(None, description="Restore source of the lineage.")
-    last_sweep: SweepInfo | None = Field(None, description="Last orphan sweep.")
-    pending: PendingAction | None = Field(None, description="Operator action in progress.")
-    processed_savepoint_nonce: str | None = Field(
-        None, description="Last gic.io/savepoint annotation value turned into a Savepoint."
-    )
-    last_periodic_savepoint: str | None = Field(
-        None, description="RFC 3339 time of the last periodic savepoint trigger."
-    )
-    upgrade_failed_generation: int | None = Field(
-        None, description="Generation whose upgrade failed; not retried until the spec changes."
-    )
-    suspend_failed_generation: int | None = Field(
-        None, description="Generation whose suspend savepoint failed; not retried until then."
-    )
-    message: str | None = Field(None, description="Human-readable summary of the phase.")
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Conditions, at most one of each type.",
-        json_schema_extra=CONDITIONS_LIST,
     )

@@ -20,18 +20,30 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from gic_operator.models.base import CONDITIONS_LIST, Condition, KubeModel
-from gic_operator.models.gicjob import SavepointFormat
+from gic_operator.models.base import (
+    CONDITIONS_LIST,
+    Condition,
+    KubeModel,
+    ResourceStatus,
+    StatusInt,
+)
+from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 
 
 class SavepointMode(StrEnum):
-    """Whether the job keeps running after the savepoint."""
+    """Whether the job keeps running after the savepoint (the CRD's spelling;
+    :meth:`to_runtime` gives the runtime's savepoint type)."""
 
     INTERMEDIATE = "intermediate"
     STOP = "stop"
+
+    def to_runtime(self) -> SavepointType:
+        """The runtime's savepoint type: ``intermediate``, or ``terminal`` for a stop."""
+        if self is SavepointMode.STOP:
+            return SavepointType.TERMINAL
+        return SavepointType.INTERMEDIATE
 
 
 class SavepointState(StrEnum):
@@ -70,22 +82,18 @@ class SavepointSpec(KubeModel):
     )
 
 
-class SavepointStatus(KubeModel):
+class SavepointStatus(ResourceStatus):
     """Observed state of a savepoint, written by the operator."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
-    )
 
     state: SavepointState = Field(SavepointState.TRIGGER_PENDING, description="Progress.")
     request_id: str | None = Field(None, description="Control request id sent to the driver.")
     path: str | None = Field(None, description="URI of the savepoint directory.")
-    checkpoint_id: int | None = Field(None, description="Checkpoint the savepoint copies.")
+    checkpoint_id: StatusInt | None = Field(None, description="Checkpoint the savepoint copies.")
     trigger_time: str | None = Field(None, description="RFC 3339 time the request was made.")
     completion_time: str | None = Field(None, description="RFC 3339 time it completed/failed.")
-    size_bytes: int | None = Field(None, description="Bytes in the savepoint directory.")
+    size_bytes: StatusInt | None = Field(None, description="Bytes in the savepoint directory.")
     error: str | None = Field(None, description="Why it failed.")
-    failures: int = Field(0, description="Failed attempts so far.")
+    failures: StatusInt = Field(0, description="Failed attempts so far.")
     claimed_by: str | None = Field(
         None, description="GICJob (namespace/name) that restored from it in Claim mode."
     )

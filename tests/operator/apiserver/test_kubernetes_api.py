@@ -281,3 +281,56 @@ def test_a_reconcile_that_meets_a_newer_version_writes_nothing_and_the_next_one_
     finally:
         client.close()
         kube_env.raw.delete(path)
+
+
+def test_the_typed_status_round_trips_through_the_server(
+    api: KubernetesApi, kube_env: KubeEnv
+) -> None:
+    """Every pending action a pass writes passes the CRD's schema and reads back as the
+    same typed value; a patch from one kind to another leaves none of the first's fields
+    (the nulls of :func:`status_patch`); another version's fields are kept."""
+    from gic_operator.models import (
+        GICJobStatus,
+        RecoverAction,
+        RestoredFrom,
+        RestoreMode,
+        SuspendAction,
+        UpgradeAction,
+        UpgradeMode,
+    )
+    from gic_operator.reconcile_context import status_patch
+
+    ns = kube_env.namespace
+    api.create_object("gicjobs", ns, job("typed"))
+    api.patch_status("gicjobs", ns, "typed", {"futureField": {"a": 1}})
+    t = "2026-01-01T00:00:00Z"
+    actions = [
+        UpgradeAction(mode=UpgradeMode.SAVEPOINT, started=t, target_generation=2, request_id="r"),
+        UpgradeAction(
+            mode=UpgradeMode.SAVEPOINT,
+            started=t,
+            target_generation=2,
+            request_id="r",
+            requested=True,
+        ),
+        RecoverAction(started=t, due=t, reason="driver pod typed-1 Failed", epoch=3),
+        SuspendAction(started=t, target_generation=4, request_id="s"),
+    ]
+    for action in actions:
+        obj = api.get_object("gicjobs", ns, "typed")
+        assert obj is not None
+        stored = obj.get("status") or {}
+        status = GICJobStatus.read(stored).model_copy(
+            update={
+                "pending": action,
+                "restored_from": RestoredFrom(path="s3://bucket/sp", mode=RestoreMode.CLAIM),
+            }
+        )
+        patch = status_patch(stored, status, {"pending", "restored_from"})
+        api.patch_status("gicjobs", ns, "typed", patch)
+        obj = api.get_object("gicjobs", ns, "typed")
+        assert obj is not None
+        assert GICJobStatus.read(obj["status"]) == status
+        assert obj["status"]["pending"] == action.to_kube()
+        assert obj["status"]["futureField"] == {"a": 1}
+    api.delete_object("gicjobs", ns, "typed")
