@@ -1,5 +1,15 @@
 """Job settings: one typed, validated object, loaded from arguments, environment and file.
 
+Kept whole on purpose, although longer than the other modules: it is one pydantic
+model, and its parts change together. A setting is a field declaration (type, bounds,
+default, and a description of what it tunes and why that default), its line in
+:data:`ACCEPTED` (the same bounds in words, for error messages), sometimes a validator,
+and an entry of :meth:`GICSettings.task_settings` when executors use it; splitting the
+fields, their validators, the table and the views into modules would scatter every new
+setting over them. What does not depend on the fields already lives apart: the
+sources and the error text in :mod:`gic_runtime.config_sources`, the settings of each
+component in its own module (e.g. :class:`~gic_runtime.changelog.writer.WriterSettings`).
+
 :class:`GICSettings` is the configuration boundary of a job (pydantic validates here, and
 only here): the ``gic`` CLI, the Spark driver and the operator all build one, and pass it
 to a driver process as environment variables (:meth:`GICSettings.to_env`, read back by

@@ -15,7 +15,9 @@ is a name collision with a foreign object, which fails the upload and is never d
 
 The value types (:class:`UploaderSettings`, :class:`UploadResult`,
 :class:`UploaderStats`) live in :mod:`gic_runtime.changelog.upload_types` and are
-re-exported here.
+re-exported here; the records of one upload and its attempts, with the decisions read
+off them and the read-back of a collision, in
+:mod:`gic_runtime.changelog.upload_attempts`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 from gic_runtime.changelog.retrying import Action, AdaptiveHedgeDelay
+from gic_runtime.changelog.upload_attempts import (
+    PendingUpload,
+    UploadAttempt,
+    confirm_own_object,
+)
 from gic_runtime.changelog.upload_types import UploaderSettings, UploaderStats, UploadResult
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.errors import (
@@ -36,11 +43,8 @@ from gic_runtime.errors import (
     ObjectExistsError,
     StorageTimeoutError,
     TransientStorageError,
-    UploadError,
 )
-from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.storage.writes import holds_exactly
 
 __all__ = [
     "HedgingUploader",
@@ -60,44 +64,6 @@ class Uploader(Protocol):
         """Upload ``data`` as a new object; the future names it (or fails with
         :class:`~gic_runtime.errors.UploadError`). May block for back-pressure."""
         ...
-
-
-class _Attempt:
-    __slots__ = ("done", "hedge", "live", "started", "uri")
-
-    def __init__(self, uri: str, started: float, hedge: bool) -> None:
-        self.uri = uri
-        self.started = started
-        self.hedge = hedge
-        self.live = True  # running and not yet counted as failed (timeout)
-        self.done = False
-
-
-class _Upload:
-    __slots__ = (
-        "attempts",
-        "data",
-        "done",
-        "failed",
-        "future",
-        "hedge_denied",
-        "hedges",
-        "id",
-        "retry_at",
-        "started",
-    )
-
-    def __init__(self, upload_id: int, data: bytes, started: float) -> None:
-        self.id = upload_id
-        self.data = data
-        self.started = started
-        self.future: Future[UploadResult] = Future()
-        self.attempts: list[_Attempt] = []
-        self.failed = 0
-        self.hedges = 0
-        self.hedge_denied = False
-        self.retry_at: float | None = None
-        self.done = False
 
 
 _Action = Callable[[], None]
@@ -139,7 +105,7 @@ class HedgingUploader:
             min_samples=s.hedge_min_samples,
         )
         self._cond = threading.Condition()
-        self._active: dict[int, _Upload] = {}
+        self._active: dict[int, PendingUpload] = {}
         self._ids = itertools.count()
         self._tokens = s.hedge_budget_burst
         self._in_flight = 0
@@ -181,7 +147,7 @@ class HedgingUploader:
                 self._backpressure_s += time.perf_counter() - began
             if self._closed:
                 raise ConfigurationError("uploader is closed; create a new one to upload")
-            upload = _Upload(next(self._ids), data, self._clock.monotonic())
+            upload = PendingUpload(next(self._ids), data, self._clock.monotonic())
             self._active[upload.id] = upload
             self._in_flight += len(data)
             self._counts["submitted"] += 1
@@ -248,8 +214,8 @@ class HedgingUploader:
 
     # --- scheduling (all called with the lock held) -------------------------------------
 
-    def _start_attempt(self, upload: _Upload, *, hedge: bool) -> _Action:
-        attempt = _Attempt(self._new_uri(), self._clock.monotonic(), hedge)
+    def _start_attempt(self, upload: PendingUpload, *, hedge: bool) -> _Action:
+        attempt = UploadAttempt(self._new_uri(), self._clock.monotonic(), hedge)
         upload.attempts.append(attempt)
         upload.retry_at = None
         self._counts["attempts"] += 1
@@ -258,26 +224,7 @@ class HedgingUploader:
             self._counts["hedges"] += 1
         return lambda: self._submit_attempt(upload, attempt)
 
-    def _next_deadline(self, upload: _Upload) -> float | None:
-        if upload.done:
-            return None
-        times: list[float] = []
-        if upload.retry_at is not None:
-            times.append(upload.retry_at)
-        live = [a for a in upload.attempts if a.live]
-        times += (a.started + self._settings.retry.timeout_s for a in live)
-        if live and self._may_hedge(upload):
-            times.append(max(a.started for a in live) + self.hedge_delay())
-        return min(times) if times else None
-
-    def _may_hedge(self, upload: _Upload) -> bool:
-        return (
-            not upload.hedge_denied
-            and upload.retry_at is None
-            and upload.hedges < self._settings.max_hedges
-        )
-
-    def _poll_upload(self, upload: _Upload, now: float, actions: list[_Action]) -> None:
+    def _poll_upload(self, upload: PendingUpload, now: float, actions: list[_Action]) -> None:
         if upload.done:
             return
         timeout = self._settings.retry.timeout_s
@@ -294,9 +241,9 @@ class HedgingUploader:
         if upload.retry_at is not None and now >= upload.retry_at:
             actions.append(self._start_attempt(upload, hedge=False))
             return
-        live = [a for a in upload.attempts if a.live]
+        live = upload.live()
         due = live and now - max(a.started for a in live) >= self.hedge_delay()
-        if due and self._may_hedge(upload):
+        if due and upload.may_hedge(self._settings.max_hedges):
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
                 actions.append(self._start_attempt(upload, hedge=True))
@@ -305,8 +252,8 @@ class HedgingUploader:
 
     def _on_failure(
         self,
-        upload: _Upload,
-        attempt: _Attempt,
+        upload: PendingUpload,
+        attempt: UploadAttempt,
         error: Exception,
         now: float,
         actions: list[_Action],
@@ -330,8 +277,8 @@ class HedgingUploader:
 
     def _resolve(
         self,
-        upload: _Upload,
-        winner: _Attempt | None,
+        upload: PendingUpload,
+        winner: UploadAttempt | None,
         error: Exception | None,
         actions: list[_Action],
     ) -> None:
@@ -365,8 +312,11 @@ class HedgingUploader:
             with self._cond:
                 if self._closed and not self._active:
                     return
+                timeout, max_hedges = self._settings.retry.timeout_s, self._settings.max_hedges
                 deadlines = [
-                    d for u in self._active.values() if (d := self._next_deadline(u)) is not None
+                    d
+                    for u in self._active.values()
+                    if (d := u.next_deadline(timeout, self.hedge_delay, max_hedges)) is not None
                 ]
                 if deadlines:
                     wait = min(deadlines) - self._clock.monotonic()
@@ -377,13 +327,13 @@ class HedgingUploader:
 
     # --- attempts (worker threads) ------------------------------------------------------
 
-    def _submit_attempt(self, upload: _Upload, attempt: _Attempt) -> None:
+    def _submit_attempt(self, upload: PendingUpload, attempt: UploadAttempt) -> None:
         try:
             self._pool.submit(self._run_attempt, upload, attempt)
         except RuntimeError as exc:  # pool already shut down: cannot happen before close
             self._finish_attempt(upload, attempt, exc)
 
-    def _run_attempt(self, upload: _Upload, attempt: _Attempt) -> None:
+    def _run_attempt(self, upload: PendingUpload, attempt: UploadAttempt) -> None:
         error: Exception | None = None
         ours = True  # whether an object under the attempt's name may be ours to delete
         try:
@@ -392,7 +342,7 @@ class HedgingUploader:
                 store.put(key, upload.data, if_absent=True)
             except ObjectExistsError as exists:
                 ours = False  # until the read-back proves otherwise
-                _confirm_own_object(store, key, upload.data, attempt.uri, exists)
+                confirm_own_object(store, key, upload.data, attempt.uri, exists)
                 ours = True
                 with self._cond:
                     self._counts["own_writes_confirmed"] += 1
@@ -402,7 +352,12 @@ class HedgingUploader:
             self._delete(attempt.uri)
 
     def _finish_attempt(
-        self, upload: _Upload, attempt: _Attempt, error: Exception | None, *, ours: bool = True
+        self,
+        upload: PendingUpload,
+        attempt: UploadAttempt,
+        error: Exception | None,
+        *,
+        ours: bool = True,
     ) -> bool:
         """Record the attempt's outcome; return whether its object must be deleted.
 
@@ -445,20 +400,3 @@ class HedgingUploader:
 def _run(actions: list[_Action]) -> None:
     for action in actions:
         action()
-
-
-def _confirm_own_object(
-    store: ObjectStore, key: str, data: bytes, uri: str, exists: ObjectExistsError
-) -> None:
-    """Return if the object at ``key`` holds exactly ``data``, else raise UploadError.
-
-    Read failures propagate (a transient one retries the upload under a fresh name).
-    """
-    if holds_exactly(store, key, data):
-        return
-    raise UploadError(
-        f"name collision at {uri}: a create-if-absent upload of {len(data)} bytes found a "
-        "different object already there. Upload names are fresh, so another writer "
-        "is using the same names (check that each job and task has its own storage prefix "
-        "and that object names are generated uniquely); the existing object was left as is"
-    ) from exists

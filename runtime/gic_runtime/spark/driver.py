@@ -8,7 +8,7 @@ fencing epoch, open the checkpoint timeline (own latest checkpoint, else the res
 finish publishing the latest checkpoint's sink output, clear stale staging, sweep
 orphans, and lay Spark's checkpoint directory down from the start manifest. A start
 that fails records why in the job's status record (state ``failed`` with a structured
-``failure``, :mod:`gic_runtime.spark.telemetry`) before the error propagates.
+``failure``, :mod:`gic_runtime.spark.startup`) before the error propagates.
 
 :meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N:
 
@@ -19,25 +19,26 @@ that fails records why in the job's status record (state ``failed`` with a struc
 3. route rows to tasks, pin each task to the executor that holds its local copy
    (:mod:`gic_runtime.spark.locality`; on a cluster), and collect one ack per task
    (``mapInArrow`` then ``collect``: the stateful stage runs once, nothing is
-   recomputed);
+   recomputed), then check and merge the acks (:mod:`gic_runtime.spark.batch_acks`);
 4. check fencing again, write manifest N once (create-if-absent) carrying Spark's
    progress for N and the staged output files, and check fencing once more after it
    landed (the timeline does both: a driver superseded meanwhile stops here, before
    publishing or deleting anything for N, and its manifest never counts if it landed
    after the newer launch listed the checkpoints);
-5. publish N's output (idempotent), delete its staging, let the registry subsume old
-   checkpoints off the critical path; every ``orphan_sweep_interval_s`` delete what
-   failed task attempts left (:mod:`gic_runtime.checkpoint.live_sweep`: safe here,
-   between batches); report metrics and status.
+5. publish N's output (idempotent, :mod:`gic_runtime.spark.batch_output`), delete its
+   staging, let the registry subsume old checkpoints off the critical path; every
+   ``orphan_sweep_interval_s`` delete what failed task attempts left
+   (:mod:`gic_runtime.spark.cleanup`: safe here, between batches); report metrics and
+   status.
 
 Savepoint and stop requests arrive through the durable control channel and are served
 between batches by :meth:`Driver.serve_control` (see
-:mod:`gic_runtime.coordination.savepoints`).
+:mod:`gic_runtime.spark.control_requests`).
 
 After a clean stop, :meth:`Driver.close` runs :meth:`Driver.clean_up`: it waits for the
 background snapshots the last batches started and deletes the attempt's own segments and
 snapshots no retained checkpoint references, so a stopped job holds only what its
-retained checkpoints name.
+retained checkpoints name (:mod:`gic_runtime.spark.cleanup`).
 
 Thread-safety: ``foreach_batch`` (Spark's callback thread) and ``serve_control`` (the
 query's control loop) serialize on one lock; everything else is for the owner thread.
@@ -50,44 +51,40 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime import crashpoints
-from gic_runtime.checkpoint.catalog import find_latest_checkpoint
 from gic_runtime.checkpoint.live_sweep import LiveSweeper
-from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings, default_local_dir
 from gic_runtime.control import ControlChannel
-from gic_runtime.control.model import ControlRequest
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.ranges import split_buckets
-from gic_runtime.coordination.savepoints import read_engine_record, serve_request, stops_job
+from gic_runtime.coordination.savepoints import read_engine_record
 from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
-from gic_runtime.errors import GICError, StateError
+from gic_runtime.errors import StateError
 from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.handles import BucketState
-from gic_runtime.layout import job_dir
 from gic_runtime.processing import Processor
-from gic_runtime.query import OVERRIDE_SETTING, QueryFingerprint, check_resume, differences
-from gic_runtime.sinks import Sink, staged_from_manifest
+from gic_runtime.query import QueryFingerprint
+from gic_runtime.sinks import Sink
 from gic_runtime.spark import checkpoint_dir
+from gic_runtime.spark.batch_acks import batch_report, collect_acks, merge_acks
+from gic_runtime.spark.batch_output import BatchOutput
+from gic_runtime.spark.cleanup import clean_up_after_stop, live_sweep, run_drain
+from gic_runtime.spark.control_requests import serve_pending
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
-from gic_runtime.spark.placement import partition_keys, route
+from gic_runtime.spark.placement import partition_keys
 from gic_runtime.spark.reports import BatchReport, StartInfo
-from gic_runtime.spark.stage import (
-    ACK_SCHEMA,
-    DRAIN_SCHEMA,
-    executor_error,
-    make_drain,
-    make_stage,
+from gic_runtime.spark.startup import (
+    check_resume_query,
+    note_restored_query,
+    report_start_failure,
 )
-from gic_runtime.spark.telemetry import Telemetry, record_failure
-from gic_runtime.storage.uri import StoreResolver, join
+from gic_runtime.spark.telemetry import Telemetry
+from gic_runtime.storage.uri import StoreResolver
 
 __all__ = ["BatchReport", "Driver", "StartInfo"]
 
@@ -128,6 +125,7 @@ class Driver:
         self.timeline: CheckpointTimeline | None = None
         self.fence: Fence | None = None
         self.control = ControlChannel(resolver, self.root, self.job_id)
+        self._output = BatchOutput(resolver, self.root, self.job_id, sink)
         self.telemetry: Telemetry | None = None
         self._expected: dict[int, BucketState] = {}
         self._canonical: str | None = None
@@ -164,27 +162,16 @@ class Driver:
         try:
             return self._prepare()
         except BaseException as exc:
-            self._start_failed(exc)
+            report_start_failure(
+                exc,
+                resolver=self.resolver,
+                root=self.root,
+                job_id=self.job_id,
+                epoch=self.fence.epoch if self.fence is not None else self.settings.epoch,
+                telemetry=self.telemetry,
+                timeline=self.timeline,
+            )
             raise
-
-    def _start_failed(self, error: BaseException) -> None:
-        """Report ``error`` (best effort: nothing here may replace it) and close the
-        timeline."""
-        try:
-            if self.telemetry is not None:
-                self.telemetry.stopped(error)
-            else:
-                epoch = self.fence.epoch if self.fence is not None else self.settings.epoch
-                if epoch is not None:
-                    record_failure(self.resolver, self.root, self.job_id, epoch, error)
-        except Exception as exc:
-            _log.warning("job %s: could not record why it failed to start: %r", self.job_id, exc)
-        finally:
-            if self.timeline is not None:
-                try:
-                    self.timeline.close()
-                except Exception as exc:
-                    _log.warning("job %s: closing the timeline failed: %r", self.job_id, exc)
 
     def _prepare(self) -> StartInfo:
         s = self.settings
@@ -207,11 +194,13 @@ class Driver:
         self.telemetry = Telemetry(self.resolver, s, epoch)
         start = timeline.start
         if not start.own and start.manifest is not None:
-            self._note_restored_query(start.manifest.query)
+            note_restored_query(self.job_id, self.query, start.manifest.query)
         republished = 0
         if start.own and start.manifest is not None:
-            republished = self._publish(start.manifest.checkpoint_id, dict(start.manifest.sink))
-        self._clear_staging()
+            republished = self._output.publish(
+                start.manifest.checkpoint_id, dict(start.manifest.sink)
+            )
+        self._output.clear_staging()
         sweep = timeline.sweep()
         manifest = start.manifest
         engine = manifest.engine if manifest is not None else None
@@ -249,61 +238,14 @@ class Driver:
 
     def _check_query(self) -> None:
         """Refuse, before the job is claimed (nothing written yet), to resume
-        checkpoints a different query wrote (:func:`gic_runtime.query.check_resume`)."""
-        if self.query is None:
-            return
-        latest = find_latest_checkpoint(self.resolver, self.root, self.job_id)
-        if latest is None:
-            return
-        stored = latest.stored
-        changed = check_resume(
-            stored.manifest.query,
+        checkpoints a different query wrote (:mod:`gic_runtime.spark.startup`)."""
+        check_resume_query(
+            self.resolver,
+            self.root,
+            self.job_id,
             self.query,
-            job_id=self.job_id,
-            job_dir=job_dir(self.root, self.job_id),
-            manifest_uri=stored.uri,
             allow_change=self.settings.allow_query_change,
         )
-        if changed:
-            _log.warning(
-                "job %s resumes checkpoints written by a different query (%s is set); differs: %s",
-                self.job_id,
-                OVERRIDE_SETTING,
-                "; ".join(d.describe() for d in changed),
-            )
-
-    def _note_restored_query(self, recorded: Mapping[str, Any] | None) -> None:
-        """A restore source written by a different query is named explicitly, so it is
-        restored; the log says what differs."""
-        stored = QueryFingerprint.from_json(recorded)
-        if self.query is None or stored is None:
-            return
-        changed = differences(stored, self.query)
-        if changed:
-            _log.warning(
-                "job %s restores state written by a different query; differs: %s",
-                self.job_id,
-                "; ".join(d.describe() for d in changed),
-            )
-
-    def _staging_root(self) -> str:
-        return join(job_dir(self.root, self.job_id), "staging")
-
-    def _clear_staging(self, batch_id: int | None = None) -> None:
-        uri = self._staging_root()
-        if batch_id is not None:
-            uri = join(uri, f"{batch_id:012d}")
-        store, prefix = self.resolver.resolve(uri)
-        keys = [info.key for info in store.list(prefix.rstrip("/") + "/")]
-        if keys:
-            store.delete_many(keys)
-
-    def _publish(self, batch_id: int, sink_info: Mapping[str, Any]) -> int:
-        staged = staged_from_manifest(sink_info)
-        if self.sink.published(batch_id):
-            return 0
-        crashpoints.hit("before_publish", batch_id)
-        return self.sink.publish(batch_id, staged)
 
     # --- per batch ------------------------------------------------------------------
 
@@ -345,16 +287,14 @@ class Driver:
                 expected=self._expected if self._canonical is None else {},
                 self_contained=self_contained,
                 canonical_source=self._canonical,
-                staging_uri=join(self._staging_root(), f"{batch_id:012d}"),
+                staging_uri=self._output.staging_uri(batch_id),
                 settings=self.settings.task_settings(),
             )
             acks = self._run_stage(df, barrier)
-            stage_done = time.perf_counter()
             crashpoints.hit("after_acks", batch_id)
-            states = self._merge(acks, barrier)
-            staged = [f for a in acks for f in a.outputs]
+            states = merge_acks(acks, barrier)
             engine = checkpoint_dir.capture(self.spark_dir, batch_id)
-            sink_info = {**self.sink.describe(), "staged": [f.to_json() for f in staged]}
+            sink_info = self._output.sink_section(f for a in acks for f in a.outputs)
             manifest_started = time.perf_counter()
             query = self.query.to_json() if self.query is not None else None
             stored, _ = timeline.commit(
@@ -363,16 +303,18 @@ class Driver:
             manifest_ms = (time.perf_counter() - manifest_started) * 1000
             self._expected, self._canonical, self._last_id = dict(states), None, batch_id
             crashpoints.hit("after_manifest", batch_id)
-            published = self._publish(batch_id, sink_info)
-            self._clear_staging(batch_id)
-            swept = self._live_sweep(timeline)
-            report = self._report(
+            published = self._output.publish(batch_id, sink_info)
+            self._output.clear_staging(batch_id)
+            swept = live_sweep(self._sweeper, timeline, self.job_id)
+            report = batch_report(
                 acks,
                 stored=stored,
                 started=started,
-                stage_done=stage_done,
                 manifest_ms=manifest_ms,
                 published=published,
+                placement=self._placement_report,
+                num_buckets=self.settings.num_buckets,
+                num_tasks=self.num_tasks,
                 swept=swept,
             )
             self._batches += 1
@@ -391,117 +333,19 @@ class Driver:
         assert timeline is not None
         for stored in timeline.retained():
             if stored.checkpoint_id == batch_id:
-                self._publish(batch_id, dict(stored.manifest.sink))
+                self._output.publish(batch_id, dict(stored.manifest.sink))
         _log.info("batch %d is already checkpointed; skipped (replay)", batch_id)
 
     def _run_stage(self, df: DataFrame, barrier: Barrier) -> list[TaskAck]:
-        routed = route(df, self.key, barrier.num_buckets, self._part_keys)
-        report = PlacementReport(pinned=False, executors=0)
-        if self.placement is not None:
-            routed, report = self.placement.pin(routed)
-        try:
-            rows = routed.mapInArrow(make_stage(barrier, self.processor), ACK_SCHEMA).collect()
-        except Exception as exc:
-            raise executor_error(exc) from exc
-        acks = [TaskAck.from_bytes(bytes(r["ack"])) for r in rows]
-        if self.placement is not None:
-            report = self.placement.observe(report, acks)
-        self._placement_report = report
-        return acks
-
-    def _merge(self, acks: list[TaskAck], barrier: Barrier) -> dict[int, BucketState]:
-        by_task: dict[int, TaskAck] = {}
-        for ack in acks:
-            if (ack.job_id, ack.epoch, ack.checkpoint_id) != (
-                barrier.job_id,
-                barrier.epoch,
-                barrier.checkpoint_id,
-            ):
-                raise StateError(
-                    f"ack of task {ack.task_index} is for job {ack.job_id} epoch {ack.epoch} "
-                    f"batch {ack.checkpoint_id}, not this barrier's"
-                )
-            if ack.task_index in by_task:
-                raise StateError(f"two acks for state task {ack.task_index}")
-            by_task[ack.task_index] = ack
-        missing = sorted(set(range(barrier.num_tasks)) - set(by_task))
-        if missing:
-            raise StateError(f"no ack from state tasks {missing}; the batch is not checkpointed")
-        states: dict[int, BucketState] = {}
-        for index, ack in by_task.items():
-            owned = barrier.bucket_range(index)
-            if set(ack.states) != set(owned):
-                raise StateError(
-                    f"task {index} acked buckets {sorted(ack.states)[:5]}..., not its range "
-                    f"[{owned.start}, {owned.stop})"
-                )
-            states.update(ack.states)
-        return states
-
-    def _report(
-        self,
-        acks: list[TaskAck],
-        *,
-        stored: StoredManifest,
-        started: float,
-        stage_done: float,
-        manifest_ms: float,
-        published: int,
-        swept: SweepResult | None = None,
-    ) -> BatchReport:
-        stats = [a.stats for a in acks]
-        changelog = sum(s.changelog_bytes for s in stats)
-        snapshots = sum(s.snapshot_bytes for s in stats)
-        slowest_flush = max((s.checkpoint_s for s in stats), default=0.0)
-        return BatchReport(
-            batch_id=stored.checkpoint_id,
-            rows_in=sum(s.rows_in for s in stats),
-            rows_out=sum(s.rows_out for s in stats),
-            tasks=len(acks),
-            batch_ms=(time.perf_counter() - started) * 1000,
-            commit_ms=slowest_flush * 1000 + manifest_ms,
-            bytes_uploaded=changelog + snapshots,
-            changelog_bytes=changelog,
-            snapshot_bytes=snapshots,
-            local_hits=sum(s.local_hits for s in stats),
-            restored=sum(s.restored for s in stats),
-            empty=sum(s.empty for s in stats),
-            materializations_adopted=sum(s.materializations_adopted for s in stats),
-            materializations_started=sum(s.materializations_started for s in stats),
-            self_contained=any(s.snapshot_bytes for s in stats),
-            manifest_uri=stored.uri,
-            published_rows=published,
-            orphans_deleted=swept.deleted if swept is not None else 0,
-            orphan_bytes_deleted=swept.deleted_bytes if swept is not None else 0,
-            executors=self._placement_report.executors,
-            pinned=self._placement_report.pinned,
-            moved_ranges=tuple(
-                (r.start, r.stop) for r in (self._range_of(t) for t in self._placement_report.moved)
-            ),
+        acks, self._placement_report = collect_acks(
+            df,
+            barrier,
+            key=self.key,
+            part_keys=self._part_keys,
+            processor=self.processor,
+            placement=self.placement,
         )
-
-    def _live_sweep(self, timeline: CheckpointTimeline) -> SweepResult | None:
-        """Step 5's live sweep when it is due; a failure is logged and retried at the
-        next interval (orphans cost storage, never correctness)."""
-        sweeper = self._sweeper
-        if sweeper is None or not sweeper.due():
-            return None
-        try:
-            result = sweeper.sweep(timeline.retained(), timeline.policy)
-        except GICError as exc:
-            _log.warning("live orphan sweep of job %s failed: %s", self.job_id, exc)
-            return None
-        if result.deleted:
-            _log.info(
-                "live orphan sweep of job %s deleted %d objects (%d bytes)",
-                self.job_id,
-                result.deleted,
-                result.deleted_bytes,
-            )
-        return result
-
-    def _range_of(self, task: int) -> range:
-        return split_buckets(self.settings.num_buckets, self.num_tasks, task)
+        return acks
 
     # --- control --------------------------------------------------------------------
 
@@ -515,57 +359,28 @@ class Driver:
             fence.check()
             if self.telemetry is not None:
                 self.telemetry.heartbeat()
-            state = self.control.poll()
-            requests: list[ControlRequest] = [*state.savepoints]
-            if state.stop is not None:
-                requests.append(state.stop)
-            for request in requests:
-                outcome = serve_request(self.resolver, timeline, self.control, request)
-                if outcome is None:
-                    break
-                if self.telemetry is not None:
-                    self.telemetry.savepoint(request, outcome)
-                if stops_job(request):
-                    self._stop_reason = f"stopped by request {request.request_id}"
-                    break
+            self._stop_reason = serve_pending(self.resolver, timeline, self.control, self.telemetry)
             return self._stop_reason
 
     def clean_up(self) -> SweepResult | None:
         """After a clean stop: wait until the background snapshots the attempt's tasks
-        started have finished on the executors (at most ``checkpoint_timeout_s``; a
-        Spark stage placed like the state tasks, :func:`~gic_runtime.spark.stage.
-        make_drain`), then delete the attempt's segments and snapshots no retained
-        checkpoint references
-        (:meth:`~gic_runtime.coordination.timeline.CheckpointTimeline.sweep_after_stop`).
-        Only when the attempt committed a batch; a failure is logged, and whatever stays
-        is the next start's (or ``gic gc``'s) to sweep."""
+        started have finished on the executors (at most ``checkpoint_timeout_s``), then
+        delete the attempt's segments and snapshots no retained checkpoint references
+        (:mod:`gic_runtime.spark.cleanup`). Only when the attempt committed a batch; a
+        failure is logged, and whatever stays is the next start's (or ``gic gc``'s) to
+        sweep."""
         with self._lock:
             timeline, fence = self.timeline, self.fence
             if timeline is None or fence is None or self._batches == 0:
                 return None
-            try:
-                in_flight = self._drain(fence.epoch)
-                if in_flight:
-                    _log.warning(
-                        "job %s: %d background snapshot(s) still uploading after %.0f s; "
-                        "the next start's sweep removes them",
-                        self.job_id,
-                        in_flight,
-                        self.settings.checkpoint_timeout_s,
-                    )
-                result = timeline.sweep_after_stop()
-            except Exception as exc:
-                _log.warning("clean-up after the stop of job %s failed: %s", self.job_id, exc)
-                return None
-            if result.deleted:
-                _log.info(
-                    "job %s stopped: deleted %d unreferenced object(s) of epoch %d (%d bytes)",
-                    self.job_id,
-                    result.deleted,
-                    fence.epoch,
-                    result.deleted_bytes,
-                )
-            return result
+            epoch = fence.epoch
+            return clean_up_after_stop(
+                timeline,
+                job_id=self.job_id,
+                epoch=epoch,
+                drain=lambda: self._drain(epoch),
+                timeout_s=self.settings.checkpoint_timeout_s,
+            )
 
     def _drain(self, epoch: int) -> int:
         """Run the drain stage; returns the buckets still materializing at its end."""
@@ -579,13 +394,7 @@ class Driver:
             local_dir=self.executor_local_dir,
             settings=self.settings.task_settings(),
         )
-        n = self.num_tasks
-        df = self.spark.range(0, n, 1, n)  # partition i holds one row, as state task i
-        if self.placement is not None:
-            df, _ = self.placement.pin(df)
-        drain = make_drain(barrier, self.settings.checkpoint_timeout_s)
-        rows = df.mapInArrow(drain, DRAIN_SCHEMA).collect()
-        return sum(int(r["in_flight"]) for r in rows)
+        return run_drain(self.spark, barrier, self.placement, self.settings.checkpoint_timeout_s)
 
     def request_stop(self, reason: str) -> None:
         with self._lock:

@@ -1,0 +1,123 @@
+"""State facades: how processing functions see a task's keyed state.
+
+:class:`StateAccess` hands out a task's named states, each method taking explicit keys
+(the vectorized style of :class:`~gic_runtime.processing.processors.BatchProcessor`);
+:class:`KeyState` binds them to one key (the per-key style of
+:class:`~gic_runtime.processing.processors.PerKeyProcessor`), through
+:class:`BoundValue`, :class:`BoundMap` and :class:`BoundList`.
+
+Invariants: a facade caches nothing -- every call goes straight to the
+task's :class:`~gic_runtime.state.backend.KeyedStateBackend` (so every change is
+dual-written to the changelog); a bound facade only ever touches the key it was bound
+to; ``batch_id`` is the micro-batch being processed.
+
+Not thread-safe: used on the task thread that owns the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.states import ListState, MapState, ValueState
+
+__all__ = ["BoundList", "BoundMap", "BoundValue", "KeyState", "StateAccess"]
+
+
+class StateAccess:
+    """Named states of a task, each method taking explicit keys (vectorized style)."""
+
+    def __init__(self, backend: KeyedStateBackend, batch_id: int) -> None:
+        self.backend = backend
+        self.batch_id = batch_id
+
+    def value(self, name: str) -> ValueState:
+        return self.backend.value_state(name)
+
+    def map(self, name: str) -> MapState:
+        return self.backend.map_state(name)
+
+    def list(self, name: str) -> ListState:
+        return self.backend.list_state(name)
+
+
+class BoundValue:
+    """A value state bound to one key."""
+
+    def __init__(self, state: ValueState, key: Any) -> None:
+        self._state, self._key = state, key
+
+    def get(self, default: Any = None) -> Any:
+        return self._state.get(self._key, default)
+
+    def set(self, value: Any) -> None:
+        self._state.set(self._key, value)
+
+    def clear(self) -> None:
+        self._state.clear(self._key)
+
+
+class BoundMap:
+    """A map state bound to one key."""
+
+    def __init__(self, state: MapState, key: Any) -> None:
+        self._state, self._key = state, key
+
+    def get(self, user_key: Any, default: Any = None) -> Any:
+        return self._state.get(self._key, user_key, default)
+
+    def contains(self, user_key: Any) -> bool:
+        return self._state.contains(self._key, user_key)
+
+    def put(self, user_key: Any, value: Any) -> None:
+        self._state.put(self._key, user_key, value)
+
+    def remove(self, user_key: Any) -> None:
+        self._state.remove(self._key, user_key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return self._state.items(self._key)
+
+    def keys(self) -> list[Any]:
+        return self._state.keys(self._key)
+
+    def clear(self) -> None:
+        self._state.clear(self._key)
+
+
+class BoundList:
+    """A list state bound to one key."""
+
+    def __init__(self, state: ListState, key: Any) -> None:
+        self._state, self._key = state, key
+
+    def get(self) -> list[Any]:
+        return self._state.get(self._key)
+
+    def append(self, value: Any) -> None:
+        self._state.append(self._key, value)
+
+    def extend(self, values: Iterable[Any]) -> None:
+        self._state.extend(self._key, values)
+
+    def clear(self) -> None:
+        self._state.clear(self._key)
+
+
+class KeyState:
+    """The states of one key (per-key style): ``state.value("count").get(0)``."""
+
+    def __init__(self, access: StateAccess, key: Any) -> None:
+        self._access = access
+        self.key = key
+        self.batch_id = access.batch_id
+
+    def value(self, name: str) -> BoundValue:
+        return BoundValue(self._access.value(name), self.key)
+
+    def map(self, name: str) -> BoundMap:
+        return BoundMap(self._access.map(name), self.key)
+
+    def list(self, name: str) -> BoundList:
+        return BoundList(self._access.list(name), self.key)

@@ -1,0 +1,193 @@
+"""Processors: the contract of what a state task runs on its rows, and the per-key and
+batch styles.
+
+A :class:`Processor` turns one task's input rows of one micro-batch (an Arrow table
+whose key column routes every row into the task's buckets) into output tables, reading
+and writing keyed state through the task's
+:class:`~gic_runtime.state.backend.KeyedStateBackend`. Here the two styles that run the
+user's function (the aggregates are in :mod:`gic_runtime.processing.aggregates`):
+
+* :class:`PerKeyProcessor` -- ``fn(key, rows, state)`` once per distinct key, with a
+  :class:`~gic_runtime.processing.facades.KeyState` bound to the key;
+* :class:`BatchProcessor` -- ``fn(table, states)`` once with the whole table and a
+  :class:`~gic_runtime.processing.facades.StateAccess`.
+
+And the checks on a task's input: :func:`check_keys` (every processor: the key column
+exists and holds no null); :func:`bucket_column_ok` and :func:`drop_columns` (the
+stateful stage, before a processor sees the rows: every row's bucket is the task's own,
+the internal routing columns are removed).
+
+Invariants: a processor touches state only through the backend (so every change is
+dual-written to the changelog) and only for keys of its input (which route into the
+task's buckets); keys are never null; output tables match ``output_schema`` (a
+function's output that does not fit is a :class:`~gic_runtime.errors.StateError`);
+empty outputs are not yielded.
+
+Not thread-safe: a processor runs on the task thread that owns the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gic_runtime.errors import ConfigurationError, StateError
+from gic_runtime.processing.facades import KeyState, StateAccess
+from gic_runtime.state.backend import KeyedStateBackend
+
+__all__ = [
+    "BatchFunction",
+    "BatchProcessor",
+    "Buckets",
+    "KeyFunction",
+    "KeyOutput",
+    "PerKeyProcessor",
+    "Processor",
+    "bucket_column_ok",
+    "check_keys",
+    "drop_columns",
+]
+
+KeyOutput: TypeAlias = Iterable[Mapping[str, Any]] | pa.Table | None
+KeyFunction = Callable[[Any, pa.Table, KeyState], KeyOutput]
+"""``fn(key, rows, state)``: rows of one key in this batch (input order kept);
+returns output rows (dicts or a table) or ``None``."""
+
+BatchFunction = Callable[[pa.Table, StateAccess], pa.Table | None]
+"""``fn(table, states)``: every row of the task in this batch; returns a table or ``None``."""
+
+Buckets: TypeAlias = pa.ChunkedArray | pa.Array | None
+"""Each input row's bucket (integers, aligned with the table's rows), or ``None``."""
+
+
+class Processor(Protocol):
+    """What a state task runs on its rows (see the module docstring)."""
+
+    @property
+    def key_column(self) -> str: ...
+
+    @property
+    def output_schema(self) -> pa.Schema: ...
+
+    def __call__(
+        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+    ) -> Iterator[pa.Table]:
+        """Process ``table``; ``buckets`` (optional) holds each row's bucket as the
+        routing side computed it (processors may use it instead of hashing keys)."""
+        ...
+
+
+def check_keys(table: pa.Table, key_column: str) -> pa.ChunkedArray:
+    """The key column of ``table``; refuses a missing column and null keys."""
+    if key_column not in table.column_names:
+        raise ConfigurationError(
+            f"key column {key_column!r} is not in the input (columns: {table.column_names})"
+        )
+    keys = table.column(key_column)
+    if keys.null_count:
+        raise StateError(
+            f"key column {key_column!r} has {keys.null_count} null value(s) in this batch; "
+            "filter or fill null keys before the keyed stage"
+        )
+    return keys
+
+
+def _as_table(out: KeyOutput | pa.Table, schema: pa.Schema, where: str) -> pa.Table | None:
+    if out is None:
+        return None
+    if isinstance(out, pa.Table):
+        table = out
+    else:
+        rows = list(out)
+        if not rows:
+            return None
+        try:
+            return pa.Table.from_pylist(rows, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
+            raise StateError(f"{where} returned rows that do not fit {schema}: {exc}") from exc
+    if table.num_rows == 0:
+        return None
+    try:
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
+        raise StateError(f"{where} returned a table that does not fit {schema}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PerKeyProcessor:
+    """Calls ``fn(key, rows, state)`` once per distinct key, keys in first-seen order."""
+
+    key_column: str
+    fn: KeyFunction
+    output_schema: pa.Schema
+
+    def __call__(
+        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+    ) -> Iterator[pa.Table]:
+        keys = check_keys(table, self.key_column)
+        if table.num_rows == 0:
+            return
+        access = StateAccess(backend, batch_id)
+        groups: dict[Any, list[int]] = {}
+        for i, key in enumerate(keys.to_pylist()):
+            groups.setdefault(key, []).append(i)
+        pending: list[pa.Table] = []
+        for key, rows in groups.items():
+            out = _as_table(
+                self.fn(key, table.take(rows), KeyState(access, key)),
+                self.output_schema,
+                "the per-key function",
+            )
+            if out is not None:
+                pending.append(out)
+            if len(pending) >= 1024:
+                yield pa.concat_tables(pending)
+                pending = []
+        if pending:
+            yield pa.concat_tables(pending)
+
+
+@dataclass(frozen=True)
+class BatchProcessor:
+    """Calls ``fn(table, states)`` once with the task's rows (vectorized style)."""
+
+    key_column: str
+    fn: BatchFunction
+    output_schema: pa.Schema
+
+    def __call__(
+        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+    ) -> Iterator[pa.Table]:
+        check_keys(table, self.key_column)
+        if table.num_rows == 0:
+            return
+        out = _as_table(
+            self.fn(table, StateAccess(backend, batch_id)), self.output_schema, "the batch function"
+        )
+        if out is not None:
+            yield out
+
+
+def drop_columns(table: pa.Table, names: Iterable[str]) -> pa.Table:
+    """``table`` without the columns ``names`` that it has (internal routing columns)."""
+    present = [n for n in names if n in table.column_names]
+    return table.drop_columns(present) if present else table
+
+
+def bucket_column_ok(table: pa.Table, column: str, owned: range) -> None:
+    """Raise StateError when a row of ``table`` carries a bucket outside ``owned``
+    (rows reached the wrong task: placement is broken)."""
+    if table.num_rows == 0 or column not in table.column_names:
+        return
+    stats = pc.min_max(table.column(column))
+    lo, hi = stats["min"].as_py(), stats["max"].as_py()
+    if lo < owned.start or hi >= owned.stop:
+        raise StateError(
+            f"rows for buckets [{lo}, {hi}] reached the task owning [{owned.start}, "
+            f"{owned.stop}); the stage's partitioning was changed (is adaptive query "
+            "execution coalescing the shuffle? set spark.sql.adaptive.enabled=false)"
+        )
