@@ -4,14 +4,24 @@ Objects are named by full URI (``file:///...`` or ``s3://...``) so one manifest 
 reference files under several roots (its own job directory and a claimed restore
 source). Sequence numbers are per bucket: the n-th change ever applied to a bucket's
 lineage has sequence number n (starting at 0). Ranges are half-open ``[from, to)``.
+
+Their JSON form (in task acks, v1 manifests, materialization records) is their fields,
+by :mod:`gic_runtime.codec`: ``to_json`` / ``from_json`` (a
+:class:`~gic_runtime.codec.RecordError` names a missing or invalid field). A bucket
+state's ``snapshot``, ``changelog`` and ``token`` may be absent (none, none, ``""``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gic_runtime import codec
+from gic_runtime.codec import Int, Text, json_record
 
+
+@json_record("changelog handle")
 @dataclass(frozen=True, slots=True)
 class ChangelogHandle:
     """One bucket's section inside a changelog segment object.
@@ -21,69 +31,43 @@ class ChangelogHandle:
     checksum is ``crc``.
     """
 
-    uri: str
-    offset: int
-    length: int
-    bucket: int
-    from_seq: int
-    to_seq: int
-    crc: int
+    uri: Text
+    offset: Int
+    length: Int
+    bucket: Int
+    from_seq: Int
+    to_seq: Int
+    crc: Int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "uri": self.uri,
-            "offset": self.offset,
-            "length": self.length,
-            "bucket": self.bucket,
-            "from_seq": self.from_seq,
-            "to_seq": self.to_seq,
-            "crc": self.crc,
-        }
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ChangelogHandle:
-        return cls(
-            uri=str(data["uri"]),
-            offset=int(data["offset"]),
-            length=int(data["length"]),
-            bucket=int(data["bucket"]),
-            from_seq=int(data["from_seq"]),
-            to_seq=int(data["to_seq"]),
-            crc=int(data["crc"]),
-        )
+    def from_json(cls, data: Mapping[str, Any]) -> ChangelogHandle:
+        return codec.from_json(cls, data)
 
 
+@json_record("snapshot handle")
 @dataclass(frozen=True, slots=True)
 class SnapshotHandle:
     """A materialized snapshot: the full state of ``bucket`` after every change with a
     sequence number below ``seq`` (and none at or above it)."""
 
-    uri: str
-    bucket: int
-    seq: int
-    size: int
-    crc: int
+    uri: Text
+    bucket: Int
+    seq: Int
+    size: Int
+    crc: Int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "uri": self.uri,
-            "bucket": self.bucket,
-            "seq": self.seq,
-            "size": self.size,
-            "crc": self.crc,
-        }
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SnapshotHandle:
-        return cls(
-            uri=str(data["uri"]),
-            bucket=int(data["bucket"]),
-            seq=int(data["seq"]),
-            size=int(data["size"]),
-            crc=int(data["crc"]),
-        )
+    def from_json(cls, data: Mapping[str, Any]) -> SnapshotHandle:
+        return codec.from_json(cls, data)
 
 
+@json_record("bucket state")
 @dataclass(frozen=True, slots=True)
 class BucketState:
     """What a checkpoint needs to rebuild one bucket.
@@ -96,11 +80,11 @@ class BucketState:
     histories that reach the same ``seq`` differently are told apart.
     """
 
-    bucket: int
-    seq: int
+    bucket: Int
+    seq: Int
     snapshot: SnapshotHandle | None = None
     changelog: tuple[ChangelogHandle, ...] = ()
-    token: str = ""
+    token: Text = ""
 
     @property
     def base(self) -> int:
@@ -115,21 +99,8 @@ class BucketState:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "bucket": self.bucket,
-            "seq": self.seq,
-            "snapshot": self.snapshot.to_json() if self.snapshot else None,
-            "changelog": [h.to_json() for h in self.changelog],
-            "token": self.token,
-        }
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BucketState:
-        snap = data.get("snapshot")
-        return cls(
-            bucket=int(data["bucket"]),
-            seq=int(data["seq"]),
-            snapshot=SnapshotHandle.from_json(snap) if snap else None,
-            changelog=tuple(ChangelogHandle.from_json(h) for h in data.get("changelog", [])),
-            token=str(data.get("token", "")),
-        )
+    def from_json(cls, data: Mapping[str, Any]) -> BucketState:
+        return codec.from_json(cls, data)

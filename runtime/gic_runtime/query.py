@@ -21,7 +21,8 @@ What is deliberately left out: the transformations between the source and ``keye
 (refactoring them is no change of query), tuning options, the sink. The fingerprint
 catches a different query under the same job id; it does not prove two queries equal.
 
-Versioning: the stored object carries ``version`` (:data:`FINGERPRINT_VERSION`). A
+Versioning: the stored object carries ``version`` (:data:`FINGERPRINT_VERSION`) and the
+three parts, each ``{"text", "digest"}`` or ``null`` (:mod:`gic_runtime.codec`). A
 fingerprint of another version, a part this runtime does not know how to compare, or no
 fingerprint at all (a manifest written before fingerprints existed) never refuses a
 resume: the next checkpoint records this runtime's fingerprint.
@@ -35,10 +36,13 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import pyarrow as pa
+from pydantic import Field
 
+from gic_runtime import codec
+from gic_runtime.codec import NoneIfInvalid, NonEmptyText, RecordError, Text, json_record
 from gic_runtime.errors import QueryMismatchError
 from gic_runtime.processing import (
     AggregateProcessor,
@@ -59,13 +63,14 @@ OVERRIDE_SETTING: Final = "allow_query_change"
 OVERRIDE_ENV: Final = "GIC_ALLOW_QUERY_CHANGE"
 
 
+@json_record("query part")
 @dataclass(frozen=True, slots=True)
 class QueryPart:
     """One part of a fingerprint: a readable ``text`` (at most :data:`TEXT_MAX`
     characters) and the ``digest`` of the full text, which decides equality."""
 
-    text: str
-    digest: str
+    text: Text
+    digest: NonEmptyText
 
     @classmethod
     def of(cls, text: str) -> QueryPart:
@@ -73,25 +78,15 @@ class QueryPart:
         short = text if len(text) <= TEXT_MAX else text[: TEXT_MAX - 3] + "..."
         return cls(short, digest)
 
-    def to_json(self) -> dict[str, str]:
-        return {"text": self.text, "digest": self.digest}
 
-    @classmethod
-    def from_json(cls, data: Any) -> QueryPart | None:
-        if not isinstance(data, Mapping):
-            return None
-        text, digest = data.get("text"), data.get("digest")
-        if not isinstance(text, str) or not isinstance(digest, str) or not digest:
-            return None
-        return cls(text, digest)
-
-
+@json_record("query fingerprint", computed=("version",))
 @dataclass(frozen=True, slots=True)
 class QueryFingerprint:
     """What identifies a query (see the module docstring); ``source`` is ``None`` when
-    the engine could not describe its sources (then it is never compared)."""
+    the engine could not describe its sources (then it is never compared; a malformed
+    stored ``source`` reads as ``None``)."""
 
-    source: QueryPart | None
+    source: Annotated[QueryPart | None, NoneIfInvalid, Field(default=None)]  # absent: None
     processing: QueryPart
     output: QueryPart
 
@@ -107,13 +102,14 @@ class QueryFingerprint:
         value: QueryPart | None = getattr(self, name)
         return value
 
+    @property
+    def version(self) -> int:
+        """Version of the stored form (:data:`FINGERPRINT_VERSION`)."""
+        return FINGERPRINT_VERSION
+
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``query`` object."""
-        body: dict[str, Any] = {"version": FINGERPRINT_VERSION}
-        for name, _ in PARTS:
-            part = self.part(name)
-            body[name] = None if part is None else part.to_json()
-        return body
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> QueryFingerprint | None:
@@ -121,11 +117,10 @@ class QueryFingerprint:
         runtime can compare (absent, another version, malformed)."""
         if data is None or data.get("version") != FINGERPRINT_VERSION:
             return None
-        processing = QueryPart.from_json(data.get("processing"))
-        output = QueryPart.from_json(data.get("output"))
-        if processing is None or output is None:
+        try:
+            return codec.from_json(cls, data)
+        except RecordError:
             return None
-        return cls(QueryPart.from_json(data.get("source")), processing, output)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,9 @@ acts on it checks it against the set it knows. The failure belongs to the record
 Readers read at most :data:`STATUS_MAX_BYTES` (the operator reads the record of every
 job on every reconcile, and the driver writing it runs tenant code).
 
-Values are frozen dataclasses (safe to share between threads); nested parts have
-``to_json`` / ``from_json``. :func:`write_status` and :func:`read_status` are stateless.
+Values are frozen dataclasses (safe to share between threads); their JSON form is
+derived from their fields by :mod:`gic_runtime.codec` (:meth:`JobStatus.to_json`,
+:meth:`JobStatus.from_json`). :func:`write_status` and :func:`read_status` are stateless.
 """
 
 from __future__ import annotations
@@ -34,25 +35,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, Field
+
+from gic_runtime import codec
 from gic_runtime.checkpoint.manifest import RestoreMode
-from gic_runtime.control.envelope import (
-    decode_record,
-    encode_record,
-    field_bool,
-    field_float,
-    field_int,
-    field_object,
-    field_opt_float,
-    field_opt_int,
-    field_opt_str,
-    field_str,
-    parse_body,
-)
+from gic_runtime.codec import Count, Finite, Flag, Text, json_record
+from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.control.model import Outcome
 from gic_runtime.errors import (
     ConfigurationError,
@@ -70,8 +63,6 @@ from gic_runtime.errors import (
 from gic_runtime.layout import job_dir
 from gic_runtime.storage.base import read_bounded
 from gic_runtime.storage.uri import StoreResolver, join
-
-_T = TypeVar("_T")
 
 MAGIC = "GICT"
 FORMAT_VERSION = 1
@@ -97,6 +88,25 @@ class JobState(StrEnum):
     FAILED = "failed"
 
 
+MAX_RANGES = 32768
+"""Most bucket ranges a status record may list (the most buckets a job can have)."""
+
+
+def _ordered(pair: tuple[int, int]) -> tuple[int, int]:
+    if pair[0] >= pair[1]:
+        raise ValueError(f"entries must be [start, stop) pairs, got {list(pair)!r}")
+    return pair
+
+
+BucketRange = Annotated[tuple[Count, Count], AfterValidator(_ordered)]
+"""Buckets ``[start, stop)``: ``[start, stop]`` in JSON, ``0 <= start < stop``."""
+
+
+@json_record(
+    "checkpoint status",
+    required=("bytes_uploaded", "changelog_bytes", "snapshot_bytes", "rows"),
+    null_is_default=("executors", "moved_ranges"),
+)
 @dataclass(frozen=True, slots=True)
 class CheckpointStatus:
     """The last completed checkpoint: ``id`` (the batch id), when it was created, how
@@ -105,143 +115,68 @@ class CheckpointStatus:
     placement: live executors (0 in local mode) and the bucket ranges ``[start, stop)``
     whose task ran on another executor than in the batch before."""
 
-    id: int
-    created_at: float
-    duration_ms: float
-    bytes_uploaded: int = 0
-    changelog_bytes: int = 0
-    snapshot_bytes: int = 0
-    local_hit_ratio: float | None = None
-    rows: int = 0
-    executors: int = 0
-    moved_ranges: tuple[tuple[int, int], ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["moved_ranges"] = [list(r) for r in self.moved_ranges]
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckpointStatus:
-        return cls(
-            id=field_int(data, "id"),
-            created_at=field_float(data, "created_at"),
-            duration_ms=field_float(data, "duration_ms"),
-            bytes_uploaded=field_int(data, "bytes_uploaded"),
-            changelog_bytes=field_int(data, "changelog_bytes"),
-            snapshot_bytes=field_int(data, "snapshot_bytes"),
-            local_hit_ratio=field_opt_float(data, "local_hit_ratio"),
-            rows=field_int(data, "rows"),
-            executors=field_opt_int(data, "executors") or 0,
-            moved_ranges=_ranges(data.get("moved_ranges")),
-        )
+    id: Count
+    created_at: Finite
+    duration_ms: Finite
+    bytes_uploaded: Count = 0
+    changelog_bytes: Count = 0
+    snapshot_bytes: Count = 0
+    local_hit_ratio: Finite | None = None
+    rows: Count = 0
+    executors: Count = 0
+    moved_ranges: Annotated[tuple[BucketRange, ...], Field(max_length=MAX_RANGES)] = ()
 
 
-MAX_RANGES = 32768
-"""Most bucket ranges a status record may list (the most buckets a job can have)."""
-
-
-def _ranges(value: object) -> tuple[tuple[int, int], ...]:
-    """``[[start, stop], ...]`` (absent: none); anything else is a ValueError."""
-    if value is None:
-        return ()
-    if not isinstance(value, list) or len(value) > MAX_RANGES:
-        raise ValueError(f"moved_ranges must be a list of at most {MAX_RANGES} pairs")
-    out: list[tuple[int, int]] = []
-    for item in value:
-        if not (
-            isinstance(item, list)
-            and len(item) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in item)
-            and 0 <= item[0] < item[1]
-        ):
-            raise ValueError(f"moved_ranges entries must be [start, stop) pairs, got {item!r}")
-        out.append((item[0], item[1]))
-    return tuple(out)
-
-
+@json_record("restore status", required=("released",))
 @dataclass(frozen=True, slots=True)
 class RestoreStatus:
     """Where the launch's state came from (a checkpoint or savepoint manifest URI), in
     which mode, and whether the source is released (no-claim: the user may delete it)."""
 
-    source: str
+    source: Text
     mode: RestoreMode
-    released: bool = False
-    checkpoint_id: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "mode": self.mode.value,
-            "released": self.released,
-            "checkpoint_id": self.checkpoint_id,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RestoreStatus:
-        return cls(
-            source=field_str(data, "source"),
-            mode=RestoreMode(field_str(data, "mode")),
-            released=field_bool(data, "released"),
-            checkpoint_id=field_opt_int(data, "checkpoint_id"),
-        )
+    released: Flag = False
+    checkpoint_id: Count | None = None
 
 
+@json_record(
+    "materialization status",
+    required=("started", "adopted"),
+    null_is_default=("failed", "bytes_uploaded"),
+)
 @dataclass(frozen=True, slots=True)
 class MaterializationStatus:
     """Materialization counters of the launch: started, adopted by a checkpoint, failed,
     and bytes uploaded."""
 
-    started: int = 0
-    adopted: int = 0
-    failed: int = 0
-    bytes_uploaded: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MaterializationStatus:
-        return cls(
-            started=field_int(data, "started"),
-            adopted=field_int(data, "adopted"),
-            failed=field_opt_int(data, "failed") or 0,
-            bytes_uploaded=field_opt_int(data, "bytes_uploaded") or 0,
-        )
+    started: Count = 0
+    adopted: Count = 0
+    failed: Count = 0
+    bytes_uploaded: Count = 0
 
 
+@json_record("sweep status")
 @dataclass(frozen=True, slots=True)
 class SweepStatus:
     """The last orphan sweep: objects deleted, their bytes, and when."""
 
-    deleted: int
-    deleted_bytes: int
-    at: float
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SweepStatus:
-        return cls(
-            deleted=field_int(data, "deleted"),
-            deleted_bytes=field_int(data, "deleted_bytes"),
-            at=field_float(data, "at"),
-        )
+    deleted: Count
+    deleted_bytes: Count
+    at: Finite
 
 
+@json_record("savepoint status")
 @dataclass(frozen=True, slots=True)
 class SavepointStatus:
     """The last savepoint request the driver finished, successful or not."""
 
-    request_id: str
-    state: str
-    path: str | None = None
-    checkpoint_id: int | None = None
-    size_bytes: int | None = None
-    finished_at: float | None = None
-    error: str | None = None
+    request_id: Text
+    state: Text
+    path: Text | None = None
+    checkpoint_id: Count | None = None
+    size_bytes: Count | None = None
+    finished_at: Finite | None = None
+    error: Text | None = None
 
     @classmethod
     def from_outcome(cls, outcome: Outcome) -> SavepointStatus:
@@ -253,21 +188,6 @@ class SavepointStatus:
             size_bytes=outcome.size_bytes,
             finished_at=outcome.finished_at,
             error=outcome.error,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SavepointStatus:
-        return cls(
-            request_id=field_str(data, "request_id"),
-            state=field_str(data, "state"),
-            path=field_opt_str(data, "path"),
-            checkpoint_id=field_opt_int(data, "checkpoint_id"),
-            size_bytes=field_opt_int(data, "size_bytes"),
-            finished_at=field_opt_float(data, "finished_at"),
-            error=field_opt_str(data, "error"),
         )
 
 
@@ -354,15 +274,16 @@ def failure_message(error: BaseException) -> str:
     return one_line(text, FAILURE_MESSAGE_MAX)
 
 
+@json_record("failure status", null_is_default=("error_type",))
 @dataclass(frozen=True, slots=True)
 class FailureStatus:
     """Why the launch failed: ``reason`` (a :class:`FailureReason` value when this
     runtime wrote it), ``message`` (the error's text) and ``error_type`` (the exception's
     class name)."""
 
-    reason: str
-    message: str
-    error_type: str = ""
+    reason: Text
+    message: Text
+    error_type: Text = ""
 
     @classmethod
     def of(cls, error: BaseException) -> FailureStatus:
@@ -373,54 +294,38 @@ class FailureStatus:
             error_type=type(error).__name__[:ERROR_TYPE_MAX],
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FailureStatus:
-        return cls(
-            reason=field_str(data, "reason"),
-            message=field_str(data, "message"),
-            error_type=field_opt_str(data, "error_type") or "",
-        )
-
-
+@json_record("driver info")
 @dataclass(frozen=True, slots=True)
 class DriverInfo:
     """The driver process: ``pid`` on ``host``."""
 
-    pid: int
-    host: str
+    pid: Count
+    host: Text
 
     @classmethod
     def current(cls) -> DriverInfo:
         return cls(pid=os.getpid(), host=socket.gethostname())
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DriverInfo:
-        return cls(pid=field_int(data, "pid"), host=field_str(data, "host"))
-
-
+@json_record("job status", required=("batches",), null_is_default=("extra",))
 @dataclass(frozen=True, slots=True)
 class JobStatus:
     """One report of a driver launch (see the module docstring). Times are seconds
     since the Unix epoch; ``batches`` counts batches this launch completed."""
 
-    job_id: str
-    epoch: int
+    job_id: Text
+    epoch: Count
     state: JobState
-    updated_at: float
-    started_at: float
-    batches: int = 0
+    updated_at: Finite
+    started_at: Finite
+    batches: Count = 0
     last_checkpoint: CheckpointStatus | None = None
     restored_from: RestoreStatus | None = None
     materialization: MaterializationStatus | None = None
     last_sweep: SweepStatus | None = None
     last_savepoint: SavepointStatus | None = None
-    error: str | None = None
+    error: Text | None = None
     driver: DriverInfo | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Free-form JSON for details without a field of their own."""
@@ -439,45 +344,14 @@ class JobStatus:
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
-        parts = ("last_checkpoint", "restored_from", "materialization", "last_sweep")
-        body: dict[str, Any] = {
-            "job_id": self.job_id,
-            "epoch": self.epoch,
-            "state": self.state.value,
-            "updated_at": self.updated_at,
-            "started_at": self.started_at,
-            "batches": self.batches,
-            "error": self.error,
-            "extra": dict(self.extra),
-        }
-        for name in (*parts, "last_savepoint", "driver", "failure"):
-            value = getattr(self, name)
-            body[name] = value.to_json() if value is not None else None
-        return body
+        """The record's JSON body (see the module docstring)."""
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobStatus:
-        def part(name: str, parse: Callable[[Mapping[str, Any]], _T]) -> _T | None:
-            obj = field_object(data, name)
-            return parse(obj) if obj is not None else None
-
-        return cls(
-            job_id=field_str(data, "job_id"),
-            epoch=field_int(data, "epoch"),
-            state=JobState(field_str(data, "state")),
-            updated_at=field_float(data, "updated_at"),
-            started_at=field_float(data, "started_at"),
-            batches=field_int(data, "batches"),
-            last_checkpoint=part("last_checkpoint", CheckpointStatus.from_json),
-            restored_from=part("restored_from", RestoreStatus.from_json),
-            materialization=part("materialization", MaterializationStatus.from_json),
-            last_sweep=part("last_sweep", SweepStatus.from_json),
-            last_savepoint=part("last_savepoint", SavepointStatus.from_json),
-            error=field_opt_str(data, "error"),
-            driver=part("driver", DriverInfo.from_json),
-            extra=field_object(data, "extra") or {},
-            failure=part("failure", FailureStatus.from_json),
-        )
+        """The status a JSON body holds; :class:`~gic_runtime.codec.RecordError` names a
+        missing or invalid field."""
+        return codec.from_json(cls, data)
 
 
 def encode_status(status: JobStatus) -> bytes:
@@ -489,7 +363,7 @@ def encode_status(status: JobStatus) -> bytes:
 def decode_status(data: bytes, uri: str) -> JobStatus:
     """Parse a stored status record; errors name ``uri``."""
     _, body = decode_record(data, MAGIC, SUPPORTED_VERSIONS, what="GIC job status", uri=uri)
-    return parse_body(lambda: JobStatus.from_json(body), what="job status", uri=uri)
+    return codec.from_stored_json(JobStatus, body, uri=uri)
 
 
 def write_status(resolver: StoreResolver, root: str, job_id: str, status: JobStatus) -> None:

@@ -12,8 +12,10 @@ written):
 * every key of ``buckets`` equals its value's ``bucket`` and lies in ``[0, num_buckets)``;
 * ``kind == SAVEPOINT`` exactly when ``savepoint`` is set.
 
-The serialized form lives in :mod:`gic_runtime.checkpoint.codec`; reading and writing
-manifests on storage in :mod:`gic_runtime.checkpoint.catalog`.
+The serialized form lives in :mod:`gic_runtime.checkpoint.codec` (the JSON form of
+:class:`SavepointInfo` and :class:`RestoreLineage` is their fields, by
+:mod:`gic_runtime.codec`); reading and writing manifests on storage in
+:mod:`gic_runtime.checkpoint.catalog`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from gic_runtime import codec
+from gic_runtime.codec import Flag, Int, Text, json_record
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.handles import BucketState
 
@@ -66,6 +70,7 @@ class RestoreMode(StrEnum):
     NO_CLAIM = "no-claim"
 
 
+@json_record("savepoint properties", required=("format",))
 @dataclass(frozen=True, slots=True)
 class SavepointInfo:
     """Properties of a savepoint manifest."""
@@ -74,13 +79,14 @@ class SavepointInfo:
     format: SavepointFormat = SavepointFormat.NATIVE
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type.value, "format": self.format.value}
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SavepointInfo:
-        return cls(type=SavepointType(data["type"]), format=SavepointFormat(data["format"]))
+        return codec.from_json(cls, data)
 
 
+@json_record("restore lineage", required=("released",))
 @dataclass(frozen=True, slots=True)
 class RestoreLineage:
     """Where a restored job's state came from.
@@ -91,30 +97,17 @@ class RestoreLineage:
     (docs/architecture.md I6: from then on a no-claim source may be deleted by its owner).
     """
 
-    source_uri: str
+    source_uri: Text
     mode: RestoreMode
-    source_checkpoint_id: int
-    released: bool = False
+    source_checkpoint_id: Int
+    released: Flag = False
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "source_uri": self.source_uri,
-            "mode": self.mode.value,
-            "source_checkpoint_id": self.source_checkpoint_id,
-            "released": self.released,
-        }
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RestoreLineage:
-        released = data["released"]
-        if not isinstance(released, bool):
-            raise ValueError(f"restored_from.released must be a boolean, got {released!r}")
-        return cls(
-            source_uri=str(data["source_uri"]),
-            mode=RestoreMode(data["mode"]),
-            source_checkpoint_id=int(data["source_checkpoint_id"]),
-            released=released,
-        )
+        return codec.from_json(cls, data)
 
 
 def _frozen_json(value: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
+from pydantic import PlainSerializer
 from rich.table import Table
 
+from gic_runtime import codec
 from gic_runtime.cli.cmd_checkpoints import status_json
 from gic_runtime.cli.common import (
     ConfigOpt,
@@ -28,6 +30,7 @@ from gic_runtime.cli.common import (
     stdout_console,
 )
 from gic_runtime.cli.inventory import JobFiles, scan_jobs
+from gic_runtime.codec import json_record
 from gic_runtime.errors import GICError
 from gic_runtime.status import JobStatus, read_status
 
@@ -40,23 +43,27 @@ objects under the job's directory).
 """
 
 
+@json_record("job", computed=("latest_checkpoint",))
 @dataclass(frozen=True)
 class _Job:
-    files: JobFiles
-    status: JobStatus | None
-    status_error: str | None
+    """One job as listed; its JSON form is an entry of ``jobs`` in ``--json``."""
 
-    def to_json(self) -> dict[str, Any]:
-        ids = self.files.checkpoints
-        return {
-            "job_id": self.files.job_id,
-            "status": status_json(self.status),
-            "status_error": self.status_error,
-            "checkpoints": ids,
-            "latest_checkpoint": ids[-1] if ids else None,
-            "objects": self.files.objects,
-            "bytes": self.files.bytes,
-        }
+    job_id: str
+    status: Annotated[JobStatus | None, PlainSerializer(status_json)]
+    status_error: str | None
+    checkpoints: list[int]
+    objects: int
+    bytes: int
+
+    @classmethod
+    def of(cls, files: JobFiles, status: JobStatus | None, status_error: str | None) -> _Job:
+        return cls(
+            files.job_id, status, status_error, files.checkpoints, files.objects, files.bytes
+        )
+
+    @property
+    def latest_checkpoint(self) -> int | None:
+        return self.checkpoints[-1] if self.checkpoints else None
 
     def row(self, now: float) -> list[str]:
         status = self.status
@@ -66,15 +73,9 @@ class _Job:
             text = "-"
         else:
             text = f"{status.state.value}, epoch {status.epoch}, {ago(status.updated_at, now)}"
-        ids = self.files.checkpoints
+        ids = self.checkpoints
         shown = f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else (str(ids[0]) if ids else "-")
-        return [
-            self.files.job_id,
-            text,
-            shown,
-            str(self.files.objects),
-            human_bytes(self.files.bytes),
-        ]
+        return [self.job_id, text, shown, str(self.objects), human_bytes(self.bytes)]
 
 
 def jobs(*, storage: StorageOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
@@ -83,11 +84,12 @@ def jobs(*, storage: StorageOpt = None, config: ConfigOpt = None, as_json: JsonO
     found: list[_Job] = []
     for job_id, files in scan_jobs(resolver, root).items():
         try:
-            found.append(_Job(files, read_status(resolver, root, job_id), None))
+            found.append(_Job.of(files, read_status(resolver, root, job_id), None))
         except GICError as exc:
-            found.append(_Job(files, None, " ".join(str(exc).split())))
+            found.append(_Job.of(files, None, " ".join(str(exc).split())))
     if as_json:
-        print(json.dumps({"storage": root, "jobs": [j.to_json() for j in found]}, indent=2))
+        jobs_json = [codec.to_json(job) for job in found]
+        print(json.dumps({"storage": root, "jobs": jobs_json}, indent=2))
         return
     console = stdout_console()
     if not found:

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gic_runtime import codec
 from gic_runtime.checkpoint.manifest import Manifest, RestoreLineage
 from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy
+from gic_runtime.codec import json_record
 
 #: How each owner class is shown.
 OWNER_LABELS: Mapping[Owner, str] = {
@@ -28,6 +30,7 @@ OWNER_LABELS: Mapping[Owner, str] = {
 }
 
 
+@json_record("bucket totals")
 @dataclass(frozen=True, slots=True)
 class BucketTotals:
     """Totals over the buckets of one manifest."""
@@ -45,15 +48,8 @@ class BucketTotals:
         return self.snapshot_bytes + self.changelog_bytes
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "with_state": self.with_state,
-            "snapshots": self.snapshots,
-            "changelog_handles": self.changelog_handles,
-            "seq_total": self.seq_total,
-            "max_seq": self.max_seq,
-            "snapshot_bytes": self.snapshot_bytes,
-            "changelog_bytes": self.changelog_bytes,
-        }
+        """The fields (not ``bytes``) as a JSON object."""
+        return codec.to_json(self)
 
 
 def bucket_totals(manifest: Manifest) -> BucketTotals:
@@ -95,6 +91,7 @@ def lineage_json(lineage: RestoreLineage | None) -> dict[str, Any] | None:
     }
 
 
+@json_record("owner group", computed=("label",))
 @dataclass(frozen=True, slots=True)
 class OwnerGroup:
     """Objects of one owner class and the bytes referenced in them."""
@@ -108,12 +105,8 @@ class OwnerGroup:
         return OWNER_LABELS[self.owner]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "owner": self.owner.value,
-            "label": self.label,
-            "objects": self.objects,
-            "bytes": self.bytes,
-        }
+        """``owner`` (its value), ``objects``, ``bytes`` and ``label``."""
+        return codec.to_json(self)
 
 
 def group_by_owner(policy: OwnershipPolicy, sizes: Mapping[str, int]) -> list[OwnerGroup]:

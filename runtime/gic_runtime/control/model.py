@@ -9,7 +9,9 @@ Both are immutable values stored write-once (see :mod:`gic_runtime.control.chann
 * outcome ``<job>/control/outcomes/<request_id>.out``: record ``GICO`` version 1;
 
 each in the text envelope of :mod:`gic_runtime.control.envelope` (header line with the
-CRC32C of the JSON body). Invariants checked on construction: request ids are valid ids
+CRC32C of the JSON body). The body is the value's fields (:mod:`gic_runtime.codec`); a
+request's also names its ``type`` (:class:`RequestType`), which says which kind a reader
+builds. Invariants checked on construction: request ids are valid ids
 (:func:`gic_runtime.layout.validate_id`); a failed outcome carries an error message and
 a completed one none; sizes and counts are not negative.
 
@@ -25,17 +27,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gic_runtime import codec
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
-from gic_runtime.control.envelope import (
-    decode_record,
-    encode_record,
-    field_float,
-    field_opt_float,
-    field_opt_int,
-    field_opt_str,
-    field_str,
-    parse_body,
-)
+from gic_runtime.codec import Count, Finite, Text, json_record
+from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.errors import ConfigurationError, CorruptFileError
 from gic_runtime.layout import validate_id
 
@@ -99,17 +94,22 @@ def new_request_id(prefix: str, now: float | None = None) -> str:
     return f"{prefix}-{stamp.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
 
 
+@json_record("control request", computed=("type",))
 @dataclass(frozen=True, slots=True)
 class SavepointRequest:
     """Take a savepoint of ``format`` into directory ``target`` (a URI). ``kind``
     terminal stops the job after the savepoint completes (stop-with-savepoint)."""
 
-    request_id: str
+    request_id: Text
     kind: SavepointType
     format: SavepointFormat
-    target: str
-    requested_at: float
-    requested_by: str
+    target: Text
+    requested_at: Finite
+    requested_by: Text
+
+    @property
+    def type(self) -> RequestType:
+        return RequestType.SAVEPOINT
 
     def __post_init__(self) -> None:
         validate_id("request id", self.request_id)
@@ -123,26 +123,20 @@ class SavepointRequest:
             other.target,
         ) == (self.request_id, self.kind, self.format, self.target)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": RequestType.SAVEPOINT.value,
-            "request_id": self.request_id,
-            "kind": self.kind.value,
-            "format": self.format.value,
-            "target": self.target,
-            "requested_at": self.requested_at,
-            "requested_by": self.requested_by,
-        }
 
-
+@json_record("control request", computed=("type",))
 @dataclass(frozen=True, slots=True)
 class StopRequest:
     """Stop the job at the next batch boundary, without a savepoint (the last completed
     checkpoint is where a relaunch resumes)."""
 
-    request_id: str
-    requested_at: float
-    requested_by: str
+    request_id: Text
+    requested_at: Finite
+    requested_by: Text
+
+    @property
+    def type(self) -> RequestType:
+        return RequestType.STOP
 
     def __post_init__(self) -> None:
         validate_id("request id", self.request_id)
@@ -151,18 +145,15 @@ class StopRequest:
         """Whether ``other`` asks for the same thing (who asked and when aside)."""
         return isinstance(other, StopRequest) and other.request_id == self.request_id
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": RequestType.STOP.value,
-            "request_id": self.request_id,
-            "requested_at": self.requested_at,
-            "requested_by": self.requested_by,
-        }
-
 
 ControlRequest = SavepointRequest | StopRequest
+_REQUEST_CLASSES: dict[str, type[ControlRequest]] = {
+    RequestType.SAVEPOINT.value: SavepointRequest,
+    RequestType.STOP.value: StopRequest,
+}
 
 
+@json_record("control outcome", required=("finished_at",))
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How request ``request_id`` ended.
@@ -172,15 +163,15 @@ class Outcome:
     exactly when ``state`` is failed. Times are seconds since the Unix epoch.
     """
 
-    request_id: str
+    request_id: Text
     state: OutcomeState
-    path: str | None = None
-    checkpoint_id: int | None = None
-    size_bytes: int | None = None
-    files: int | None = None
-    started_at: float | None = None
-    finished_at: float = field(default_factory=time.time)
-    error: str | None = None
+    path: Text | None = None
+    checkpoint_id: Count | None = None
+    size_bytes: Count | None = None
+    files: Count | None = None
+    started_at: Finite | None = None
+    finished_at: Finite = field(default_factory=time.time)
+    error: Text | None = None
 
     def __post_init__(self) -> None:
         validate_id("request id", self.request_id)
@@ -218,23 +209,13 @@ class Outcome:
             error = error[: MAX_ERROR_CHARS - 15] + " [... cut off]"
         return cls(request_id=request_id, state=OutcomeState.FAILED, error=error, **details)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "state": self.state.value,
-            "path": self.path,
-            "checkpoint_id": self.checkpoint_id,
-            "size_bytes": self.size_bytes,
-            "files": self.files,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "error": self.error,
-        }
-
 
 def encode_request(request: ControlRequest) -> bytes:
     return encode_record(
-        REQUEST_MAGIC, FORMAT_VERSION, request.to_json(), what=f"request {request.request_id}"
+        REQUEST_MAGIC,
+        FORMAT_VERSION,
+        codec.to_json(request),
+        what=f"request {request.request_id}",
     )
 
 
@@ -244,31 +225,24 @@ def decode_request(data: bytes, uri: str) -> ControlRequest:
         data, REQUEST_MAGIC, SUPPORTED_VERSIONS, what="GIC control request", uri=uri
     )
 
-    def build() -> ControlRequest:
-        kind = RequestType(field_str(body, "type"))
-        if kind is RequestType.STOP:
-            return StopRequest(
-                request_id=field_str(body, "request_id"),
-                requested_at=field_float(body, "requested_at"),
-                requested_by=field_str(body, "requested_by"),
-            )
-        return SavepointRequest(
-            request_id=field_str(body, "request_id"),
-            kind=SavepointType(field_str(body, "kind")),
-            format=SavepointFormat(field_str(body, "format")),
-            target=field_str(body, "target"),
-            requested_at=field_float(body, "requested_at"),
-            requested_by=field_str(body, "requested_by"),
+    kind = body.get("type")
+    cls = _REQUEST_CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        problem = (
+            "is missing field 'type'"
+            if "type" not in body
+            else f"has an invalid field: type must be one of {sorted(_REQUEST_CLASSES)}, "
+            f"got {kind!r:.40}"
         )
-
-    request = parse_body(build, what="control request", uri=uri)
+        raise CorruptFileError(f"control request {problem}", uri=uri)
+    request = codec.from_stored_json(cls, body, uri=uri)
     _check_named(request.request_id, uri, ".req")
     return request
 
 
 def encode_outcome(outcome: Outcome) -> bytes:
     return encode_record(
-        OUTCOME_MAGIC, FORMAT_VERSION, outcome.to_json(), what=f"outcome {outcome.request_id}"
+        OUTCOME_MAGIC, FORMAT_VERSION, codec.to_json(outcome), what=f"outcome {outcome.request_id}"
     )
 
 
@@ -278,20 +252,7 @@ def decode_outcome(data: bytes, uri: str) -> Outcome:
         data, OUTCOME_MAGIC, SUPPORTED_VERSIONS, what="GIC control outcome", uri=uri
     )
 
-    def build() -> Outcome:
-        return Outcome(
-            request_id=field_str(body, "request_id"),
-            state=OutcomeState(field_str(body, "state")),
-            path=field_opt_str(body, "path"),
-            checkpoint_id=field_opt_int(body, "checkpoint_id"),
-            size_bytes=field_opt_int(body, "size_bytes"),
-            files=field_opt_int(body, "files"),
-            started_at=field_opt_float(body, "started_at"),
-            finished_at=field_float(body, "finished_at"),
-            error=field_opt_str(body, "error"),
-        )
-
-    outcome = parse_body(build, what="control outcome", uri=uri)
+    outcome = codec.from_stored_json(Outcome, body, uri=uri)
     _check_named(outcome.request_id, uri, ".out")
     return outcome
 

@@ -19,7 +19,9 @@ Invariants:
 
 Both are immutable values; they travel as JSON (acks) or pickled closures (barriers,
 whose ``expected`` states are packed per task on the way:
-:mod:`~gic_runtime.coordination.packed_states`).
+:mod:`~gic_runtime.coordination.packed_states`). An ack's JSON form is its fields
+(:mod:`gic_runtime.codec`) plus ``version`` (:data:`ACK_VERSION`), its ``states`` a list
+in ascending bucket order; every stats counter may be absent (0).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any
 
+from gic_runtime import codec
+from gic_runtime.codec import Finite, Int, KeyedList, RecordError, Text, json_record
 from gic_runtime.coordination.packed_states import PackedStates
 from gic_runtime.coordination.ranges import split_buckets
 from gic_runtime.coordination.settings import TaskSettings
@@ -111,107 +115,95 @@ def _rebuild_barrier(values: dict[str, Any]) -> Barrier:
     return Barrier(**values)
 
 
+@json_record("staged file")
 @dataclass(frozen=True, slots=True)
 class StagedFile:
     """One output file a task staged for its batch (published after the checkpoint)."""
 
-    uri: str
-    rows: int
-    size: int
+    uri: Text
+    rows: Int
+    size: Int
 
     def to_json(self) -> dict[str, Any]:
-        return {"uri": self.uri, "rows": self.rows, "size": self.size}
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StagedFile:
-        return cls(str(data["uri"]), int(data["rows"]), int(data["size"]))
+        return codec.from_json(cls, data)
 
 
+@json_record("task stats")
 @dataclass(frozen=True, slots=True)
 class TaskStats:
     """What one task did for its batch (counts, bytes, seconds)."""
 
-    rows_in: int = 0
-    rows_out: int = 0
-    changes: int = 0
+    rows_in: Int = 0
+    rows_out: Int = 0
+    changes: Int = 0
     """State changes applied (= changelog records appended)."""
-    changelog_bytes: int = 0
+    changelog_bytes: Int = 0
     """Bytes of changelog segments uploaded by this task's checkpoint."""
-    snapshot_bytes: int = 0
+    snapshot_bytes: Int = 0
     """Bytes of snapshots uploaded for a self-contained checkpoint."""
-    local_hits: int = 0
+    local_hits: Int = 0
     """Buckets whose executor-local copy matched the expected lineage."""
-    restored: int = 0
+    restored: Int = 0
     """Buckets rebuilt from storage."""
-    empty: int = 0
+    empty: Int = 0
     """Buckets that started empty."""
-    replayed: int = 0
+    replayed: Int = 0
     """Changelog records replayed while restoring."""
-    materializations_adopted: int = 0
+    materializations_adopted: Int = 0
     """Background snapshots that became a bucket's base in this batch."""
-    materializations_started: int = 0
-    process_s: float = 0.0
-    checkpoint_s: float = 0.0
+    materializations_started: Int = 0
+    process_s: Finite = 0.0
+    checkpoint_s: Finite = 0.0
     """Seconds from the end of processing until every change was durable."""
-    total_s: float = 0.0
-    pid: int = 0
+    total_s: Finite = 0.0
+    pid: Int = 0
     """Process that ran the task (placement diagnostics)."""
-    executor: str = ""
+    executor: Text = ""
     """Executor that ran the task (:func:`~gic_runtime.coordination.executor_env.executor_id`;
     placement diagnostics)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TaskStats:
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
+@json_record("task ack", required=("outputs", "stats"), computed=("version",))
 @dataclass(frozen=True, slots=True)
 class TaskAck:
     """A task's answer to a barrier (see the module docstring)."""
 
-    job_id: str
-    epoch: int
-    checkpoint_id: int
-    task_index: int
-    states: Mapping[int, BucketState]
+    job_id: Text
+    epoch: Int
+    checkpoint_id: Int
+    task_index: Int
+    states: Annotated[Mapping[int, BucketState], KeyedList("bucket")]
     outputs: tuple[StagedFile, ...] = ()
     stats: TaskStats = field(default_factory=TaskStats)
 
+    @property
+    def version(self) -> int:
+        """Version of the JSON form (:data:`ACK_VERSION`)."""
+        return ACK_VERSION
+
     def to_bytes(self) -> bytes:
-        body = {
-            "version": ACK_VERSION,
-            "job_id": self.job_id,
-            "epoch": self.epoch,
-            "checkpoint_id": self.checkpoint_id,
-            "task_index": self.task_index,
-            "states": [s.to_json() for _, s in sorted(self.states.items())],
-            "outputs": [o.to_json() for o in self.outputs],
-            "stats": self.stats.to_json(),
-        }
-        return json.dumps(body, separators=(",", ":")).encode()
+        return codec.to_json_bytes(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TaskAck:
+        """The ack ``data`` holds; :class:`FormatError` names what is wrong with it."""
         try:
             body = json.loads(data)
-            if body.get("version") != ACK_VERSION:
-                raise FormatError(
-                    f"task ack version {body.get('version')!r} is not {ACK_VERSION}; driver "
-                    "and executors must run the same gic version"
-                )
-            states = [BucketState.from_json(s) for s in body["states"]]
-            return cls(
-                job_id=str(body["job_id"]),
-                epoch=int(body["epoch"]),
-                checkpoint_id=int(body["checkpoint_id"]),
-                task_index=int(body["task_index"]),
-                states={s.bucket: s for s in states},
-                outputs=tuple(StagedFile.from_json(o) for o in body["outputs"]),
-                stats=TaskStats.from_json(body["stats"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
+        except ValueError as exc:
             raise FormatError(f"malformed task ack: {exc}") from exc
+        if not isinstance(body, dict):
+            raise FormatError(f"malformed task ack: a JSON {type(body).__name__}, not an object")
+        version = body.get("version")
+        if version != ACK_VERSION:
+            raise FormatError(
+                f"task ack version {version!r:.20} is not {ACK_VERSION}; driver and executors "
+                "must run the same gic version"
+            )
+        try:
+            return codec.from_json(cls, body)
+        except RecordError as exc:
+            raise FormatError(str(exc)) from exc
