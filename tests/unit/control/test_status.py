@@ -41,22 +41,9 @@ from gic_runtime.status import (
     status_uri,
     write_status,
 )
-from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver
 
 JOB = "job-a"
-
-
-@pytest.fixture
-def resolver(local_store: LocalObjectStore) -> StoreResolver:
-    r = StoreResolver()
-    r.register(local_store)
-    return r
-
-
-@pytest.fixture
-def root(local_store: LocalObjectStore) -> str:
-    return local_store.root_uri
 
 
 def full_status() -> JobStatus:

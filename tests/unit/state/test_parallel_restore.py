@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.stores import DelegatingStore
 
 from gic_runtime.changelog.reader import read_changes
 from gic_runtime.changelog.records import ChangeRecord, Op
@@ -24,7 +25,7 @@ from gic_runtime.state.fetch import FetchSettings, RestoreFetcher, SectionNeed, 
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.restore import replay_needs, restore_bucket, restore_buckets
 from gic_runtime.state.snapshot import upload_snapshot
-from gic_runtime.storage.base import ObjectInfo, ObjectStore
+from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing_changelog import TestingChangelogWriter
@@ -32,12 +33,12 @@ from gic_runtime.testing_changelog import TestingChangelogWriter
 # --- seam fake and layouts ---------------------------------------------------------------
 
 
-class CountingObjectStore:
+class CountingObjectStore(DelegatingStore):
     """An ``ObjectStore`` seam fake: every call goes to a real store; reads are counted
     (thread-safe), with their ranges."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._lock = threading.Lock()
         self.reads: list[tuple[str, int, int | None]] = []
 
@@ -46,35 +47,10 @@ class CountingObjectStore:
         with self._lock:
             return len(self.reads)
 
-    @property
-    def root_uri(self) -> str:
-        return self.inner.root_uri
-
-    def uri_for(self, key: str) -> str:
-        return self.inner.uri_for(key)
-
-    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        self.inner.put(key, data, if_absent=if_absent)
-
     def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
         with self._lock:
             self.reads.append((key, start, length))
         return self.inner.get(key, start=start, length=length)
-
-    def size(self, key: str) -> int:
-        return self.inner.size(key)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        return self.inner.list(prefix)
-
-    def delete_many(self, keys: Iterable[str]) -> int:
-        return self.inner.delete_many(keys)
-
-    def copy(self, src_key: str, dst_key: str) -> None:
-        self.inner.copy(src_key, dst_key)
 
 
 def counting_resolver(store: ObjectStore) -> tuple[StoreResolver, CountingObjectStore]:
