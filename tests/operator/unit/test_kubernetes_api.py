@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,20 +13,6 @@ import pytest
 from gic_operator.errors import KubeError, TransientKubeError
 from gic_operator.kube import pod_info
 from gic_operator.kube_client import KubernetesApi, translate_error
-
-
-@pytest.fixture
-def unreachable() -> Iterator[KubernetesApi]:
-    """A KubernetesApi whose server does not exist (nothing may reach it)."""
-    from kubernetes.client import ApiClient, Configuration
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = Configuration(host=f"http://127.0.0.1:{port}")
-    config.retries = 0
-    with ApiClient(config) as client:
-        yield KubernetesApi(client, request_timeout_s=5)
 
 
 def test_invalid_pod_manifest_is_a_clear_error(unreachable: KubernetesApi) -> None:

@@ -6,8 +6,6 @@ objects through KubernetesApi against a real API server: ``tests/operator/apiser
 from __future__ import annotations
 
 import base64
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +16,6 @@ from gic_operator.errors import KubeError
 from gic_operator.kube_client import KubernetesApi
 
 NS = "prod"
-
-
-@pytest.fixture
-def unreachable() -> Iterator[KubernetesApi]:
-    """A KubernetesApi whose server does not exist (nothing may reach it)."""
-    from kubernetes.client import ApiClient, Configuration
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = Configuration(host=f"http://127.0.0.1:{port}")
-    config.retries = 0
-    with ApiClient(config) as client:
-        yield KubernetesApi(client, request_timeout_s=5)
 
 
 def test_an_invalid_secret_manifest_never_shows_its_data(unreachable: KubernetesApi) -> None:
