@@ -21,8 +21,10 @@ number of batches) and check it with :func:`logs_complete`.
 :func:`attribute` reads a local directory; :func:`attribute_entries` does the same for any
 listing of ``(relative path, size, modification time)``, e.g. an S3 prefix
 (:func:`s3_entries`; S3 reports modification times in whole seconds, so there a file can
-land one batch early). :func:`directory_bytes` totals a directory, and
-:class:`StoredBytesSampler` does that on a background thread at chosen batches.
+land one batch early). :func:`directory_bytes` totals a directory, :func:`stored_sample`
+also splits a GIC storage root's bytes by kind (``jobs/<job>/<kind>/...``: snapshots,
+changelog, checkpoints, ...), and :class:`StoredBytesSampler` takes such samples on a
+background thread at chosen batches.
 
 Pure functions over the filesystem except :class:`StoredBytesSampler`, whose methods
 may be called from any thread.
@@ -37,7 +39,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from bench.streaming.records import BenchmarkError
 
@@ -144,10 +146,9 @@ def logs_complete_entries(paths: Iterable[str], batch_ids: Sequence[int]) -> boo
     return all(f"{log}/{b}" in present for log in LOG_DIRS for b in batch_ids)
 
 
-def directory_bytes(root: Path) -> tuple[int, int]:
-    """Total bytes and number of files under ``root`` (0, 0 if it does not exist);
-    files deleted while it walks are skipped."""
-    total = files = 0
+def _walk(root: Path) -> Iterator[tuple[str, int]]:
+    """``(path, size)`` of every regular file under ``root`` (nothing if it does not
+    exist); files deleted while it walks are skipped."""
     stack = [str(root)]
     while stack:
         try:
@@ -157,24 +158,56 @@ def directory_bytes(root: Path) -> tuple[int, int]:
                         if entry.is_dir(follow_symlinks=False):
                             stack.append(entry.path)
                         elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
-                            files += 1
+                            yield entry.path, entry.stat(follow_symlinks=False).st_size
                     except FileNotFoundError:
                         continue
         except FileNotFoundError:
             continue
-    return total, files
+
+
+def directory_bytes(root: Path) -> tuple[int, int]:
+    """Total bytes and number of files under ``root`` (0, 0 if it does not exist);
+    files deleted while it walks are skipped."""
+    sample = stored_sample(root)
+    return sample.bytes, sample.files
+
+
+class StoredSample(NamedTuple):
+    """Bytes and files under a storage root, and its bytes by kind."""
+
+    bytes: int
+    files: int
+    kinds: dict[str, int]
+    """Bytes per ``<kind>`` of ``jobs/<job>/<kind>/...`` (snapshots, changelog,
+    checkpoints, ...); ``other`` for files elsewhere."""
+
+
+def _kind(relative: tuple[str, ...]) -> str:
+    return relative[2] if len(relative) > 3 and relative[0] == "jobs" else "other"
+
+
+def stored_sample(root: Path) -> StoredSample:
+    """Totals of ``root`` split by kind (see :class:`StoredSample`)."""
+    total = files = 0
+    kinds: dict[str, int] = {}
+    for path, size in _walk(root):
+        total += size
+        files += 1
+        kind = _kind(Path(path).relative_to(root).parts)
+        kinds[kind] = kinds.get(kind, 0) + size
+    return StoredSample(total, files, kinds)
 
 
 class StoredBytesSampler:
-    """Totals a directory on a background thread whenever :meth:`batch_done` is called
-    with a batch id that is a multiple of ``every``, off the batch's critical path."""
+    """Samples a storage root (:func:`stored_sample`) on a background thread whenever
+    :meth:`batch_done` is called with a batch id that is a multiple of ``every``, off the
+    batch's critical path."""
 
     def __init__(self, root: Path, every: int) -> None:
         self.root = root
         self.every = every
         self._lock = threading.Lock()
-        self._samples: dict[int, tuple[int, int]] = {}
+        self._samples: dict[int, StoredSample] = {}
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="stored-bytes", daemon=True)
         self._thread.start()
@@ -183,8 +216,8 @@ class StoredBytesSampler:
         if self.every > 0 and batch_id % self.every == 0:
             self._queue.put(batch_id)
 
-    def close(self) -> dict[int, tuple[int, int]]:
-        """Finish pending samples; return ``{batch id: (bytes, files)}``."""
+    def close(self) -> dict[int, StoredSample]:
+        """Finish pending samples; return ``{batch id: sample}``."""
         self._queue.put(None)
         self._thread.join()
         with self._lock:
@@ -192,7 +225,7 @@ class StoredBytesSampler:
 
     def _run(self) -> None:
         while (batch_id := self._queue.get()) is not None:
-            sample = directory_bytes(self.root)
+            sample = stored_sample(self.root)
             with self._lock:
                 self._samples[batch_id] = sample
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from bench.streaming import checkpoint_bytes, gic_records, spark_query, workloads
+from bench.streaming.checkpoint_bytes import StoredSample
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
 from bench.streaming.workloads import WorkloadSpec
 
@@ -322,10 +323,15 @@ def _buckets_with_state(stored: StoredManifest | None) -> int:
     return sum(1 for state in stored.manifest.buckets.values() if state.seq > 0)
 
 
-def _with_sample(record: BatchRecord, sample: tuple[int, int] | None) -> BatchRecord:
+def _with_sample(record: BatchRecord, sample: StoredSample | None) -> BatchRecord:
     if sample is None:
         return record
-    parts = {**record.parts, "stored_bytes": float(sample[0]), "stored_files": float(sample[1])}
+    parts = {
+        **record.parts,
+        "stored_bytes": float(sample.bytes),
+        "stored_files": float(sample.files),
+    }
+    parts.update({f"stored_{kind}_bytes": float(n) for kind, n in sample.kinds.items()})
     return dataclasses.replace(record, parts=parts)
 
 

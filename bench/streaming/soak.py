@@ -46,6 +46,8 @@ GOAL_COMMIT_P99_GROWTH = 1.5
 GOAL_THROUGHPUT_KEPT = 0.9
 GOAL_MANIFEST_BYTES = 256 * 1024
 GOAL_STORED_VS_SNAPSHOT = 3.0
+STORED_KINDS = ("snapshots", "changelog", "checkpoints")
+"""The kinds of stored bytes shown apart (``jobs/<job>/<kind>/``); the rest is summed."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ def columns(records: Sequence[BatchRecord]) -> dict[str, list[Any]]:
         "bytes": [r.bytes for r in records],
         "manifest_bytes": [part(r, "manifest_bytes") for r in records],
         "stored_bytes": [part(r, "stored_bytes") for r in records],
+        **{
+            f"stored_{kind}_bytes": [part(r, f"stored_{kind}_bytes") for r in records]
+            for kind in STORED_KINDS
+        },
         "local_hit_ratio": [gic_records.local_hit_ratio(r.parts) for r in records],
     }
 
@@ -117,6 +123,11 @@ def summarize_soak(
     late = list(records[-plan.late :])
     manifests = [r.parts["manifest_bytes"] for r in records if "manifest_bytes" in r.parts]
     stored = [r.parts["stored_bytes"] for r in records if "stored_bytes" in r.parts]
+    peak = max(
+        (r for r in records if "stored_bytes" in r.parts),
+        key=lambda r: r.parts["stored_bytes"],
+        default=None,
+    )
     hits = [h for r in records if (h := gic_records.local_hit_ratio(r.parts)) is not None]
     return {
         "early": window(early),
@@ -126,8 +137,26 @@ def summarize_soak(
         "stored_bytes_max": max(stored, default=None),
         "stored_bytes_last": stored[-1] if stored else None,
         "stored_samples": len(stored),
+        "stored_at_peak": None if peak is None else stored_kinds(peak, state_snapshot_bytes),
         "state_snapshot_bytes": state_snapshot_bytes,
         "local_hit_ratio_mean": round(statistics.fmean(hits), 4) if hits else None,
+    }
+
+
+def stored_kinds(record: BatchRecord, state_snapshot_bytes: int) -> dict[str, Any]:
+    """What the stored bytes of one sample are made of: bytes per kind and each as a
+    multiple of the state's snapshot size."""
+    kinds = {k: r for k in STORED_KINDS if (r := record.parts.get(f"stored_{k}_bytes"))}
+    known = sum(kinds.values())
+    other = record.parts["stored_bytes"] - known
+    if other:
+        kinds["rest"] = other
+    return {
+        "batch_id": record.batch_id,
+        "bytes": kinds,
+        "vs_state_snapshot": {
+            k: common.ratio(v, state_snapshot_bytes or None) for k, v in kinds.items()
+        },
     }
 
 
@@ -188,7 +217,24 @@ def plot(
         if points:
             xs, ys = zip(*points, strict=True)
             style = "o-" if key == "stored_bytes" else "-"
-            ax.plot(xs, ys, style, linewidth=0.8, markersize=3)
+            ax.plot(
+                xs,
+                ys,
+                style,
+                linewidth=0.8,
+                markersize=3,
+                label="all" if key == "stored_bytes" else None,
+            )
+        if key == "stored_bytes":
+            for kind in STORED_KINDS:
+                kind_points = [
+                    (i, v * scale)
+                    for i, v in zip(ids, cols.get(f"stored_{kind}_bytes", ()), strict=False)
+                    if v is not None
+                ]
+                if kind_points:
+                    xs, ys = zip(*kind_points, strict=True)
+                    ax.plot(xs, ys, ".-", linewidth=0.6, markersize=2, label=kind)
         ax.set_title(label)
         ax.grid(alpha=0.3)
         if key in ("commit_ms", "rows_per_s") and ids:

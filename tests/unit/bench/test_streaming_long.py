@@ -26,6 +26,8 @@ def _soak_records(late_commit: float, late_batch_ms: float) -> list[BatchRecord]
         parts = {"manifest_bytes": 1024.0 * (1 + b // 10), "local_hits": 8.0, "restored": 0.0}
         if b % 10 == 0:
             parts["stored_bytes"] = 1_000.0 * (b + 10)
+            parts["stored_snapshots_bytes"] = 600.0 * (b + 10)
+            parts["stored_changelog_bytes"] = 300.0 * (b + 10)
         out.append(
             _record(b, 100.0 if young else late_batch_ms, 10.0 if young else late_commit, **parts)
         )
@@ -44,6 +46,10 @@ def test_soak_windows_compare_the_old_job_with_the_young_one() -> None:
     assert summary["manifest_bytes_max"] == 20 * 1024
     assert summary["stored_bytes_max"] == 200_000 and summary["stored_samples"] == 20
     assert summary["local_hit_ratio_mean"] == 1.0
+    peak = summary["stored_at_peak"]
+    assert peak["batch_id"] == 190
+    assert peak["bytes"] == {"snapshots": 120_000, "changelog": 60_000, "rest": 20_000}
+    assert peak["vs_state_snapshot"]["snapshots"] == pytest.approx(1.5)
     goals = soak.soak_goals(summary)
     assert goals["commit_p99_late_vs_early"] == pytest.approx(1.2)
     assert goals["throughput_late_vs_early"] == pytest.approx(100 / 105, abs=1e-4)
@@ -68,6 +74,8 @@ def test_soak_columns_and_plan() -> None:
     assert cols["batch_id"][:2] == [0, 1]
     assert cols["rows_per_s"][0] == 10_000
     assert cols["stored_bytes"][:2] == [10_000.0, None]
+    assert cols["stored_snapshots_bytes"][:2] == [6_000.0, None]
+    assert cols["stored_checkpoints_bytes"][0] is None
     assert cols["local_hit_ratio"][0] == 1.0
     assert soak.plan_from_env({}) == soak.SoakPlan(400, (5, 55), 100, 10)
     assert soak.plan_from_env({}, quick=True).batches == 40
@@ -194,7 +202,28 @@ def test_directory_totals_and_background_samples(tmp_path: Path) -> None:
     sampler = checkpoint_bytes.StoredBytesSampler(tmp_path, every=10)
     for batch in range(25):
         sampler.batch_done(batch)
-    assert sampler.close() == {0: (15, 2), 10: (15, 2), 20: (15, 2)}
+    samples = sampler.close()
+    assert sorted(samples) == [0, 10, 20]
+    assert {(s.bytes, s.files) for s in samples.values()} == {(15, 2)}
+    assert samples[0].kinds == {"other": 15}
+
+
+def test_stored_samples_split_a_storage_root_by_kind(tmp_path: Path) -> None:
+    job = tmp_path / "jobs" / "wc"
+    for rel, size in {
+        "snapshots/3/1-a.snap": 7,
+        "snapshots/4/1-b.snap": 5,
+        "changelog/1/c.seg": 11,
+        "checkpoints/chk-000000000001.manifest": 3,
+    }.items():
+        (job / rel).parent.mkdir(parents=True, exist_ok=True)
+        (job / rel).write_bytes(b"x" * size)
+    (tmp_path / "savepoints" / "sp").mkdir(parents=True)
+    (tmp_path / "savepoints" / "sp" / "_savepoint.manifest").write_bytes(b"s" * 2)
+    sample = checkpoint_bytes.stored_sample(tmp_path)
+    assert (sample.bytes, sample.files) == (28, 5)
+    assert sample.kinds == {"snapshots": 12, "changelog": 11, "checkpoints": 3, "other": 2}
+    assert checkpoint_bytes.directory_bytes(tmp_path) == (28, 5)
 
 
 def test_progress_of_a_restarted_query_starts_at_its_first_batch() -> None:
