@@ -56,6 +56,7 @@ from gic_runtime.changelog.segment import Codec
 from gic_runtime.changelog.upload_types import UploaderSettings
 from gic_runtime.changelog.writer import WriterSettings
 from gic_runtime.checkpoint.manifest import RestoreMode
+from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 from gic_runtime.config_sources import (
     CONFIG_FILE_ENV,
     ENV_PREFIX,
@@ -137,11 +138,12 @@ class GICSettings(BaseSettings):
         "None: the driver uses spark.sql.shuffle.partitions.",
     )
     retained_checkpoints: int = Field(
-        3,
+        DEFAULT_RETAINED_CHECKPOINTS,
         ge=1,
         le=1000,  # the CRD's bound; far below the checkpoint listing limit
-        description="Completed checkpoints kept. 3 leaves fallbacks if the newest is damaged "
-        "while bounding storage.",
+        description="Completed checkpoints kept. 2 leaves one fallback if the newest is "
+        "damaged; each one more keeps the previous snapshot of every bucket materialized "
+        "since it and the changelog since (docs/architecture.md §7).",
     )
     materialization_interval_s: float = Field(
         120.0,
@@ -178,8 +180,9 @@ class GICSettings(BaseSettings):
         allow_inf_nan=False,
         description="Changelog bytes since its last snapshot, as a multiple of that "
         "snapshot's size (at least 4 KiB), that make a bucket due whatever the interval. "
-        "0.5 keeps the storage a job holds within about 3x its state (snapshots, the "
-        "previous ones until subsumed, and the changelog since) and restores short.",
+        "0.5 keeps restores short (at most half a snapshot's worth of changes to replay) "
+        "and, with 2 retained checkpoints, storage within about 3x the state "
+        "(docs/architecture.md §7).",
     )
     changelog_preemptive_upload_bytes: int = Field(
         4 * _MiB,

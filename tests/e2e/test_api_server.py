@@ -31,6 +31,7 @@ from gic_operator import launch_plan, launcher
 from gic_operator.errors import ConflictError
 from gic_operator.kube_client import KubernetesApi
 from gic_operator.models import GICJobSpec
+from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 
 from .chart import OPERATOR_ACCOUNT, RELEASE_NAMESPACE
 from .cluster import Cluster
@@ -236,7 +237,7 @@ def test_unknown_fields_are_pruned_and_defaults_applied(kube: ControlPlaneCluste
     assert "bucketz" not in spec["checkpointing"]
     # What the schema defaults, as stored:
     assert spec["checkpointing"]["buckets"] == 128
-    assert spec["checkpointing"]["retainedCheckpoints"] == 3
+    assert spec["checkpointing"]["retainedCheckpoints"] == DEFAULT_RETAINED_CHECKPOINTS
     assert spec["checkpointing"]["changelog"] == {"maxHedges": 1, "preemptiveUploadBytes": 4194304}
     assert spec["application"]["imagePullPolicy"] == "IfNotPresent"
     assert spec["application"]["driver"] == {"cores": 1, "memory": "1g", "memoryOverhead": "512m"}

@@ -189,7 +189,8 @@ def savepoint_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
     base = tmp_path_factory.mktemp("savepoints")
     root, src, out = base / "store", base / "in", base / "out"
     write_text_batches(src, 4)
-    s = job_settings(root, "a", base / "local")
+    # Three retained checkpoints, so checkpoint 3 (the savepoint's state) is still there.
+    s = job_settings(root, "a", base / "local", retained_checkpoints=3)
     resolver = StoreResolver()
     control = ControlChannel(resolver, s.storage, s.job_id)
     query = word_count(spark, s, src, out)

@@ -68,7 +68,7 @@ soak benchmark, 638 KB for 128 buckets x 200 handles in format v2 (3.9 MB in v1)
 
 MAX_CHECKPOINT_OBJECTS: Final = 100_000
 """Most objects :func:`list_checkpoints` accepts in a job's ``checkpoints/`` directory.
-A job keeps its retained checkpoints' manifests there (3 by default) plus the few a
+A job keeps its retained checkpoints' manifests there (2 by default) plus the few a
 crash left for the next sweep; 100,000 is a day of one-second batches whose manifests
 were never deleted, and listing them costs 100 LIST requests and about 25 MB."""
 

@@ -53,7 +53,11 @@ from gic_runtime.checkpoint.manifest import (
     StoredManifest,
 )
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
-from gic_runtime.checkpoint.registry import DeletionReport, SharedFileRegistry
+from gic_runtime.checkpoint.registry import (
+    DEFAULT_RETAINED_CHECKPOINTS,
+    DeletionReport,
+    SharedFileRegistry,
+)
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.errors import ManifestExistsError, ObjectNotFoundError, RestoreError
@@ -111,7 +115,7 @@ class CheckpointTimeline:
         *,
         epoch: int,
         num_buckets: int,
-        retain: int = 3,
+        retain: int = DEFAULT_RETAINED_CHECKPOINTS,
         restore: RestoreRequest | None = None,
         clock: Clock | None = None,
         fence: Fence | None = None,

@@ -66,12 +66,11 @@ class MaterializationSettings:
 
     changelog_ratio: float = 0.5
     """Changelog bytes since its base, as a multiple of its snapshot's size, that make a
-    bucket due. A segment stays in storage until every bucket it holds has a newer
-    snapshot and the checkpoints before it are subsumed, and the old snapshot stays until
-    then too, so the storage a job keeps is about ``(2 + ratio)`` times its state plus a
-    few batches of changelog: 0.5 keeps it within 3x (measured by the ``soak``
-    benchmark) and a restore replays at most half a snapshot's worth of changes, for
-    about twice the snapshot uploads of 1.0 (in the background)."""
+    bucket due. A restore replays at most this much (half a snapshot's worth of changes
+    at 0.5), and storage holds about half of it on average besides the snapshots; a
+    lower ratio snapshots more often, which keeps more previous and not yet adopted
+    snapshots (docs/architecture.md §7 has the storage model; with the default
+    retention the ``soak`` benchmark keeps 2.5-2.7x its state at 0.5)."""
 
     changelog_floor_bytes: int = 4 * 1024
     """The byte limit is never below this (and is this without a snapshot), so tiny

@@ -154,7 +154,7 @@ def test_settings_env_is_accepted_by_the_runtime() -> None:
     assert settings.storage == "s3://bucket/gic"
     assert settings.epoch == 4
     assert settings.num_buckets == 128
-    assert settings.retained_checkpoints == 3
+    assert settings.retained_checkpoints == 2
     assert settings.materialization_interval_s == 120.0
     assert settings.metrics_port == 9090
     assert settings.restore_source == "s3://bucket/gic/savepoints/sp-1"

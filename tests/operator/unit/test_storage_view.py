@@ -11,6 +11,7 @@ import pytest
 from gic_operator.models import GICJobSpec
 from gic_operator.storage_view import JobStorage, open_job_storage, resolver_for
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
+from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
 from gic_runtime.coordination.executor import TaskContext
@@ -221,14 +222,14 @@ def test_sweep_deletes_only_orphans_inside_the_job_directory(storage: JobStorage
         requested_by="op",
         target=target(storage, "sp-2"),
     )
-    referenced = set().union(*(s.manifest.uris() for s in written[-3:]))
+    referenced = set().union(*(s.manifest.uris() for s in written[-DEFAULT_RETAINED_CHECKPOINTS:]))
 
     result = storage.sweep_orphans()
 
     assert result.deleted >= 1 and result.deleted_bytes >= 50
     assert not exists(storage, orphan)
     assert all(exists(storage, uri) for uri in referenced)
-    assert all(exists(storage, s.uri) for s in written[-3:])
+    assert all(exists(storage, s.uri) for s in written[-DEFAULT_RETAINED_CHECKPOINTS:])
     assert exists(storage, other_job) and exists(storage, savepoint)
     assert control == target(storage, "sp-2")
     assert ControlChannel(storage.resolver, storage.root, JOB).request("sp-2") is not None

@@ -26,7 +26,7 @@ def test_defaults_resolve_storage_against_the_working_directory(
         "gic-job",
         128,
         None,
-        3,
+        2,
     )
     assert s.restore_mode is RestoreMode.NO_CLAIM
     assert s.epoch is None and s.metrics_port is None and s.max_batches is None
