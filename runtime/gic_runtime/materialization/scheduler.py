@@ -97,7 +97,7 @@ class MaterializationSettings:
     """Seconds before a failed bucket is tried again (by time and by growth)."""
 
     compress: bool = True
-    """zlib-compress snapshot bodies (msgpack state compresses well)."""
+    """Compress snapshot bodies with zstd (msgpack state compresses well)."""
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or not 0 <= self.jitter < 1 or self.max_in_flight < 1:

@@ -4,12 +4,15 @@ and bucket restore (snapshot + replay, gaps, missing files)."""
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
 
 from gic_runtime.changelog.records import ChangeRecord, Op
 from gic_runtime.errors import CorruptFileError, RestoreError, UnsupportedVersionError
+from gic_runtime.formats import crc32c
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.restore import restore_bucket
@@ -69,6 +72,34 @@ class TestSnapshotFormat:
         with pytest.raises(CorruptFileError, match="not a GICS file"):
             parse_snapshot(b"GICL" + encode_snapshot(ITEMS, bucket=5, seq=42)[4:], uri=URI)
 
+    def test_new_snapshots_are_zstd_and_zlib_ones_still_read(self) -> None:
+        data = encode_snapshot(ITEMS, bucket=5, seq=42, compress=True)
+        assert struct.unpack_from("<HH", data, 4) == (2, 2)  # version 2, flags bit 1: zstd
+        assert struct.unpack_from("<H", encode_snapshot(ITEMS, bucket=5, seq=42), 4) == (1,)
+        assert len(data) < len(encode_snapshot(ITEMS, bucket=5, seq=42)) / 3
+        info, entries = parse_snapshot(_legacy_zlib(ITEMS, bucket=5, seq=42), uri=URI)
+        assert (info.bucket, info.seq, info.compressed) == (5, 42, True)
+        assert list(entries) == ITEMS
+
+    def test_zstd_body_damage_is_a_clear_error(self) -> None:
+        plain = encode_snapshot(ITEMS, bucket=5, seq=42)
+        body = plain[PREAMBLE:]
+        cases = {
+            "truncated": b"\x01\x02",
+            "does not decompress": struct.pack("<Q", len(body)) + b"not a zstd frame",
+            f"to the {len(body) + 5} bytes it states": struct.pack("<Q", len(body) + 5)
+            + _zstd(body),
+            "more than": struct.pack("<Q", 1 << 40) + _zstd(body),
+        }
+        for message, stored in cases.items():
+            with pytest.raises(CorruptFileError, match=message) as err:
+                parse_snapshot(_framed(stored, flags=2, count=300, version=2), uri=URI)
+            assert URI in str(err.value)
+        for version, flags in [(2, 1), (2, 3), (1, 2)]:
+            framed = _framed(body, flags=flags, count=300, version=version)
+            with pytest.raises(CorruptFileError, match=f"version {version}.*unknown flags"):
+                parse_snapshot(framed, uri=URI)
+
     def test_handle_must_match_file(
         self, resolver: StoreResolver, object_store: LocalObjectStore
     ) -> None:
@@ -82,6 +113,31 @@ class TestSnapshotFormat:
             read_snapshot(resolver, SnapshotHandle(uri, 5, 42, handle.size + 1, handle.crc))
         with pytest.raises(RestoreError, match="missing"):
             read_snapshot(resolver, SnapshotHandle(uri + ".gone", 5, 42, 1, 1))
+
+
+PREAMBLE = 44
+"""Bytes before a snapshot's body (docs/architecture.md §4.3)."""
+
+
+def _framed(
+    stored: bytes, *, flags: int, count: int, bucket: int = 5, seq: int = 42, version: int = 1
+) -> bytes:
+    """A snapshot file around ``stored`` (the body as stored), written from the documented
+    layout rather than by the module under test."""
+    head = b"GICS" + struct.pack("<HH", version, flags)
+    head += struct.pack("<IQQQI", bucket, seq, count, len(stored), crc32c(stored))
+    return head + struct.pack("<I", crc32c(head)) + stored
+
+
+def _legacy_zlib(items: list[tuple[bytes, bytes]], *, bucket: int, seq: int) -> bytes:
+    """A snapshot as runtimes before the zstd flag wrote it: flag bit 0, zlib level 6."""
+    body = b"".join(struct.pack("<II", len(k), len(v)) + k + v for k, v in items)
+    return _framed(zlib.compress(body, 6), flags=1, count=len(items), bucket=bucket, seq=seq)
+
+
+def _zstd(raw: bytes) -> bytes:
+    """One zstd frame of ``raw``."""
+    return pa.compress(raw, codec="zstd", asbytes=True)
 
 
 class TestingSectionReader:
