@@ -45,8 +45,6 @@ import contextlib
 import json
 import os
 import re
-import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -54,8 +52,18 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from tests.support.processes import (
+    Service,
+    free_port,
+    kill_group,
+    log_tail,
+    require_started,
+    spawn_logged,
+    terminate,
+    wait_until,
+)
 
 from .api import ApiClient, ApiError
 from .kubelet import NODE_NAME, ProcessKubelet
@@ -66,6 +74,7 @@ SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+_NOT_STARTED = "the control plane is not started"
 
 
 class ControlPlaneError(RuntimeError):
@@ -106,13 +115,6 @@ def build_binaries() -> None:
     subprocess.run([str(REPO / "controlplane" / "build.sh")], check=True)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def write_kubeconfig(
     path: Path,
     *,
@@ -151,7 +153,7 @@ class _Component:
     log: Path
 
 
-class ControlPlane:
+class ControlPlane(Service):
     """etcd, the Kubernetes control plane and a process kubelet (see the module doc)."""
 
     def __init__(
@@ -211,16 +213,12 @@ class ControlPlane:
     @property
     def client(self) -> ApiClient:
         """An admin API client."""
-        if self._client is None:
-            raise ControlPlaneError("the control plane is not started")
-        return self._client
+        return require_started(self._client, ControlPlaneError, _NOT_STARTED)
 
     @property
     def kubelet(self) -> ProcessKubelet:
         """The process kubelet of the one Node."""
-        if self._kubelet is None:
-            raise ControlPlaneError("the control plane is not started")
-        return self._kubelet
+        return require_started(self._kubelet, ControlPlaneError, _NOT_STARTED)
 
     def kubectl(
         self,
@@ -256,25 +254,10 @@ class ControlPlane:
 
     def log_tails(self, lines: int = 20) -> str:
         """The last ``lines`` of every component's log, for failure reports."""
-        parts = []
-        for path in sorted(self.logs_dir.glob("*.log")):
-            text = path.read_text(errors="replace").splitlines()[-lines:]
-            parts.append(f"--- {path} ---\n" + "\n".join(text))
-        return "\n".join(parts)
+        paths = sorted(self.logs_dir.glob("*.log"))
+        return "\n".join(f"--- {path} ---\n" + log_tail(path, lines) for path in paths)
 
     # -- lifecycle --------------------------------------------------------------------------
-
-    def __enter__(self) -> ControlPlane:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start everything and wait until it is ready (see the module doc)."""
@@ -301,9 +284,7 @@ class ControlPlane:
         """SIGKILL kube-apiserver (a crash; etcd and the other components keep running)."""
         for component in [c for c in self._components if c.name == "kube-apiserver"]:
             self._components.remove(component)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(component.process.pid, signal.SIGKILL)
-            component.process.wait()
+            kill_group(component.process)
 
     def start_apiserver(self) -> None:
         """Start kube-apiserver again (same port, etcd and flags) and wait for
@@ -355,7 +336,7 @@ class ControlPlane:
                 self._kubelet.__exit__(None, None, None)
             self._kubelet = None
         for component in reversed(self._components):
-            _terminate(component.process)
+            terminate(component.process, grace_s=10.0, group=True)
         self._components.clear()
         self._client = None
 
@@ -368,16 +349,14 @@ class ControlPlane:
             "HOME": str(self.workdir),
             "TMPDIR": str(self.workdir),
         }
-        with log.open("ab") as out:
-            process = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
+        process = spawn_logged(
+            [str(self.bin_dir / name), *args],
+            log,
+            append=True,
+            env=env,
+            cwd=self.workdir,
+            start_new_session=True,
+        )
         component = _Component(name, process, log)
         self._components.append(component)
         return component
@@ -495,8 +474,7 @@ class ControlPlane:
     # -- readiness --------------------------------------------------------------------------
 
     def _wait(self, what: str, ready: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
+        def check_running() -> None:
             for component in self._components:
                 code = component.process.poll()
                 if code is not None:
@@ -504,13 +482,15 @@ class ControlPlane:
                         f"{component.name} exited with {code} while waiting for {what}\n"
                         + self.log_tails()
                     )
-            if ready():
-                return
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(
-                    f"no {what} after {self.startup_timeout:.0f}s\n" + self.log_tails()
-                )
-            time.sleep(0.05)
+
+        wait_until(
+            ready,
+            timeout=self.startup_timeout,
+            check=check_running,
+            on_timeout=lambda _: ControlPlaneError(
+                f"no {what} after {self.startup_timeout:.0f}s\n" + self.log_tails()
+            ),
+        )
 
     def _apiserver_ready(self) -> bool:
         try:
@@ -544,17 +524,15 @@ class ControlPlane:
     ) -> Any:
         """Poll ``condition`` until it returns something truthy; AssertionError naming
         ``what`` after ``timeout`` seconds. ``OSError``/:class:`ApiError` count as not yet."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                value = condition()
-            except (OSError, ApiError):
-                value = None
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-            time.sleep(interval)
+        return wait_until(
+            condition,
+            timeout=timeout,
+            interval=interval,
+            retry_on=(OSError, ApiError),
+            on_timeout=lambda _: AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {what}"
+            ),
+        )
 
 
 def _healthy(port: int) -> bool:
@@ -568,15 +546,3 @@ def _healthy(port: int) -> bool:
             return bool(answer.status == 200 and answer.read().strip() == b"ok")
     except OSError:
         return False
-
-
-def _terminate(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """SIGTERM the process group, SIGKILL it after ``grace_s``, and reap the leader."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()

@@ -92,26 +92,17 @@ def reported_once(world: World, name: str, reason: str, plural: str = "gicjobs")
     assert len(warnings) == 1 and warnings[0].type == "Warning"
 
 
-def savepoint_status(world: World, name: str) -> dict[str, Any]:
-    body = world.kube.get_object("savepoints", NS, name)
-    assert body is not None
-    world.savepoints.reconcile(body)
-    fresh = world.kube.get_object("savepoints", NS, name)
-    assert fresh is not None
-    return dict(fresh["status"])
-
-
 def test_a_corrupt_outcome_fails_the_savepoint(world: World, errors: Errors) -> None:
     world.apply_job()
     world.run_driver()
     world.kube.create_object(
         "savepoints", NS, {"metadata": {"name": "sp", "namespace": NS}, "spec": {"job": "wc"}}
     )
-    rid = savepoint_status(world, "sp")["requestId"]
+    rid = world.reconcile_savepoint("sp")["requestId"]
     outcome = world.root / "jobs" / f"{NS}.wc" / "control" / "outcomes" / f"{rid}.out"
     outcome.parent.mkdir(parents=True, exist_ok=True)
     outcome.write_bytes(b"GICO 1 crc32c=00000000\n{not json")
-    status = savepoint_status(world, "sp")
+    status = world.reconcile_savepoint("sp")
     assert status["state"] == "Failed"
     assert "unreadable" in status["error"]
 
@@ -122,7 +113,7 @@ def test_a_savepoint_whose_storage_fails_still_times_out(world: World, errors: E
     world.kube.create_object(
         "savepoints", NS, {"metadata": {"name": "sp", "namespace": NS}, "spec": {"job": "wc"}}
     )
-    assert savepoint_status(world, "sp")["state"] == "InProgress"
+    assert world.reconcile_savepoint("sp")["state"] == "InProgress"
     denied = StoreResolver()
     denied.register(DeniedStore(world.root))
 
@@ -132,11 +123,11 @@ def test_a_savepoint_whose_storage_fails_still_times_out(world: World, errors: E
     world.savepoints = SavepointReconciler(
         world.kube, storage_for, clock=world.clock, metrics=errors.metrics
     )
-    status = savepoint_status(world, "sp")
+    status = world.reconcile_savepoint("sp")
     assert status["state"] == "InProgress"
     reported_once(world, "sp", "StorageAccessDenied", "savepoints")
     world.clock.t += 601
-    status = savepoint_status(world, "sp")
+    status = world.reconcile_savepoint("sp")
     assert status["state"] == "Failed" and "AccessDenied" in status["error"]
     assert errors("savepoint", "StorageAccessDenied") == 2
 

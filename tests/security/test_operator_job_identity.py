@@ -75,9 +75,7 @@ def test_a_pod_named_in_the_status_without_the_drivers_labels_is_not_the_driver(
     world.run_driver("wc")
     world.kube.create_pod(NS, {"metadata": {"name": "database-0", "labels": {"app": "db"}}})
     world.kube.set_pod_phase(NS, "database-0", "Running")
-    body = world.job("wc")
-    body["spec"]["state"] = "suspended"
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_state("suspended")
     rid = world.reconcile("wc")["pending"]["requestId"]
     world.complete(rid, "wc")
     world.kube.patch_status("gicjobs", NS, "wc", {"driverPod": "database-0"})

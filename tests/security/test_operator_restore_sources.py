@@ -23,9 +23,7 @@ from tests.operator.reconcile.test_job_lifecycle import NS, World
 
 from gic_operator.errors import KubeError
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
-from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
 from gic_runtime.fencing import highest_epoch
-from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import RestoreStatus
 
 
@@ -37,21 +35,8 @@ def world(tmp_path: Path) -> World:
 def completed_savepoint(world: World, name: str, job: str = "wc", **labels: str) -> Path:
     """A Completed Savepoint of ``job`` with files in its derived directory; returns one
     of its files."""
-    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": labels}
-    world.kube.create_object(
-        "savepoints", NS, {"metadata": meta, "spec": {"job": job, "disposeOnDelete": True}}
-    )
-    sp = world.kube.get_object("savepoints", NS, name)
-    assert sp is not None
-    rid = f"gsp-{name}-{sp['metadata']['uid'][:8]}"
-    path = f"{world.storage_uri}/savepoints/{NS}.{job}/{rid}"
-    local = Path(path.removeprefix("file://"))
-    local.mkdir(parents=True)
-    (local / "_savepoint.manifest").write_bytes(b"source")
-    world.kube.patch_status(
-        "savepoints", NS, name, {"state": "Completed", "path": path, "requestId": rid}
-    )
-    return local / "_savepoint.manifest"
+    path = world.completed_savepoint(name, job, labels=labels, manifest=b"source")
+    return Path(path.removeprefix("file://")) / "_savepoint.manifest"
 
 
 def dispose(world: World, name: str) -> str:
@@ -151,7 +136,7 @@ def test_a_noclaim_source_is_held_until_the_manifests_release_it(world: World) -
     assert source.exists()
     assert "SavepointHeld" in world.kube.reasons("sp")
 
-    write_own_checkpoint(world, "copier")
+    world.write_checkpoint("copier")  # references nothing of the source
     status = world.reconcile("copier")
     assert status["restoredFrom"]["released"] is True
     assert "deleted" in dispose(world, "sp") and not source.exists()
@@ -171,32 +156,3 @@ def test_retention_skips_a_savepoint_an_unreleased_restore_holds(world: World) -
     world.reconcile("wc")
     assert world.kube.get_object("savepoints", NS, "wc-sp-old") is not None
     assert old.exists()
-
-
-def write_own_checkpoint(world: World, name: str) -> None:
-    """A checkpoint of job ``name`` that references nothing of any restore source."""
-    storage = world.storage(name)
-    timeline = CheckpointTimeline(
-        storage.resolver, storage.root, storage.job_id, epoch=1, num_buckets=2
-    )
-    task = StateTask(
-        root=storage.root,
-        job_id=storage.job_id,
-        epoch=1,
-        num_buckets=2,
-        store=InMemoryStore(),
-        resolver=storage.resolver,
-        settings=TaskSettings(),
-    )
-    try:
-        task.restore(timeline.start.manifest)
-        states = task.checkpoint(
-            lambda ctx: ctx.backend.value_state("n").set("k", 1),
-            checkpoint_id=1,
-            self_contained=True,
-        ).states
-        _, wait = timeline.commit(1, states)
-        wait()
-    finally:
-        task.close()
-        timeline.close()

@@ -14,7 +14,6 @@ driver by hand.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.operator.reconcile.test_job_lifecycle import NS, World
@@ -29,35 +28,12 @@ def world(tmp_path: Path) -> World:
     return World(tmp_path / "store")
 
 
-def savepoint(world: World, name: str, job: str = "wc", *, dispose: bool = True) -> dict[str, Any]:
-    world.kube.create_object(
-        "savepoints",
-        NS,
-        {
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"job": job, "disposeOnDelete": dispose},
-        },
-    )
-    body = world.kube.get_object("savepoints", NS, name)
-    assert body is not None
-    return body
-
-
 def derived_dir(world: World, name: str, job: str = "wc") -> str:
     """Where the operator must put Savepoint ``name`` of ``job``."""
     sp = world.kube.get_object("savepoints", NS, name)
     assert sp is not None
     uid8 = sp["metadata"]["uid"][:8]
     return f"{world.storage_uri}/savepoints/{NS}.{job}/gsp-{name}-{uid8}"
-
-
-def reconcile_savepoint(world: World, name: str) -> dict[str, Any]:
-    body = world.kube.get_object("savepoints", NS, name)
-    assert body is not None
-    world.savepoints.reconcile(body)
-    fresh = world.kube.get_object("savepoints", NS, name)
-    assert fresh is not None
-    return dict(fresh.get("status") or {})
 
 
 def driver_completes(world: World, request_id: str, path: str, job: str = "wc") -> None:
@@ -87,8 +63,8 @@ def files_at(uri: str) -> Path:
 def test_the_request_targets_the_derived_directory(world: World) -> None:
     world.apply_job()
     world.run_driver()
-    savepoint(world, "sp")
-    status = reconcile_savepoint(world, "sp")
+    world.create_savepoint("sp")
+    status = world.reconcile_savepoint("sp")
     assert status["state"] == "InProgress"
     assert status["path"] == derived_dir(world, "sp")
     storage = world.storage()
@@ -102,20 +78,20 @@ def test_forged_outcome_cannot_point_disposal_at_another_tenants_savepoint(world
     # Two jobs share the storage root; the victim has a completed savepoint.
     world.apply_job("victim")
     world.run_driver("victim")
-    savepoint(world, "victim-sp", "victim")
-    victim_status = reconcile_savepoint(world, "victim-sp")
+    world.create_savepoint("victim-sp", "victim")
+    victim_status = world.reconcile_savepoint("victim-sp")
     victim_dir = derived_dir(world, "victim-sp", "victim")
     precious = files_at(victim_dir)
     driver_completes(world, victim_status["requestId"], victim_dir, "victim")
-    assert reconcile_savepoint(world, "victim-sp")["state"] == "Completed"
+    assert world.reconcile_savepoint("victim-sp")["state"] == "Completed"
 
     # The attacker's driver answers its own savepoint with the victim's directory.
     world.apply_job("wc")
     world.run_driver("wc")
-    savepoint(world, "sp", "wc")
-    rid = reconcile_savepoint(world, "sp")["requestId"]
+    world.create_savepoint("sp", "wc")
+    rid = world.reconcile_savepoint("sp")["requestId"]
     driver_completes(world, rid, victim_dir, "wc")
-    status = reconcile_savepoint(world, "sp")
+    status = world.reconcile_savepoint("sp")
 
     assert status["state"] == "Failed"
     assert "refused" in status["error"] and victim_dir in status["error"]
@@ -134,11 +110,11 @@ def test_forged_status_path_is_not_what_disposal_deletes(world: World) -> None:
     victim = files_at(f"{world.storage_uri}/savepoints/{NS}.victim/gsp-x-12345678")
     world.apply_job("wc")
     world.run_driver("wc")
-    savepoint(world, "sp", "wc")
-    rid = reconcile_savepoint(world, "sp")["requestId"]
+    world.create_savepoint("sp", "wc")
+    rid = world.reconcile_savepoint("sp")["requestId"]
     own = files_at(derived_dir(world, "sp"))
     driver_completes(world, rid, derived_dir(world, "sp"))
-    assert reconcile_savepoint(world, "sp")["state"] == "Completed"
+    assert world.reconcile_savepoint("sp")["state"] == "Completed"
     # Someone with write access to the status points it at the victim's directory.
     world.kube.patch_status("savepoints", NS, "sp", {"path": str(victim.parent.as_uri())})
     body = world.kube.get_object("savepoints", NS, "sp")
@@ -151,11 +127,11 @@ def test_forged_status_path_is_not_what_disposal_deletes(world: World) -> None:
 def test_savepoint_outcome_inside_the_job_directory_is_refused(world: World) -> None:
     world.apply_job()
     world.run_driver()
-    savepoint(world, "sp")
-    rid = reconcile_savepoint(world, "sp")["requestId"]
+    world.create_savepoint("sp")
+    rid = world.reconcile_savepoint("sp")["requestId"]
     inside = f"{world.storage_uri}/jobs/{NS}.wc/checkpoints"
     driver_completes(world, rid, inside)
-    status = reconcile_savepoint(world, "sp")
+    status = world.reconcile_savepoint("sp")
     assert status["state"] == "Failed" and inside in status["error"]
     assert status.get("path") != inside
 
@@ -165,9 +141,7 @@ def test_upgrade_savepoint_outcome_naming_another_directory_fails_the_upgrade(
 ) -> None:
     world.apply_job()
     old_pod = world.run_driver()
-    body = world.job()
-    body["spec"]["application"]["arguments"] = ["--v2"]
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_arguments(["--v2"])
     rid = world.reconcile()["pending"]["requestId"]
     elsewhere = f"{world.storage_uri}/savepoints/{NS}.victim/gsp-x-12345678"
     driver_completes(world, rid, elsewhere)

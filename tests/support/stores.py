@@ -3,18 +3,22 @@
 overrides only the calls it changes (a failing delete, a hook between a LIST and its
 answer reaching the caller, a scheduling point per request). :class:`StorageRoot` is a
 store registered in its own resolver with its root URI, what most storage tests start
-from.
+from. :func:`lost_put_answers` puts a store behind PUTs whose answers get lost;
+:class:`TestingSnapshotFaults` is a resolver whose snapshot objects fail to resolve.
 
 Thread-safety: as the wrapped store's (a subclass adds its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from gic_runtime.errors import TransientStorageError
 from gic_runtime.storage.base import ObjectInfo, ObjectStore
 from gic_runtime.storage.uri import StoreResolver
+from gic_runtime.testing_store import FaultRule, TestingFaultyStore
 
 
 class DelegatingStore:
@@ -68,3 +72,31 @@ def storage_root(store: ObjectStore) -> StorageRoot:
     resolver = StoreResolver()
     resolver.register(store)
     return StorageRoot(store, resolver, store.root_uri)
+
+
+def lost_put_answers(
+    storage: StorageRoot, error: Callable[[], Exception], times: int
+) -> StorageRoot:
+    """``storage``'s store behind a :class:`~gic_runtime.testing_store.TestingFaultyStore`
+    whose next ``times`` PUTs take effect but raise ``error()`` (a request that succeeded
+    on the server whose answer was lost), registered in a fresh resolver."""
+    faulty = TestingFaultyStore(storage.store)
+    faulty.add_rule(FaultRule(methods=frozenset({"put"}), error=error, after=True, times=times))
+    return storage_root(faulty)
+
+
+class TestingSnapshotFaults(StoreResolver):
+    """Fails the next ``failures`` resolves of snapshot objects (changelog uploads pass)."""
+
+    __test__ = False
+
+    def __init__(self, store: ObjectStore) -> None:
+        super().__init__()
+        self.register(store)
+        self.failures = 0
+
+    def resolve(self, uri: str) -> tuple[Any, str]:
+        if self.failures and "/snapshots/" in uri:
+            self.failures -= 1
+            raise TransientStorageError("injected: 503 SlowDown", uri=uri)
+        return super().resolve(uri)

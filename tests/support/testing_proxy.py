@@ -29,9 +29,10 @@ import sys
 import threading
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import urlsplit
+
+from .processes import Service, require_started
 
 FaultKind = Literal["slowdown", "delay", "drop"]
 
@@ -69,7 +70,7 @@ class FaultRule:
     """For ``delay`` and ``drop``: act once the upstream has answered."""
 
 
-class TestingFaultProxy:
+class TestingFaultProxy(Service):
     """Reverse proxy in front of ``upstream_url`` (``http://host:port``) with fault rules.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. ``seed`` makes the
@@ -99,9 +100,10 @@ class TestingFaultProxy:
     @property
     def endpoint_url(self) -> str:
         """``http://127.0.0.1:PORT`` to give clients instead of the upstream URL."""
-        if self._server is None:
-            raise RuntimeError("TestingFaultProxy is not started; call start() first")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        server = require_started(
+            self._server, RuntimeError, "TestingFaultProxy is not started; call start() first"
+        )
+        return f"http://127.0.0.1:{server.server_address[1]}"
 
     def start(self) -> TestingFaultProxy:
         """Start serving on a free loopback port; returns ``self``."""
@@ -129,17 +131,6 @@ class TestingFaultProxy:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-
-    def __enter__(self) -> TestingFaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- rules -------------------------------------------------------------------------
 

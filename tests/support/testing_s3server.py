@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,7 +32,6 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import botocore.exceptions as bce
@@ -41,6 +39,8 @@ import botocore.exceptions as bce
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.storage.s3 import create_s3_client
 from gic_runtime.storage.s3_settings import S3Settings
+
+from .processes import Service, log_tail, require_started, spawn_logged, terminate, wait_until
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -50,6 +50,7 @@ _SERVICES = ("master", "volume", "filer", "s3", "admin")
 #: SeaweedFS derives some gRPC addresses as HTTP port + 10000, whatever the flags say.
 _GRPC_OFFSET = 10000
 _MAX_SOCKET_PATH = 100
+_NOT_STARTED = "TestingS3Server is not started; call start() first"
 
 
 def find_weed_binary() -> Path:
@@ -76,7 +77,7 @@ def find_weed_binary() -> Path:
     )
 
 
-class TestingS3Server:
+class TestingS3Server(Service):
     """Context manager running one SeaweedFS S3 endpoint on 127.0.0.1.
 
     ``data_dir`` holds everything the server writes; when ``None`` a fresh directory under
@@ -115,9 +116,7 @@ class TestingS3Server:
     @property
     def settings(self) -> S3Settings:
         """Settings reaching this server with valid credentials (3 attempts per request)."""
-        if self._settings is None:
-            raise ConfigurationError("TestingS3Server is not started; call start() first")
-        return self._settings
+        return require_started(self._settings, ConfigurationError, _NOT_STARTED)
 
     @property
     def pid(self) -> int | None:
@@ -127,9 +126,7 @@ class TestingS3Server:
     @property
     def data_dir(self) -> Path:
         """Directory with the server's data, logs (``logs/``, ``weed.out``) and sockets."""
-        if self._dir is None:
-            raise ConfigurationError("TestingS3Server is not started; call start() first")
-        return self._dir
+        return require_started(self._dir, ConfigurationError, _NOT_STARTED)
 
     def client(self) -> S3Client:
         """A boto3 client for administrative calls (buckets); shared, thread-safe."""
@@ -186,10 +183,7 @@ class TestingS3Server:
                 argv.append(f"-{service}.localSocket={sock}")
         (self._dir / "data").mkdir(exist_ok=True)
         t0 = time.monotonic()
-        with open(self._dir / "weed.out", "wb") as out:
-            self._proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+        self._proc = spawn_logged(argv, self._dir / "weed.out")
         atexit.register(self.stop)
         self._settings = S3Settings(
             endpoint_url=self.endpoint_url,
@@ -210,13 +204,8 @@ class TestingS3Server:
         and remove what it left."""
         atexit.unregister(self.stop)
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            terminate(proc, grace_s=2)
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -227,23 +216,10 @@ class TestingS3Server:
         if self._given_dir is None and self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self) -> TestingS3Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # --- internals ---------------------------------------------------------------------
 
     def _require_ports(self) -> dict[str, int]:
-        if not self._ports:
-            raise ConfigurationError("TestingS3Server is not started; call start() first")
-        return self._ports
+        return require_started(self._ports or None, ConfigurationError, _NOT_STARTED)
 
     def _identities(self) -> dict[str, object]:
         return {
@@ -262,44 +238,44 @@ class TestingS3Server:
         probe = create_s3_client(
             replace(self.settings, max_attempts=1, connect_timeout_s=1.0, read_timeout_s=5.0)
         )
-        deadline = time.monotonic() + self._startup_timeout_s
         try:
-            self._poll_ready(probe, deadline)
+            wait_until(
+                lambda: self._probe(probe),
+                timeout=self._startup_timeout_s,
+                check=self._check_running,
+                retry_on=(bce.BotoCoreError, bce.ClientError),
+                on_timeout=self._not_ready,
+            )
         finally:
             probe.close()
 
-    def _poll_ready(self, probe: S3Client, deadline: float) -> None:
-        assert self._proc is not None and self._dir is not None
+    def _probe(self, probe: S3Client) -> bool:
+        """Whether S3 serves a write and a read (creates, then removes, a probe bucket)."""
         bucket = "gic-startup-probe"
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise ConfigurationError(
-                    f"SeaweedFS exited with code {self._proc.returncode} during startup; "
-                    f"see {self._dir / 'weed.out'}:\n{self._log_tail()}"
-                )
-            try:
-                with contextlib.suppress(probe.exceptions.BucketAlreadyOwnedByYou):
-                    probe.create_bucket(Bucket=bucket)
-                probe.put_object(Bucket=bucket, Key="probe", Body=b"ok")
-                if probe.get_object(Bucket=bucket, Key="probe")["Body"].read() == b"ok":
-                    probe.delete_bucket(Bucket=bucket)
-                    return
-            except (bce.BotoCoreError, bce.ClientError) as exc:
-                last = exc
-            time.sleep(0.05)
-        raise ConfigurationError(
+        with contextlib.suppress(probe.exceptions.BucketAlreadyOwnedByYou):
+            probe.create_bucket(Bucket=bucket)
+        probe.put_object(Bucket=bucket, Key="probe", Body=b"ok")
+        if probe.get_object(Bucket=bucket, Key="probe")["Body"].read() != b"ok":
+            return False
+        probe.delete_bucket(Bucket=bucket)
+        return True
+
+    def _check_running(self) -> None:
+        assert self._proc is not None
+        if self._proc.poll() is not None:
+            raise ConfigurationError(
+                f"SeaweedFS exited with code {self._proc.returncode} during startup; "
+                f"see {self.data_dir / 'weed.out'}:\n{self._log_tail()}"
+            )
+
+    def _not_ready(self, last: BaseException | None) -> ConfigurationError:
+        return ConfigurationError(
             f"SeaweedFS did not serve S3 within {self._startup_timeout_s:.0f}s "
-            f"(last error: {last!r}); see {self._dir / 'weed.out'}:\n{self._log_tail()}"
+            f"(last error: {last!r}); see {self.data_dir / 'weed.out'}:\n{self._log_tail()}"
         )
 
-    def _log_tail(self, lines: int = 20) -> str:
-        assert self._dir is not None
-        try:
-            text = (self._dir / "weed.out").read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+    def _log_tail(self) -> str:
+        return log_tail(self.data_dir / "weed.out")
 
 
 def _pick_ports(count: int) -> dict[str, int]:

@@ -81,13 +81,9 @@ def _act(world: World, action: str) -> None:
         phase = {"running": "Running", "crash": "Failed", "finish": "Succeeded"}[action]
         kube.set_pod_phase(NS, pod, phase, exit_code={"Failed": 137, "Succeeded": 0}.get(phase))
     elif action == "edit":
-        body = world.job()
-        body["spec"]["application"]["arguments"] = [str(world.clock.t)]
-        kube.put_object("gicjobs", NS, body)
+        world.set_arguments([str(world.clock.t)])
     elif action in ("suspend", "resume"):
-        body = world.job()
-        body["spec"]["state"] = "suspended" if action == "suspend" else "running"
-        kube.put_object("gicjobs", NS, body)
+        world.set_state("suspended" if action == "suspend" else "running")
     elif action in ("savepoint_ok", "savepoint_fail"):
         _complete_pending(world, action == "savepoint_ok")
     elif action == "time":

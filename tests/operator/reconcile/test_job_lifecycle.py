@@ -79,6 +79,18 @@ class World:
         assert body is not None
         return body
 
+    def set_arguments(self, arguments: list[str], name: str = "wc") -> None:
+        """Submit job ``name`` again with ``spec.application.arguments`` changed."""
+        body = self.job(name)
+        body["spec"]["application"]["arguments"] = arguments
+        self.kube.put_object("gicjobs", NS, body)
+
+    def set_state(self, state: str, name: str = "wc") -> None:
+        """Submit job ``name`` again with ``spec.state`` changed."""
+        body = self.job(name)
+        body["spec"]["state"] = state
+        self.kube.put_object("gicjobs", NS, body)
+
     def status(self, name: str = "wc") -> dict[str, Any]:
         return dict(self.job(name).get("status") or {})
 
@@ -177,6 +189,87 @@ class World:
         status = self.reconcile(name)
         assert status["phase"] == "Running", status
         return str(pod)
+
+    def create_savepoint(
+        self,
+        name: str,
+        job: str = "wc",
+        *,
+        dispose: bool = True,
+        labels: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Create Savepoint ``name`` of ``job`` (``disposeOnDelete: dispose``, with
+        ``labels`` when given); return it as the API stores it."""
+        metadata: dict[str, Any] = {"name": name, "namespace": NS}
+        if labels is not None:
+            metadata["labels"] = labels
+        self.kube.create_object(
+            "savepoints",
+            NS,
+            {"metadata": metadata, "spec": {"job": job, "disposeOnDelete": dispose}},
+        )
+        body = self.kube.get_object("savepoints", NS, name)
+        assert body is not None
+        return body
+
+    def completed_savepoint(
+        self,
+        name: str,
+        job: str = "wc",
+        *,
+        labels: dict[str, str] | None = None,
+        manifest: bytes = b"m",
+    ) -> str:
+        """A Completed Savepoint ``name`` of ``job`` with one file, ``_savepoint.manifest``
+        (holding ``manifest``), in its derived directory; returns that directory's URI."""
+        sp = self.create_savepoint(name, job, labels=labels)
+        rid = savepoint_request_id(name, sp["metadata"]["uid"])
+        path = savepoint_dir(self.storage_uri, NS, job, rid)
+        local = Path(path.removeprefix("file://"))
+        local.mkdir(parents=True, exist_ok=True)
+        (local / "_savepoint.manifest").write_bytes(manifest)
+        self.kube.patch_status(
+            "savepoints", NS, name, {"state": "Completed", "path": path, "requestId": rid}
+        )
+        return path
+
+    def reconcile_savepoint(self, name: str) -> dict[str, Any]:
+        """Reconcile Savepoint ``name`` once; return its status afterwards."""
+        body = self.kube.get_object("savepoints", NS, name)
+        assert body is not None
+        self.savepoints.reconcile(body)
+        fresh = self.kube.get_object("savepoints", NS, name)
+        assert fresh is not None
+        return dict(fresh.get("status") or {})
+
+    def write_checkpoint(self, name: str = "wc", checkpoint: int = 1) -> None:
+        """A real checkpoint of job ``name`` (written by the runtime's core, no restore,
+        so it references nothing of any restore source)."""
+        storage = self.storage(name)
+        timeline = CheckpointTimeline(
+            storage.resolver, storage.root, storage.job_id, epoch=1, num_buckets=2
+        )
+        task = StateTask(
+            root=storage.root,
+            job_id=storage.job_id,
+            epoch=1,
+            num_buckets=2,
+            store=InMemoryStore(),
+            resolver=storage.resolver,
+            settings=TaskSettings(),
+        )
+        try:
+            task.restore(timeline.start.manifest)
+            states = task.checkpoint(
+                lambda ctx: ctx.backend.value_state("n").set("k", checkpoint),
+                checkpoint_id=checkpoint,
+                self_contained=True,
+            ).states
+            _, wait = timeline.commit(checkpoint, states)
+            wait()
+        finally:
+            task.close()
+            timeline.close()
 
 
 @pytest.fixture
@@ -328,9 +421,7 @@ def test_savepoint_of_a_missing_job_is_abandoned(world: World) -> None:
 def test_upgrade_through_savepoint(world: World) -> None:
     world.apply_job()
     old_pod = world.run_driver()
-    body = world.job()
-    body["spec"]["application"]["arguments"] = ["--v2"]
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_arguments(["--v2"])
     status = world.reconcile()
     assert status["phase"] == "Upgrading"
     rid = status["pending"]["requestId"]
@@ -351,9 +442,7 @@ def test_upgrade_through_savepoint(world: World) -> None:
 def test_failed_upgrade_savepoint_keeps_the_old_driver(world: World) -> None:
     world.apply_job()
     old_pod = world.run_driver()
-    body = world.job()
-    body["spec"]["application"]["arguments"] = ["--v2"]
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_arguments(["--v2"])
     rid = world.reconcile()["pending"]["requestId"]
     world.complete(rid, error="disk full")
     status = world.reconcile()
@@ -365,9 +454,7 @@ def test_failed_upgrade_savepoint_keeps_the_old_driver(world: World) -> None:
 def test_last_state_upgrade_replaces_the_driver(world: World) -> None:
     world.apply_job(upgradeMode="last-state")
     old_pod = world.run_driver()
-    body = world.job()
-    body["spec"]["application"]["arguments"] = ["--v2"]
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_arguments(["--v2"])
     world.reconcile()
     status = world.reconcile()
     assert world.kube.get_pod(NS, old_pod) is None
@@ -377,9 +464,7 @@ def test_last_state_upgrade_replaces_the_driver(world: World) -> None:
 def test_suspend_and_resume(world: World) -> None:
     world.apply_job()
     pod = world.run_driver()
-    body = world.job()
-    body["spec"]["state"] = "suspended"
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_state("suspended")
     status = world.reconcile()
     assert status["phase"] == "Suspending"
     path = world.complete(status["pending"]["requestId"])
@@ -389,67 +474,13 @@ def test_suspend_and_resume(world: World) -> None:
     assert status["phase"] == "Suspended" and "driverPod" not in status
     assert status["lastSavepoint"]["path"] == path
     assert world.kube.pods == {}
-    body = world.job()
-    body["spec"]["state"] = "running"
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_state("running")
     status = world.reconcile()
     assert status["phase"] == "Deploying" and status["epoch"] == 2
 
 
-def completed_savepoint(world: World, name: str, job: str = "wc") -> str:
-    """A Completed Savepoint of ``job`` with one file in its derived directory; its path."""
-    world.kube.create_object(
-        "savepoints",
-        NS,
-        {
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"job": job, "disposeOnDelete": True},
-        },
-    )
-    sp = world.kube.get_object("savepoints", NS, name)
-    assert sp is not None
-    rid = savepoint_request_id(name, sp["metadata"]["uid"])
-    path = savepoint_dir(f"file://{world.root}", NS, job, rid)
-    local = Path(path.removeprefix("file://"))
-    local.mkdir(parents=True, exist_ok=True)
-    (local / "_savepoint.manifest").write_bytes(b"m")
-    world.kube.patch_status(
-        "savepoints", NS, name, {"state": "Completed", "path": path, "requestId": rid}
-    )
-    return path
-
-
-def write_checkpoint(world: World, name: str, checkpoint: int = 1) -> None:
-    """A real checkpoint of job ``name`` (written by the runtime's core, no restore)."""
-    storage = world.storage(name)
-    timeline = CheckpointTimeline(
-        storage.resolver, storage.root, storage.job_id, epoch=1, num_buckets=2
-    )
-    task = StateTask(
-        root=storage.root,
-        job_id=storage.job_id,
-        epoch=1,
-        num_buckets=2,
-        store=InMemoryStore(),
-        resolver=storage.resolver,
-        settings=TaskSettings(),
-    )
-    try:
-        task.restore(timeline.start.manifest)
-        states = task.checkpoint(
-            lambda ctx: ctx.backend.value_state("n").set("k", checkpoint),
-            checkpoint_id=checkpoint,
-            self_contained=True,
-        ).states
-        _, wait = timeline.commit(checkpoint, states)
-        wait()
-    finally:
-        task.close()
-        timeline.close()
-
-
 def test_restore_claim_marks_the_savepoint_and_noclaim_reports_release(world: World) -> None:
-    path = completed_savepoint(world, "sp-a")
+    path = world.completed_savepoint("sp-a")
     world.apply_job("claimer", restore={"savepoint": "sp-a", "mode": "Claim"})
     status = world.reconcile("claimer")
     assert status["restoredFrom"] == {
@@ -470,7 +501,7 @@ def test_restore_claim_marks_the_savepoint_and_noclaim_reports_release(world: Wo
     world.kube.set_pod_phase(NS, status["driverPod"], "Running")
     world.reconcile("copier")
     assert world.condition("RestoreSourceReleased", "copier")["status"] == "False"
-    write_checkpoint(world, "copier")  # references nothing of the source
+    world.write_checkpoint("copier")  # references nothing of the source
     world.reconcile("copier")
     assert world.condition("RestoreSourceReleased", "copier")["status"] == "True"
     assert "RestoreSourceReleased" in world.kube.reasons("copier")
@@ -486,7 +517,7 @@ def test_restore_from_missing_savepoint_waits_with_a_message(world: World) -> No
 
 def test_disposal_deletes_files_unless_claimed(world: World) -> None:
     world.apply_job()
-    target = completed_savepoint(world, "sp-x")
+    target = world.completed_savepoint("sp-x")
     local = Path(target.removeprefix("file://"))
     (local / "a").write_bytes(b"1")
     sp = world.kube.get_object("savepoints", NS, "sp-x")
@@ -501,7 +532,7 @@ def test_disposal_deletes_files_unless_claimed(world: World) -> None:
 
 def test_stuck_disposal_gives_up(world: World) -> None:
     world.apply_job()
-    local = Path(completed_savepoint(world, "sp-y").removeprefix("file://"))
+    local = Path(world.completed_savepoint("sp-y").removeprefix("file://"))
     sp = world.kube.get_object("savepoints", NS, "sp-y")
     assert sp is not None
     world.kube.fail_next("list_objects", TransientKubeError("API down"), times=2)
@@ -517,7 +548,7 @@ def test_disposal_outside_the_derived_directory_is_refused(world: World, tmp_pat
     outside = tmp_path / "elsewhere" / "savepoints" / "gsp-y"
     outside.mkdir(parents=True)
     (outside / "a").write_bytes(b"1")
-    completed_savepoint(world, "sp-y")
+    world.completed_savepoint("sp-y")
     world.kube.patch_status("savepoints", NS, "sp-y", {"path": outside.as_uri()})
     sp = world.kube.get_object("savepoints", NS, "sp-y")
     assert sp is not None
@@ -532,9 +563,7 @@ def test_a_failed_job_relaunches_when_its_spec_changes(world: World) -> None:
     world.kube.set_pod_phase(NS, pod, "Failed", exit_code=1)
     assert world.reconcile()["phase"] == "Failed"
     assert world.reconcile()["phase"] == "Failed", "no relaunch without a spec change"
-    body = world.job()
-    body["spec"]["application"]["arguments"] = ["--fixed"]
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_arguments(["--fixed"])
     status = world.reconcile()
     assert status["phase"] == "Deploying" and status["driverPod"] != pod
     assert status["restarts"] == 0 and world.kube.get_pod(NS, pod) is None
@@ -543,9 +572,7 @@ def test_a_failed_job_relaunches_when_its_spec_changes(world: World) -> None:
 def test_an_unserved_stop_request_is_closed_before_the_relaunch(world: World) -> None:
     world.apply_job()
     pod = world.run_driver()
-    body = world.job()
-    body["spec"]["application"]["arguments"] = ["--v2"]
-    world.kube.put_object("gicjobs", NS, body)
+    world.set_arguments(["--v2"])
     rid = world.reconcile()["pending"]["requestId"]
     world.kube.set_pod_phase(NS, pod, "Succeeded", exit_code=0)  # ended before serving it
     status = world.reconcile()

@@ -5,7 +5,6 @@ errors. Its calls against a real API server are in ``tests/operator/apiserver``.
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
 import pytest
@@ -27,21 +26,12 @@ def test_invalid_pod_manifest_is_a_clear_error(unreachable: KubernetesApi) -> No
 
 
 def test_unreachable_api_is_transient_and_events_are_only_logged(
-    caplog: pytest.LogCaptureFixture,
+    unreachable: KubernetesApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from kubernetes.client import ApiClient, Configuration
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = Configuration(host=f"http://127.0.0.1:{port}")
-    config.retries = 0
-    with ApiClient(config) as client:
-        api = KubernetesApi(client, request_timeout_s=5)
-        with pytest.raises(TransientKubeError, match="reading pod ns/p failed: cannot reach"):
-            api.get_pod("ns", "p")
-        obj = {"apiVersion": "gic.io/v1alpha1", "kind": "GICJob", "metadata": {"name": "x"}}
-        api.event(obj, "Normal", "Launched", "message")
+    with pytest.raises(TransientKubeError, match="reading pod ns/p failed: cannot reach"):
+        unreachable.get_pod("ns", "p")
+    obj = {"apiVersion": "gic.io/v1alpha1", "kind": "GICJob", "metadata": {"name": "x"}}
+    unreachable.event(obj, "Normal", "Launched", "message")
     assert "could not post event Launched (Normal) on GICJob None/x" in caplog.text
 
 

@@ -10,15 +10,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.manifest_strategies import kinds_and_savepoints, lineages
 
 from gic_runtime.checkpoint import (
     Manifest,
     ManifestKind,
-    RestoreLineage,
-    RestoreMode,
-    SavepointFormat,
-    SavepointInfo,
-    SavepointType,
     decode_manifest,
     encode_manifest,
     manifest_base_dir,
@@ -81,22 +77,8 @@ def bucket_states(draw: st.DrawFn, bucket: int) -> BucketState:
 def manifests(draw: st.DrawFn) -> Manifest:
     num_buckets = draw(st.integers(1, 8))
     chosen = draw(st.sets(st.integers(0, num_buckets - 1)))
-    kind = draw(st.sampled_from(ManifestKind))
-    savepoint = None
-    if kind is ManifestKind.SAVEPOINT:
-        savepoint = SavepointInfo(
-            draw(st.sampled_from(SavepointType)), draw(st.sampled_from(SavepointFormat))
-        )
-    lineage = draw(
-        st.none()
-        | st.builds(
-            RestoreLineage,
-            st.just(f"{ROOT}/savepoints/old/_savepoint.manifest"),
-            st.sampled_from(RestoreMode),
-            st.integers(0, 10**6),
-            st.booleans(),
-        )
-    )
+    kind, savepoint = draw(kinds_and_savepoints())
+    lineage = draw(lineages(f"{ROOT}/savepoints/old/_savepoint.manifest"))
     return Manifest(
         job_id=draw(st.sampled_from(["job-a", "j.b_c-1"])),
         checkpoint_id=7,

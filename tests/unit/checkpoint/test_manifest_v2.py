@@ -11,16 +11,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.manifest_strategies import kinds_and_savepoints, lineages
 
 from gic_runtime.checkpoint import (
     FORMAT_VERSION,
     Manifest,
-    ManifestKind,
     RestoreLineage,
     RestoreMode,
-    SavepointFormat,
-    SavepointInfo,
-    SavepointType,
     decode_manifest,
     encode_manifest,
     find_latest_checkpoint,
@@ -112,22 +109,8 @@ def manifests(draw: st.DrawFn, uris: st.SearchStrategy[str] = _plain_uris) -> Ma
     pool = draw(st.lists(uris, min_size=1, max_size=6, unique=True))
     num_buckets = draw(st.integers(1, 12))
     chosen = draw(st.sets(st.integers(0, num_buckets - 1)))
-    kind = draw(st.sampled_from(ManifestKind))
-    savepoint = None
-    if kind is ManifestKind.SAVEPOINT:
-        savepoint = SavepointInfo(
-            draw(st.sampled_from(SavepointType)), draw(st.sampled_from(SavepointFormat))
-        )
-    lineage = draw(
-        st.none()
-        | st.builds(
-            RestoreLineage,
-            st.just(f"{ROOT}/jobs/old/checkpoints/chk-000000000003.manifest"),
-            st.sampled_from(RestoreMode),
-            st.integers(0, 10**6),
-            st.booleans(),
-        )
-    )
+    kind, savepoint = draw(kinds_and_savepoints())
+    lineage = draw(lineages(f"{ROOT}/jobs/old/checkpoints/chk-000000000003.manifest"))
     return Manifest(
         job_id="job-a",
         checkpoint_id=7,

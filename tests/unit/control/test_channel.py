@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from tests.support.stores import StorageRoot, storage_root
+from tests.support.stores import StorageRoot, lost_put_answers, storage_root
 
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 from gic_runtime.control import (
@@ -28,16 +28,10 @@ from gic_runtime.errors import (
     UnsupportedVersionError,
 )
 from gic_runtime.layout import savepoint_dir
-from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.s3 import S3ObjectStore
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing_store import TestingFaultyStore
 
 JOB = "job-a"
-
-
-@pytest.fixture
-def storage(local_store: LocalObjectStore) -> StorageRoot:
-    return storage_root(local_store)
 
 
 class FakeTime:
@@ -144,16 +138,8 @@ def test_same_id_other_intent_is_refused(storage: StorageRoot, other: dict[str, 
 
 
 def test_lost_response_inside_the_store_client_is_success(storage: StorageRoot) -> None:
-    faulty = TestingFaultyStore(storage.store)
-    faulty.add_rule(
-        FaultRule(
-            methods=frozenset({"put"}),
-            error=lambda: ObjectExistsError("exists (retried request)"),
-            after=True,
-            times=2,
-        )
-    )
-    ch = channel(storage_root(faulty))
+    lost = lost_put_answers(storage, lambda: ObjectExistsError("exists (retried request)"), 2)
+    ch = channel(lost)
     req = ch.request_savepoint(request_id="sp-lost")
     ch.complete(Outcome.completed(req.request_id))
     assert channel(storage).request("sp-lost") == req
@@ -161,16 +147,7 @@ def test_lost_response_inside_the_store_client_is_success(storage: StorageRoot) 
 
 
 def test_lost_response_then_requester_retry_is_success(storage: StorageRoot) -> None:
-    faulty = TestingFaultyStore(storage.store)
-    faulty.add_rule(
-        FaultRule(
-            methods=frozenset({"put"}),
-            error=lambda: TransientStorageError("connection reset"),
-            after=True,
-            times=1,
-        )
-    )
-    ch = channel(storage_root(faulty))
+    ch = channel(lost_put_answers(storage, lambda: TransientStorageError("connection reset"), 1))
     with pytest.raises(TransientStorageError):
         ch.request_savepoint(request_id="sp-retry", requested_at=1.0)
     req = ch.request_savepoint(request_id="sp-retry", requested_at=2.0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.stores import DelegatingStore, StorageRoot, storage_root
+from tests.support.stores import DelegatingStore, StorageRoot, lost_put_answers, storage_root
 
 from gic_runtime.errors import (
     ConfigurationError,
@@ -31,14 +31,9 @@ from gic_runtime.fencing import (
 from gic_runtime.storage.base import ObjectInfo, ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing_store import TestingFaultyStore
 
 JOB = "job-a"
-
-
-@pytest.fixture
-def storage(local_store: LocalObjectStore) -> StorageRoot:
-    return storage_root(local_store)
 
 
 def claim(s: StorageRoot, by: str = "driver-1", epoch: int | None = None) -> int:
@@ -116,16 +111,8 @@ def test_racing_claimers_get_distinct_epochs(
 
 
 def test_lost_response_on_the_marker_is_a_claim(storage: StorageRoot) -> None:
-    faulty = TestingFaultyStore(storage.store)
-    faulty.add_rule(
-        FaultRule(
-            methods=frozenset({"put"}),
-            error=lambda: ObjectExistsError("exists (retried request)"),
-            after=True,
-            times=1,
-        )
-    )
-    assert claim(storage_root(faulty), "d") == 1
+    lost = lost_put_answers(storage, lambda: ObjectExistsError("exists (retried request)"), 1)
+    assert claim(lost, "d") == 1
     assert claim(storage, "e") == 2
 
 

@@ -31,10 +31,10 @@ def _clean_executor() -> Iterator[None]:
 @pytest.fixture
 def make_barrier(local_store: LocalObjectStore, tmp_path: Path) -> Callable[..., Barrier]:
     """``make_barrier(checkpoint_id, expected=..., **overrides)``: a barrier of job
-    ``job`` on ``local_store`` with 8 buckets, 2 tasks, staging per batch."""
-    root = local_store.root_uri
+    ``job`` on ``local_store`` (or under the storage root ``root=``) with 8 buckets,
+    2 tasks, staging per batch."""
 
-    def make(checkpoint_id: int, **overrides: Any) -> Barrier:
+    def make(checkpoint_id: int, *, root: str = local_store.root_uri, **overrides: Any) -> Barrier:
         base = Barrier(
             job_id="job",
             root=root,

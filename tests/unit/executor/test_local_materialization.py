@@ -9,8 +9,9 @@ from pathlib import Path
 from executor_helpers import EAGER, counts_from_storage, expected_counts, run_batch, states_of
 
 from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
-from gic_runtime.coordination.barrier import Barrier
+from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.coordination.executor import local_stats, wait_local_materializations
+from gic_runtime.coordination.local_jobs import LocalMaterializationStats
 from gic_runtime.coordination.materialization_record import (
     MaterializationRecord,
     decode_record,
@@ -32,13 +33,22 @@ EAGER_ALL = replace(
 )
 
 
-def test_a_background_snapshot_is_adopted_by_the_next_batch(make_barrier: MakeBarrier) -> None:
+def first_batch(
+    make_barrier: MakeBarrier,
+) -> tuple[list[TaskAck], int, LocalMaterializationStats, LocalMaterializationStats]:
+    """Run batch 1 on ``KEYS`` with eager background materializations and wait for them;
+    return its acks, how many materializations it started (at least one), and this
+    process's materialization counters before and after."""
     before = local_stats()
     acks1 = run_batch(make_barrier(1, settings=EAGER_ALL), KEYS)
     started = sum(a.stats.materializations_started for a in acks1)
     assert started >= 1
     assert wait_local_materializations(30)
-    after = local_stats()
+    return acks1, started, before, local_stats()
+
+
+def test_a_background_snapshot_is_adopted_by_the_next_batch(make_barrier: MakeBarrier) -> None:
+    acks1, started, before, after = first_batch(make_barrier)
     assert after.completed - before.completed == started
     assert after.failed == before.failed
     assert after.bytes_uploaded > before.bytes_uploaded
@@ -177,12 +187,7 @@ def test_failed_background_uploads_never_fail_a_task(
 ) -> None:
     for bucket in range(8):  # a file where the bucket's snapshot directory should be
         local_store.put(f"jobs/job/snapshots/{bucket}", b"in the way")
-    before = local_stats()
-    acks1 = run_batch(make_barrier(1, settings=EAGER_ALL), KEYS)
-    started = sum(a.stats.materializations_started for a in acks1)
-    assert started >= 1
-    assert wait_local_materializations(30)
-    after = local_stats()
+    acks1, started, before, after = first_batch(make_barrier)
     assert after.failed - before.failed == started
     assert after.completed == before.completed
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,7 +22,7 @@ MORE = [f"s3-{i}" for i in range(25, 90)]
 def test_batches_on_s3_restore_adopt_and_stage(
     s3_server: TestingS3Server,
     s3_store: S3ObjectStore,
-    tmp_path: Path,
+    make_barrier: Callable[..., Barrier],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = s3_server.settings
@@ -33,18 +33,7 @@ def test_batches_on_s3_restore_adopt_and_stage(
     root = s3_store.root_uri
 
     def barrier(checkpoint_id: int, **kw: object) -> Barrier:
-        return Barrier(
-            job_id="s3job",
-            root=root,
-            epoch=1,
-            checkpoint_id=checkpoint_id,
-            num_buckets=8,
-            num_tasks=2,
-            local_dir=str(tmp_path / "local"),
-            staging_uri=f"{root}/staging/{checkpoint_id}",
-            settings=EAGER,
-            **kw,  # type: ignore[arg-type]
-        )
+        return make_barrier(checkpoint_id, root=root, job_id="s3job", settings=EAGER, **kw)
 
     acks1 = run_batch(barrier(1), KEYS)
     assert wait_local_materializations(60)

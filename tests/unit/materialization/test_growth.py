@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.stores import TestingSnapshotFaults
 
 from gic_runtime.coordination import StateTask, TaskSettings
 from gic_runtime.coordination.barrier import TaskAck
@@ -21,7 +22,7 @@ from gic_runtime.coordination.local_materialization import (
     adopt_materializations,
     start_due_materializations,
 )
-from gic_runtime.errors import ConfigurationError, TransientStorageError
+from gic_runtime.errors import ConfigurationError
 from gic_runtime.handles import BucketState, ChangelogHandle
 from gic_runtime.materialization import MaterializationSettings
 from gic_runtime.materialization.growth import byte_limit, growth_pressure
@@ -34,23 +35,6 @@ from gic_runtime.testing import TestingClock, TestingManualExecutor
 from gic_runtime.testing_changelog import TestingChangelogWriter
 
 MiB = 1024 * 1024
-
-
-class TestingSnapshotFaults(StoreResolver):
-    """Fails the next ``failures`` resolves of snapshot objects (changelog uploads pass)."""
-
-    __test__ = False
-
-    def __init__(self, store: LocalObjectStore) -> None:
-        super().__init__()
-        self.register(store)
-        self.failures = 0
-
-    def resolve(self, uri: str) -> tuple[Any, str]:
-        if self.failures and "/snapshots/" in uri:
-            self.failures -= 1
-            raise TransientStorageError("injected: 503 SlowDown", uri=uri)
-        return super().resolve(uri)
 
 
 def _handles(n: int, *, start: int = 0, length: int = 100) -> list[ChangelogHandle]:

@@ -16,19 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.stores import TestingSnapshotFaults
 
 from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
 from gic_runtime.coordination import StateTask, TaskSettings
 from gic_runtime.coordination.barrier import TaskAck
 from gic_runtime.coordination.executor import TaskContext
 from gic_runtime.coordination.materialization_record import read_record
-from gic_runtime.errors import TransientStorageError
 from gic_runtime.handles import BucketState, ChangelogHandle
 from gic_runtime.materialization import MaterializationSettings, Newest, due
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore
-from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing import TestingClock, TestingManualExecutor
 
 B = 8
@@ -36,23 +35,6 @@ INTERVAL = 100.0
 KEYS: dict[int, str] = {}
 for _i in range(1000):
     KEYS.setdefault(bucket_for(f"k{_i}", B), f"k{_i}")
-
-
-class TestingSnapshotFaults(StoreResolver):
-    """Fails the next ``failures`` resolves of snapshot objects (changelog uploads pass)."""
-
-    __test__ = False
-
-    def __init__(self, store: LocalObjectStore) -> None:
-        super().__init__()
-        self.register(store)
-        self.failures = 0
-
-    def resolve(self, uri: str) -> tuple[Any, str]:
-        if self.failures and "/snapshots/" in uri:
-            self.failures -= 1
-            raise TransientStorageError("injected: 503 SlowDown", uri=uri)
-        return super().resolve(uri)
 
 
 class Harness:

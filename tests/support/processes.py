@@ -1,0 +1,155 @@
+"""Start/stop scaffolding shared by the harness servers of the tests and benchmarks
+(:mod:`tests.support.testing_s3server`, :mod:`tests.support.testing_proxy`,
+:mod:`tests.controlplane.cluster`): free loopback ports, a child process with its output
+in a log file, polling until something is ready, terminate-then-kill, and the
+``with``-statement protocol of a startable service.
+
+Everything here is stateless and thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+T = TypeVar("T")
+
+
+class Service:
+    """Mixin for a harness server: ``with Server(...) as s`` calls :meth:`start`, then
+    :meth:`stop` on the way out (also on an exception); ``s`` is the server itself."""
+
+    def start(self) -> object:
+        """Start the server (subclasses implement it; what it returns is not used here)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the server and release what it holds (subclasses implement it)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def require_started(value: T | None, error: type[Exception], message: str) -> T:
+    """``value``, or raise ``error(message)`` when it is ``None`` (the server that would
+    have set it is not started)."""
+    if value is None:
+        raise error(message)
+    return value
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn_logged(
+    argv: Sequence[str], log: Path, *, append: bool = False, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with stdin from ``/dev/null`` and stdout and stderr both into the
+    file ``log`` (truncated first, or appended to when ``append``). Further keyword
+    arguments go to :class:`subprocess.Popen` (``env``, ``cwd``, ``start_new_session``...)."""
+    with log.open("ab" if append else "wb") as out:
+        return subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **popen
+        )
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of the text file ``path`` ("" when it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_until(
+    ready: Callable[[], T],
+    *,
+    timeout: float,
+    on_timeout: Callable[[BaseException | None], BaseException],
+    interval: float = 0.05,
+    check: Callable[[], None] | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Call ``ready`` every ``interval`` seconds until it returns something truthy, and
+    return that.
+
+    Before each try ``check`` (when given) runs; it raises to give up early, e.g. when
+    the process being waited for exited. An exception of a type in ``retry_on`` raised by
+    ``ready`` counts as "not yet". When ``timeout`` seconds have passed after a failed
+    try, the exception ``on_timeout(last)`` is raised, ``last`` being the last
+    ``retry_on`` exception seen (``None`` when there was none).
+    """
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        if check is not None:
+            check()
+        try:
+            value = ready()
+        except retry_on as exc:
+            last = exc
+        else:
+            if value:
+                return value
+        if time.monotonic() > deadline:
+            raise on_timeout(last)
+        time.sleep(interval)
+
+
+def terminate(process: subprocess.Popen[bytes], *, grace_s: float, group: bool = False) -> None:
+    """SIGTERM ``process``, SIGKILL it when it is still running after ``grace_s`` seconds,
+    and reap it.
+
+    With ``group`` the signals go to its whole process group (the process must have been
+    started with ``start_new_session=True``), and SIGKILL is sent to the group in any
+    case, since the group may outlive its leader.
+    """
+    if group:
+        if process.poll() is None:
+            _signal_group(process, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=grace_s)
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+        return
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group of ``process`` (a crash, no grace) and reap its leader."""
+    _signal_group(process, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(process.pid, signum)
