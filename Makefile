@@ -80,7 +80,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check runtime operator tests bench
 
 typecheck: setup
-	$(VENV)/bin/mypy runtime/gic_runtime operator/gic_operator
+	$(VENV)/bin/mypy runtime/gic_runtime operator/gic_operator bench
 
 contracts: setup
 	$(VENV)/bin/lint-imports

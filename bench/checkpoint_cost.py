@@ -46,18 +46,17 @@ import shutil
 import statistics
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, SCRATCH, percentile, write_result
-from gic_runtime.changelog.records import Op
+from bench.common import RESULTS, SCRATCH, SeqOnlyWriter, percentile, write_result
 from gic_runtime.coordination.barrier import TaskAck
 from gic_runtime.coordination.executor import TaskContext
 from gic_runtime.coordination.task import StateTask, TaskSettings
-from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.handles import BucketState, SnapshotHandle
 from gic_runtime.layout import new_snapshot_uri
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.state.backend import KeyedStateBackend
@@ -84,44 +83,6 @@ SNAPSHOT_THREADS = 8
 JOB = "bench-checkpoint-cost"
 GOAL_BYTES_REDUCTION = 0.95
 GOAL_P99_SPEEDUP = 10.0
-
-
-class SeqOnlyWriter:
-    """Changelog writer that only numbers changes (the baseline keeps no changelog).
-
-    Used by the full-snapshot system and by the fresh backend of the restore check.
-    Single-threaded, like the backend that owns it.
-    """
-
-    def __init__(self) -> None:
-        self._next: dict[int, int] = {}
-
-    def append(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
-        seq = self._next.get(bucket, 0)
-        self._next[bucket] = seq + 1
-        return seq
-
-    def append_many(
-        self, bucket: int, op: Op, keys: Sequence[bytes], values: Sequence[bytes]
-    ) -> int:
-        first = self._next.get(bucket, 0)
-        self._next[bucket] = first + len(keys)
-        return first
-
-    def next_seq(self, bucket: int) -> int:
-        return self._next.get(bucket, 0)
-
-    def reset(self, bucket: int, next_seq: int) -> None:
-        self._next[bucket] = next_seq
-
-    def persist(self, since: Mapping[int, int]) -> Future[dict[int, tuple[ChangelogHandle, ...]]]:
-        raise NotImplementedError("this writer keeps no changelog; it never persists")
-
-    def truncate(self, bucket: int, before_seq: int) -> None:
-        """Nothing is kept, so nothing to drop."""
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 class DirMeter:
@@ -205,7 +166,7 @@ class FullSnapshotSystem:
             with view as entries:
                 return upload_snapshot(
                     self.resolver,
-                    new_snapshot_uri(root, JOB, bucket),
+                    new_snapshot_uri(root, JOB, bucket, epoch=1),
                     entries,
                     bucket=bucket,
                     seq=seq,

@@ -1,17 +1,32 @@
-"""Helpers shared by the benchmarks: percentiles, result files, plots."""
+"""Helpers shared by the benchmarks: percentiles, result files, plots, and a changelog
+writer that keeps no changelog."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from gic_runtime.changelog.records import Op
+    from gic_runtime.handles import ChangelogHandle
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCRATCH = Path(__file__).resolve().parent / "scratch"
+
+
+def quick_mode(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``GIC_BENCH_QUICK`` (in ``environ``, default the process environment) asks
+    for a small smoke run: set to anything but "" or "0"."""
+    env = os.environ if environ is None else environ
+    return env.get("GIC_BENCH_QUICK", "") not in ("", "0")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -77,7 +92,44 @@ def save_figure(fig: Any, path: Path) -> Path:
     return path
 
 
-def _cpus() -> int:
-    import os
+class SeqOnlyWriter:
+    """Changelog writer that only numbers changes: the "no changelog" case of a
+    benchmark (:mod:`bench.state_throughput`; the full-snapshot baseline and the restore
+    check of :mod:`bench.checkpoint_cost`). It can never persist.
 
+    Single-threaded, like the backend that owns it.
+    """
+
+    def __init__(self) -> None:
+        self._next: dict[int, int] = {}
+
+    def append(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
+        seq = self._next.get(bucket, 0)
+        self._next[bucket] = seq + 1
+        return seq
+
+    def append_many(
+        self, bucket: int, op: Op, keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> int:
+        first = self._next.get(bucket, 0)
+        self._next[bucket] = first + len(keys)
+        return first
+
+    def next_seq(self, bucket: int) -> int:
+        return self._next.get(bucket, 0)
+
+    def reset(self, bucket: int, next_seq: int) -> None:
+        self._next[bucket] = next_seq
+
+    def persist(self, since: Mapping[int, int]) -> Future[dict[int, tuple[ChangelogHandle, ...]]]:
+        raise NotImplementedError("this writer keeps no changelog; it never persists")
+
+    def truncate(self, bucket: int, before_seq: int) -> None:
+        """Nothing is kept, so nothing to drop."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _cpus() -> int:
     return os.cpu_count() or 0

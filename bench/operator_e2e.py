@@ -35,6 +35,7 @@ Thread-safety: call from one thread (it starts and joins its own watcher threads
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import statistics
 import tempfile
@@ -152,29 +153,36 @@ class RecoveryWatcher:
         return status is not None and status.epoch > self.epoch and status.state == JobState.RUNNING
 
 
-class _KillTimer:
+class _ClusterProxy:
+    """The e2e cluster with every attribute a subclass does not define delegated to it."""
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = cluster
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+
+
+class _KillTimer(_ClusterProxy):
     """The cluster, with the kill's time noted on the watcher (everything else delegated)."""
 
     def __init__(self, cluster: Any, watcher: RecoveryWatcher) -> None:
-        self._cluster = cluster
+        super().__init__(cluster)
         self._watcher = watcher
 
     def kill_driver(self, pod: str) -> None:
         self._watcher.killed_at = time.monotonic()
         self._cluster.kill_driver(pod)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cluster, name)
 
-
-class _WaitForCreation:
+class _WaitForCreation(_ClusterProxy):
     """The cluster, with ``wait`` on a Savepoint first polling (through the API, every
     ``POLL_S``) until the operator created it: ``kubectl wait`` on a named object that
     does not exist yet fails at once with NotFound. Everything else is delegated.
     ``client`` is an admin :class:`tests.controlplane.api.ApiClient`."""
 
     def __init__(self, cluster: Any, client: Any, timeout: float = 60.0) -> None:
-        self._cluster = cluster
+        super().__init__(cluster)
         self._client = client
         self._timeout = timeout
 
@@ -193,26 +201,27 @@ class _WaitForCreation:
                 time.sleep(POLL_S)
         self._cluster.wait(resource, condition, timeout)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cluster, name)
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    """What the measurements run against: the e2e cluster, the timings module of the
+    harness, the job's storage and an admin API client."""
+
+    cluster: Any
+    timings: ModuleType
+    storage: JobStorage
+    client: Any
 
 
-def _savepoints(
-    cluster: Any,
-    timings: ModuleType,
-    storage: JobStorage,
-    client: Any,
-    *,
-    runs: int,
-    log: Log,
-) -> dict[str, Any]:
+def _savepoints(setup: _Setup, *, runs: int, log: Log) -> dict[str, Any]:
     total, own, before, after = [], [], [], []
     for i in range(runs):
         annotated_at = time.time()
         nonce = f"b{i}-{int(annotated_at)}"
-        timing = timings.measure_savepoint(_WaitForCreation(cluster, client), JOB, nonce)
+        waiter = _WaitForCreation(setup.cluster, setup.client)
+        timing = setup.timings.measure_savepoint(waiter, JOB, nonce)
         rid = str(timing.status.get("requestId") or "")
-        outcome = storage.outcome(rid)
+        outcome = setup.storage.outcome(rid)
         if outcome is None or outcome.started_at is None:
             raise RuntimeError(f"savepoint {timing.name}: no outcome with a start time for {rid!r}")
         work = outcome.finished_at - outcome.started_at
@@ -235,24 +244,21 @@ def _savepoints(
     }
 
 
-def _recoveries(
-    cluster: Any,
-    timings: ModuleType,
-    storage: JobStorage,
-    client: Any,
-    *,
-    runs: int,
-    log: Log,
-) -> dict[str, Any]:
+def _recoveries(setup: _Setup, *, runs: int, log: Log) -> dict[str, Any]:
+    cluster = setup.cluster
     status_running, runtime_running, checkpoint, start, overhead = [], [], [], [], []
     for i in range(runs):
         before = cluster.status("gicjob", JOB)
         watcher = RecoveryWatcher(
-            client, storage, cluster.namespace, str(before["driverPod"]), int(before["epoch"])
+            setup.client,
+            setup.storage,
+            cluster.namespace,
+            str(before["driverPod"]),
+            int(before["epoch"]),
         )
         watcher.start()
         try:
-            timing = timings.measure_recovery(_KillTimer(cluster, watcher), JOB)
+            timing = setup.timings.measure_recovery(_KillTimer(cluster, watcher), JOB)
         finally:
             watcher.stop()
         if watcher.error is not None:
@@ -280,27 +286,32 @@ def _recoveries(
 
 
 def _goals(savepoint: Mapping[str, Any], recovery: Mapping[str, Any]) -> list[dict[str, Any]]:
-    sp, rec = savepoint["overhead_s"]["max"], recovery["overhead_s"]["max"]
     return [
-        {
-            "name": "savepoint_overhead_s",
-            "target": OVERHEAD_TARGET_S,
-            "measured": sp,
-            "met": sp <= OVERHEAD_TARGET_S,
-            "direction": "at_most",
-            "how": "slowest run of annotate -> Savepoint Completed minus the savepoint's own "
+        _overhead_goal(
+            "savepoint_overhead_s",
+            savepoint["overhead_s"]["max"],
+            "slowest run of annotate -> Savepoint Completed minus the savepoint's own "
             "work (driver outcome finished_at - started_at)",
-        },
-        {
-            "name": "recovery_overhead_s",
-            "target": OVERHEAD_TARGET_S,
-            "measured": rec,
-            "met": rec <= OVERHEAD_TARGET_S,
-            "direction": "at_most",
-            "how": "slowest run of driver kill -> new driver's runtime status 'running' minus "
+        ),
+        _overhead_goal(
+            "recovery_overhead_s",
+            recovery["overhead_s"]["max"],
+            "slowest run of driver kill -> new driver's runtime status 'running' minus "
             "the driver's start (new pod seen -> runtime 'running'), i.e. kill -> new pod",
-        },
+        ),
     ]
+
+
+def _overhead_goal(name: str, measured: float, how: str) -> dict[str, Any]:
+    """Goal ``name``: ``measured`` (seconds) at most :data:`OVERHEAD_TARGET_S`."""
+    return {
+        "name": name,
+        "target": OVERHEAD_TARGET_S,
+        "measured": measured,
+        "met": measured <= OVERHEAD_TARGET_S,
+        "direction": "at_most",
+        "how": how,
+    }
 
 
 def measure(*, quick: bool, log: Log = print) -> dict[str, Any]:
@@ -337,9 +348,9 @@ def measure(*, quick: bool, log: Log = print) -> dict[str, Any]:
             log(f"  job {JOB} checkpointing after {time.monotonic() - started:.1f} s")
             job_id = str(cluster.status("gicjob", JOB)["jobId"])
             storage = JobStorage(StoreResolver(s3.settings), backend.defaults().storage, job_id)
-            client = plane.client
-            savepoint = _savepoints(cluster, timings, storage, client, runs=runs, log=log)
-            recovery = _recoveries(cluster, timings, storage, client, runs=runs, log=log)
+            setup = _Setup(cluster, timings, storage, plane.client)
+            savepoint = _savepoints(setup, runs=runs, log=log)
+            recovery = _recoveries(setup, runs=runs, log=log)
         except Exception:
             DIAGNOSTICS.write_text(cluster.diagnostics())
             log(f"  failed; operator log, driver logs and resources in {DIAGNOSTICS}")

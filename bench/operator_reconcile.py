@@ -37,7 +37,6 @@ Thread-safety: :func:`measure` is called from one thread and uses its own pool.
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
 import tempfile
 import time
@@ -48,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import percentile
+from bench.common import percentile, quick_mode
 from gic_operator.job_reconciler import JobReconciler
 from gic_operator.kube_client import KubernetesApi
 from gic_operator.models import API_VERSION, GROUP, VERSION
@@ -83,8 +82,7 @@ class ReconcileParams:
 
 def params_from_env(environ: Mapping[str, str] | None = None) -> ReconcileParams:
     """200 jobs, or 20 with ``GIC_BENCH_QUICK=1``."""
-    env = os.environ if environ is None else environ
-    quick = env.get("GIC_BENCH_QUICK", "") not in ("", "0")
+    quick = quick_mode(environ)
     return ReconcileParams(jobs=QUICK_JOBS if quick else FULL_JOBS, quick=quick)
 
 

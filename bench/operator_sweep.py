@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import tempfile
 import threading
 import time
@@ -36,6 +35,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from bench.common import quick_mode
 from gic_operator.storage_view import JobStorage
 from gic_runtime.checkpoint.catalog import load_retained, write_manifest
 from gic_runtime.checkpoint.manifest import Manifest
@@ -73,8 +73,7 @@ class SweepParams:
 
 def params_from_env(environ: Mapping[str, str] | None = None) -> SweepParams:
     """Full size (100,000 orphans), or 2,000 with ``GIC_BENCH_QUICK=1``."""
-    env = os.environ if environ is None else environ
-    quick = env.get("GIC_BENCH_QUICK", "") not in ("", "0")
+    quick = quick_mode(environ)
     return SweepParams(orphans=QUICK_ORPHANS if quick else FULL_ORPHANS, quick=quick)
 
 

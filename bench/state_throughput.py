@@ -21,14 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.common import bar_plot, write_result
+from bench.common import SeqOnlyWriter, bar_plot, write_result
 from gic_runtime.changelog.records import Op
-from gic_runtime.handles import ChangelogHandle
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.lmdb_store import LmdbStore
 from gic_runtime.state.memory_store import InMemoryStore, prefix_end
@@ -41,33 +39,6 @@ KEYS = 20_000
 UPDATES = 100_000
 RAW_OPS = 100_000
 REPEATS = 3
-
-
-class CountingChangelogWriter:
-    """Changelog writer that only hands out sequence numbers (the "no changelog" case)."""
-
-    def __init__(self) -> None:
-        self._next: dict[int, int] = {}
-
-    def append(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
-        seq = self._next.get(bucket, 0)
-        self._next[bucket] = seq + 1
-        return seq
-
-    def next_seq(self, bucket: int) -> int:
-        return self._next.get(bucket, 0)
-
-    def reset(self, bucket: int, next_seq: int) -> None:
-        self._next[bucket] = next_seq
-
-    def persist(self, since: Mapping[int, int]) -> Future[dict[int, tuple[ChangelogHandle, ...]]]:
-        raise NotImplementedError("the no-changelog run never checkpoints")
-
-    def truncate(self, bucket: int, before_seq: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class RocksDictStore:
@@ -88,7 +59,8 @@ class RocksDictStore:
                 str(self._dir / f"bucket-{bucket:05d}"), options=self._rd.Options(raw_mode=True)
             )
             wo = self._rd.WriteOptions()
-            wo.disable_wal = True
+            # A property at run time; rocksdict's stub declares a method.
+            wo.disable_wal = True  # type: ignore[method-assign,assignment]
             db.set_write_options(wo)
             self._dbs[bucket] = db
         return db
@@ -180,7 +152,7 @@ def _keyed_count(make_store: Callable[[Path], KVStore], with_changelog: bool, tm
         if with_changelog:
             writer, close, _ = _real_writer(work / "objects")
         else:
-            writer, close = CountingChangelogWriter(), (lambda: None)
+            writer, close = SeqOnlyWriter(), (lambda: None)
         backend = KeyedStateBackend(range(BUCKETS), BUCKETS, store, writer)
         counts = backend.value_state("count")
         last = backend.map_state("last")
