@@ -45,6 +45,33 @@ def ratio(value: float | None, reference: float | None, digits: int = 4) -> floa
     return round(value / reference, digits)
 
 
+def goal(
+    name: str,
+    value: float | None,
+    *,
+    met: str,
+    at_most: float | None = None,
+    at_least: float | None = None,
+) -> dict[str, Any]:
+    """One goal as the result JSONs state it: ``<name>_at_most`` (or ``_at_least``) with
+    the limit, ``<name>`` with the measured value, and ``<met>``: whether the value is
+    within the limit (``None`` when it was not measured). Give exactly one limit."""
+    if (at_most is None) == (at_least is None):
+        raise ValueError(f"goal {name!r} needs exactly one of at_most and at_least")
+    if at_most is not None:
+        return {
+            f"{name}_at_most": at_most,
+            name: value,
+            met: None if value is None else value <= at_most,
+        }
+    assert at_least is not None
+    return {
+        f"{name}_at_least": at_least,
+        name: value,
+        met: None if value is None else value >= at_least,
+    }
+
+
 def write_result(name: str, data: Mapping[str, Any]) -> Path:
     """Write ``bench/results/<name>.json`` with machine info, return its path."""
     RESULTS.mkdir(parents=True, exist_ok=True)

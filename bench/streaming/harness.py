@@ -236,9 +236,12 @@ def _goals(
         overhead = round(gic["process_ms_mean"] / plain["process_ms_mean"] - 1, 4)
     hits = gic.get("local_hit_ratio_mean") if gic is not None else None
     return {
-        "throughput_vs_best_spark_at_least": GOAL_THROUGHPUT_RATIO,
-        "throughput_vs_best_spark": throughput,
-        "throughput_met": None if throughput is None else throughput >= GOAL_THROUGHPUT_RATIO,
+        **common.goal(
+            "throughput_vs_best_spark",
+            throughput,
+            at_least=GOAL_THROUGHPUT_RATIO,
+            met="throughput_met",
+        ),
         "commit_p99_vs_best_spark_at_most": GOAL_COMMIT_P99_RATIO,
         "commit_p99_vs_best_spark": commit,
         "commit_p99_vs_best_spark_wall_estimate": commit_wall,
@@ -247,9 +250,12 @@ def _goals(
             if commit_wall is None or commit is None
             else max(commit, commit_wall) <= GOAL_COMMIT_P99_RATIO
         ),
-        "changelog_overhead_at_most": GOAL_CHANGELOG_OVERHEAD,
-        "changelog_overhead": overhead,
-        "changelog_overhead_met": None if overhead is None else overhead <= GOAL_CHANGELOG_OVERHEAD,
+        **common.goal(
+            "changelog_overhead",
+            overhead,
+            at_most=GOAL_CHANGELOG_OVERHEAD,
+            met="changelog_overhead_met",
+        ),
         "local_hit_ratio_at_least": GOAL_LOCAL_HIT_RATIO,
         "local_hit_ratio_mean": hits,
         "local_hit_met": None if hits is None else hits >= GOAL_LOCAL_HIT_RATIO,

@@ -143,12 +143,15 @@ def recovery_goals(systems: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     vs_fresh = common.ratio(restart, gic.get("fresh_to_first_batch_ms"))
     return {
         "best_spark_restart": best,
-        "restart_vs_best_spark_restart_at_most": GOAL_VS_SPARK_RESTART,
-        "restart_vs_best_spark_restart": vs_spark,
-        "restart_vs_spark_met": None if vs_spark is None else vs_spark <= GOAL_VS_SPARK_RESTART,
-        "restart_vs_fresh_at_most": GOAL_VS_FRESH,
-        "restart_vs_fresh": vs_fresh,
-        "restart_vs_fresh_met": None if vs_fresh is None else vs_fresh <= GOAL_VS_FRESH,
+        **common.goal(
+            "restart_vs_best_spark_restart",
+            vs_spark,
+            at_most=GOAL_VS_SPARK_RESTART,
+            met="restart_vs_spark_met",
+        ),
+        **common.goal(
+            "restart_vs_fresh", vs_fresh, at_most=GOAL_VS_FRESH, met="restart_vs_fresh_met"
+        ),
         "how": (
             "median to_first_batch_ms of GIC's restarts / the lowest median of the Spark "
             "stores' restarts, and / the median of GIC's fresh first batches; null: a "

@@ -168,18 +168,18 @@ def soak_goals(summary: Mapping[str, Any]) -> dict[str, Any]:
     manifest = summary["manifest_bytes_max"]
     stored = common.ratio(summary["stored_bytes_max"], summary["state_snapshot_bytes"] or None)
     return {
-        "commit_p99_late_vs_early_at_most": GOAL_COMMIT_P99_GROWTH,
-        "commit_p99_late_vs_early": growth,
-        "commit_p99_met": None if growth is None else growth <= GOAL_COMMIT_P99_GROWTH,
-        "throughput_late_vs_early_at_least": GOAL_THROUGHPUT_KEPT,
-        "throughput_late_vs_early": kept,
-        "throughput_met": None if kept is None else kept >= GOAL_THROUGHPUT_KEPT,
+        **common.goal(
+            "commit_p99_late_vs_early", growth, at_most=GOAL_COMMIT_P99_GROWTH, met="commit_p99_met"
+        ),
+        **common.goal(
+            "throughput_late_vs_early", kept, at_least=GOAL_THROUGHPUT_KEPT, met="throughput_met"
+        ),
         "manifest_bytes_at_most": GOAL_MANIFEST_BYTES,
         "manifest_bytes_max": manifest,
         "manifest_met": None if manifest is None else manifest <= GOAL_MANIFEST_BYTES,
-        "stored_vs_state_snapshot_at_most": GOAL_STORED_VS_SNAPSHOT,
-        "stored_vs_state_snapshot": stored,
-        "stored_met": None if stored is None else stored <= GOAL_STORED_VS_SNAPSHOT,
+        **common.goal(
+            "stored_vs_state_snapshot", stored, at_most=GOAL_STORED_VS_SNAPSHOT, met="stored_met"
+        ),
         "how": (
             "early = batches in the plan's early window, late = the last batches of the "
             "plan; commit: late commit_ms p99 / early p99; throughput: late rows/s / early "

@@ -226,3 +226,17 @@ def test_gic_runs_exactly_the_requested_batches_in_its_own_process(
     )
     assert "manifest write" in notes["commit_ms_definition"]
     assert [p.name for p in tmp_path.iterdir()] == ["logs"]
+
+
+def test_a_goal_states_its_limit_value_and_verdict() -> None:
+    assert common.goal("p99_ratio", 1.2, at_most=1.5, met="p99_met") == {
+        "p99_ratio_at_most": 1.5,
+        "p99_ratio": 1.2,
+        "p99_met": True,
+    }
+    assert common.goal("kept", 0.8, at_least=0.9, met="kept_met")["kept_met"] is False
+    assert common.goal("kept", None, at_least=0.9, met="kept_met")["kept_met"] is None
+    with pytest.raises(ValueError, match="exactly one"):
+        common.goal("x", 1.0, met="x_met")
+    with pytest.raises(ValueError, match="exactly one"):
+        common.goal("x", 1.0, at_most=1.0, at_least=0.0, met="x_met")
