@@ -47,7 +47,7 @@ import tempfile
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -103,6 +103,10 @@ def _normalize_uri(value: str) -> str:
         raise ValueError(str(exc)) from None
 
 
+_MATERIALIZATION: Final = MaterializationSettings()
+"""The materialization defaults are the scheduler's (one place)."""
+
+
 class GICSettings(BaseSettings):
     """Settings of one GIC job (see the module docstring for sources and precedence)."""
 
@@ -146,14 +150,14 @@ class GICSettings(BaseSettings):
         "since it and the changelog since (docs/architecture.md §7).",
     )
     materialization_interval_s: float = Field(
-        120.0,
+        _MATERIALIZATION.interval_s,
         gt=0,
         allow_inf_nan=False,
         description="Seconds between materializations of one bucket: bounds restore-time "
         "replay to about two minutes of changes at 30 full uploads per bucket per hour.",
     )
     materialization_jitter: float = Field(
-        0.2,
+        _MATERIALIZATION.jitter,
         ge=0,
         lt=1,
         allow_inf_nan=False,
@@ -161,13 +165,13 @@ class GICSettings(BaseSettings):
         "drift apart and never materialize all at once.",
     )
     materialization_max_in_flight: int = Field(
-        1,
+        _MATERIALIZATION.max_in_flight,
         ge=1,
         description="Materializations running at once per task. 1 leaves upload bandwidth "
         "for changelog segments, which are on the checkpoint's critical path.",
     )
     materialization_max_sections: int = Field(
-        32,
+        _MATERIALIZATION.max_sections,
         ge=1,
         description="Changelog sections since its last snapshot that make a bucket due "
         "whatever the interval. Bounds restore requests (about one object read per section "
@@ -175,14 +179,13 @@ class GICSettings(BaseSettings):
         "manifest), while snapshotting a bucket at most about once per 32 checkpoints.",
     )
     materialization_changelog_ratio: float = Field(
-        0.5,
+        _MATERIALIZATION.changelog_ratio,
         gt=0,
         allow_inf_nan=False,
         description="Changelog bytes since its last snapshot, as a multiple of that "
         "snapshot's size (at least 4 KiB), that make a bucket due whatever the interval. "
-        "0.5 keeps restores short (at most half a snapshot's worth of changes to replay) "
-        "and, with 2 retained checkpoints, storage within about 3x the state "
-        "(docs/architecture.md §7).",
+        "1.0: a restore replays at most a snapshot's worth of changes, and with 2 retained "
+        "checkpoints the job keeps under 3x its state (docs/architecture.md §7).",
     )
     changelog_preemptive_upload_bytes: int = Field(
         4 * _MiB,
