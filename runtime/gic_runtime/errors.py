@@ -156,6 +156,12 @@ class FencedError(GICError):
     """A newer attempt (higher fencing epoch) of this job exists; this one must stop."""
 
 
+class BucketCountMismatchError(RestoreError, ConfigurationError):
+    """The job is configured with another bucket count than the state it restores (the
+    count is fixed for a state lineage). A settings error: a relaunch with the same
+    settings meets it again, so it is recorded as ``InvalidSettings``."""
+
+
 class QueryMismatchError(RestoreError):
     """A job's checkpoints were written by a different query (another source,
     processing or output schema); the message names the job, what differs and how to go

@@ -208,7 +208,8 @@ class FailureReason(StrEnum):
     QUERY_MISMATCH = "QueryMismatch"
     """The job's checkpoints were written by a different query (``QueryMismatchError``)."""
     INVALID_SETTINGS = "InvalidSettings"
-    """Settings or arguments are invalid (``ConfigurationError``)."""
+    """Settings or arguments are invalid (``ConfigurationError``), including a bucket
+    count other than the restored state's (``BucketCountMismatchError``)."""
     RESTORE_FAILED = "RestoreFailed"
     """A checkpoint or savepoint cannot be restored (``RestoreError``)."""
     UNREADABLE_FILE = "UnreadableFile"

@@ -60,7 +60,12 @@ from gic_runtime.checkpoint.registry import (
 )
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.clock import Clock, SystemClock
-from gic_runtime.errors import ManifestExistsError, ObjectNotFoundError, RestoreError
+from gic_runtime.errors import (
+    BucketCountMismatchError,
+    ManifestExistsError,
+    ObjectNotFoundError,
+    RestoreError,
+)
 from gic_runtime.fencing import Fence
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import (
@@ -177,7 +182,7 @@ class CheckpointTimeline:
 
     def _check_buckets(self, manifest: Manifest, uri: str) -> None:
         if manifest.num_buckets != self.num_buckets:
-            raise RestoreError(
+            raise BucketCountMismatchError(
                 f"{uri} has {manifest.num_buckets} buckets but the job is configured with "
                 f"{self.num_buckets}; the bucket count is fixed for a state lineage: set it "
                 f"to {manifest.num_buckets}, or restore from a canonical savepoint"

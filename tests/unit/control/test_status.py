@@ -10,6 +10,7 @@ from gic_runtime.checkpoint.manifest import RestoreMode
 from gic_runtime.control import Outcome
 from gic_runtime.control.envelope import encode_record
 from gic_runtime.errors import (
+    BucketCountMismatchError,
     ConfigurationError,
     CorruptFileError,
     FencedError,
@@ -178,6 +179,7 @@ def test_a_malformed_failure_is_corrupt(failure: object) -> None:
         (QueryMismatchError("q"), FailureReason.QUERY_MISMATCH),
         (ConfigurationError("c"), FailureReason.INVALID_SETTINGS),
         (RestoreError("r"), FailureReason.RESTORE_FAILED),
+        (BucketCountMismatchError("128 vs 64"), FailureReason.INVALID_SETTINGS),
         (CorruptFileError("bad", uri="file:///x"), FailureReason.UNREADABLE_FILE),
         (UnsupportedVersionError("v9", uri="file:///x"), FailureReason.UNREADABLE_FILE),
         (
