@@ -56,7 +56,8 @@ sizes bytes):
                                   source_checkpoint_id, released)
   unreadable                      manifests that cannot be read: id, uri, error
   status                          null (no status record) or: state, epoch,
-                                  last_checkpoint, updated_at, error
+                                  last_checkpoint, updated_at, error, failure
+                                  (null, or reason, message, error_type)
   highest_epoch                   highest fencing epoch claimed (0: none)
   pending_requests                control requests without an outcome: request_id, type,
                                   kind, format, target, requested_at, requested_by
@@ -125,6 +126,13 @@ def status_json(status: JobStatus | None) -> dict[str, Any] | None:
         "last_checkpoint": status.last_checkpoint.id if status.last_checkpoint else None,
         "updated_at": iso(status.updated_at, millis=True),
         "error": status.error,
+        "failure": None
+        if status.failure is None
+        else {
+            "reason": status.failure.reason,
+            "message": status.failure.message,
+            "error_type": status.failure.error_type,
+        },
     }
 
 
@@ -213,7 +221,9 @@ def _print_tables(ctx: JobContext, listing: _Listing) -> None:
         )
         if listing.highest_epoch > status.epoch:
             line += f"; superseded: epoch {listing.highest_epoch} was claimed since"
-        if status.error:
+        if status.failure is not None:
+            line += f"; failed ({status.failure.reason}): {status.failure.message}"
+        elif status.error:
             line += f"; error: {status.error}"
         console.print(line, markup=False, soft_wrap=True)
     if listing.pending:

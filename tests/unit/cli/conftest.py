@@ -21,7 +21,7 @@ from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTa
 from gic_runtime.coordination.executor import TaskContext
 from gic_runtime.coordination.savepoints import serve_request
 from gic_runtime.state.memory_store import InMemoryStore
-from gic_runtime.status import JobState, JobStatus, write_status
+from gic_runtime.status import FailureStatus, JobState, JobStatus, write_status
 from gic_runtime.storage import LocalObjectStore, StoreResolver
 
 BUCKETS = 4
@@ -88,7 +88,14 @@ class TestingStorage:
             timeline.close()
         return stored
 
-    def write_status(self, job_id: str, state: JobState, *, age_s: float = 0.0) -> None:
+    def write_status(
+        self,
+        job_id: str,
+        state: JobState,
+        *,
+        age_s: float = 0.0,
+        failure: BaseException | None = None,
+    ) -> None:
         now = time.time()
         write_status(
             self.resolver,
@@ -100,6 +107,8 @@ class TestingStorage:
                 state=state,
                 updated_at=now - age_s,
                 started_at=now - age_s - 10,
+                error=None if failure is None else str(failure),
+                failure=None if failure is None else FailureStatus.of(failure),
             ),
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gic_runtime.checkpoint.manifest import StoredManifest
+from gic_runtime.errors import BucketCountMismatchError
 from gic_runtime.status import JobState
 
 
@@ -149,3 +150,20 @@ def test_an_unreadable_manifest_is_listed_and_fails_the_command(gic: Any, storag
     assert [c["id"] for c in doc["checkpoints"]] == [1]
     assert doc["unreadable"][0]["id"] == 2
     assert written[-1].uri in doc["unreadable"][0]["error"]
+
+
+def test_a_failed_launch_shows_why(gic: Any, storage: Any) -> None:
+    storage.run_job("wc", range(1, 3))
+    refusal = BucketCountMismatchError("chk-2 has 8 buckets but the job is configured with 16")
+    storage.write_status("wc", JobState.FAILED, failure=refusal)
+
+    doc = gic.json("checkpoints", "--storage", storage.root, "--job-id", "wc")
+    result = gic("checkpoints", "--storage", storage.root, "--job-id", "wc")
+
+    assert doc["status"]["failure"] == {
+        "reason": "InvalidSettings",
+        "message": str(refusal),
+        "error_type": "BucketCountMismatchError",
+    }
+    assert result.exit_code == 0, result.stderr
+    assert f"failed (InvalidSettings): {refusal}" in " ".join(result.stdout.split())
