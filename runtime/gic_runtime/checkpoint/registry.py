@@ -56,8 +56,8 @@ DEFAULT_RETAINED_CHECKPOINTS: Final = 2
 """Checkpoints a job keeps unless told otherwise: the newest and one fallback. Every
 further one keeps, for as long as it is retained, the previous snapshot of each bucket
 materialized since it and the changelog since that snapshot: in the ``soak`` benchmark
-(a fifth of the keys updated per batch) 3 retained checkpoints held 3.1-3.8x the state's
-snapshot size and 2 held 2.5-2.7x (docs/architecture.md §7)."""
+(a fifth of the keys updated per batch, growth ratio 0.5) 3 retained checkpoints held
+3.1-3.8x the state's snapshot size and 2 held 2.5-2.9x (docs/architecture.md §7)."""
 
 
 @dataclass(frozen=True, slots=True)
