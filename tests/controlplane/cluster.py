@@ -320,7 +320,7 @@ class ControlPlane(Service):
             extra_env=self._kubelet_env,
             grace_cap_s=self._grace_cap_s,
         )
-        self._kubelet.__enter__()
+        self._kubelet.start()
         self._wait("kube-controller-manager /healthz", lambda: _healthy(manager_port))
         self._wait("kube-scheduler /healthz", lambda: _healthy(scheduler_port))
         mark = self._phase("controller manager + scheduler healthy", mark)
@@ -333,7 +333,7 @@ class ControlPlane(Service):
         """Stop the kubelet (killing its pods' processes), then every component."""
         if self._kubelet is not None:
             with contextlib.suppress(Exception):
-                self._kubelet.__exit__(None, None, None)
+                self._kubelet.stop()
             self._kubelet = None
         for component in reversed(self._components):
             terminate(component.process, grace_s=10.0, group=True)

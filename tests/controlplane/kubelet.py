@@ -83,10 +83,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
+from tests.support.processes import Service, signal_group
 
 from .api import STRATEGIC_MERGE_PATCH, ApiClient, ApiError, WatchStream
 from .pod_env import POD_IP, EnvError, expand, resolve_command, resolve_env
@@ -161,7 +161,7 @@ class _Pod:
     thread: threading.Thread | None = None
 
 
-class ProcessKubelet:
+class ProcessKubelet(Service):
     """Keeps one Node Ready and runs its pods as local processes (see the module doc)."""
 
     def __init__(
@@ -206,7 +206,8 @@ class ProcessKubelet:
 
     # -- public -----------------------------------------------------------------------------
 
-    def __enter__(self) -> ProcessKubelet:
+    def start(self) -> None:
+        """Serve logs, register the Node and start watching pods."""
         self._workdir.mkdir(parents=True, exist_ok=True)
         self._server = _LogServer(self, self._serving, self._ca)
         self._spawn(self._server.serve_forever, "kubelet-logs")
@@ -214,18 +215,13 @@ class ProcessKubelet:
             self._register()
             self._renew_lease()
         except BaseException:
-            self.__exit__(None, None, None)
+            self.stop()
             raise
         self._spawn(self._watch_loop, "kubelet-pods")
         self._spawn(self._heartbeat_loop, "kubelet-heartbeat")
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
+        """Stop watching, kill every pod's process group and wait for the threads."""
         self._stopping.set()
         with self._lock:
             stream = self._stream
@@ -240,7 +236,7 @@ class ProcessKubelet:
             if pod.killer is not None:
                 pod.killer.cancel()
             if pod.process is not None and pod.process.poll() is None:
-                _signal_group(pod.process, signal.SIGKILL)
+                signal_group(pod.process, signal.SIGKILL)
         for pod in pods:
             if pod.process is not None:
                 pod.process.wait()
@@ -319,7 +315,7 @@ class ProcessKubelet:
             pod = self._latest.get((namespace, pod_name))
         if pod is None or pod.process is None or pod.process.poll() is not None:
             raise KeyError(f"no running process for pod {namespace}/{pod_name}")
-        _signal_group(pod.process, signal.SIGKILL)
+        signal_group(pod.process, signal.SIGKILL)
         pod.process.wait()
 
     # -- node -------------------------------------------------------------------------------
@@ -547,8 +543,8 @@ class ProcessKubelet:
     @staticmethod
     def _stop_process(run: _Pod, process: subprocess.Popen[bytes]) -> None:
         """SIGTERM now, SIGKILL when the grace period is over."""
-        _signal_group(process, signal.SIGTERM)
-        run.killer = threading.Timer(run.grace_s, _signal_group, (process, signal.SIGKILL))
+        signal_group(process, signal.SIGTERM)
+        run.killer = threading.Timer(run.grace_s, signal_group, (process, signal.SIGKILL))
         run.killer.daemon = True
         run.killer.start()
 
@@ -594,7 +590,7 @@ class ProcessKubelet:
                 self._stop_process(run, process)
             self._report_running(run, container)
             code = process.wait()
-            _signal_group(process, signal.SIGKILL)  # the container ends with its leader
+            signal_group(process, signal.SIGKILL)  # the container ends with its leader
             if run.killer is not None:
                 run.killer.cancel()
             run.exit_code = 128 - code if code < 0 else code
@@ -952,11 +948,6 @@ def _overlay_bases(targets: list[Path]) -> list[Path]:
             raise EnvError(f"mountPath {target}: no directory above it exists but /")
         bases.add(base)
     return sorted(b for b in bases if not any(o in b.parents for o in bases if o != b))
-
-
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
 
 
 class _LogServer(http.server.ThreadingHTTPServer):

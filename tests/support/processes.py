@@ -129,10 +129,10 @@ def terminate(process: subprocess.Popen[bytes], *, grace_s: float, group: bool =
     """
     if group:
         if process.poll() is None:
-            _signal_group(process, signal.SIGTERM)
+            signal_group(process, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=grace_s)
-        _signal_group(process, signal.SIGKILL)
+        signal_group(process, signal.SIGKILL)
         process.wait()
         return
     if process.poll() is None:
@@ -146,10 +146,12 @@ def terminate(process: subprocess.Popen[bytes], *, grace_s: float, group: bool =
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process group of ``process`` (a crash, no grace) and reap its leader."""
-    _signal_group(process, signal.SIGKILL)
+    signal_group(process, signal.SIGKILL)
     process.wait()
 
 
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Send ``signum`` to the process group of ``process`` (started with
+    ``start_new_session=True``); a group that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(process.pid, signum)
