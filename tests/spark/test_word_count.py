@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gic_runtime.checkpoint.catalog import list_checkpoints, read_checkpoint
+from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 from gic_runtime.config import GICSettings
 from gic_runtime.errors import StateError
 from gic_runtime.sinks import read_file_sink
@@ -72,7 +73,7 @@ def test_counts_are_exact_per_batch_and_resume_continues(
     assert sink_batches(out) == dict(enumerate(reference_counts(src, 7)))
     resolver = StoreResolver()
     ids = [c.checkpoint_id for c in list_checkpoints(resolver, s.storage, "wc")]
-    assert ids == [4, 5, 6]  # three retained
+    assert ids == [6 - n for n in reversed(range(DEFAULT_RETAINED_CHECKPOINTS))]  # retained
     latest = read_checkpoint(resolver, s.storage + "/jobs/wc/checkpoints/chk-000000000006.manifest")
     assert latest.manifest.engine["batch_id"] == 6
     assert set(latest.manifest.buckets) == set(range(16))
