@@ -146,7 +146,10 @@ def _unzstd(body: bytes, uri: str) -> bytes:
     try:
         # Fails unless the frame decompresses to exactly raw_len bytes.
         raw: bytes = pa.decompress(
-            body[_RAW_LENGTH.size :], decompressed_size=raw_len, codec="zstd", asbytes=True
+            memoryview(body)[_RAW_LENGTH.size :],
+            decompressed_size=raw_len,
+            codec="zstd",
+            asbytes=True,
         )
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise CorruptFileError(
