@@ -20,6 +20,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from gic_runtime import codec
 from gic_runtime.checkpoint.catalog import list_checkpoints, read_checkpoint
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.cli.common import (
@@ -126,13 +127,7 @@ def status_json(status: JobStatus | None) -> dict[str, Any] | None:
         "last_checkpoint": status.last_checkpoint.id if status.last_checkpoint else None,
         "updated_at": iso(status.updated_at, millis=True),
         "error": status.error,
-        "failure": None
-        if status.failure is None
-        else {
-            "reason": status.failure.reason,
-            "message": status.failure.message,
-            "error_type": status.failure.error_type,
-        },
+        "failure": None if status.failure is None else codec.to_json(status.failure),
     }
 
 
