@@ -92,7 +92,11 @@ GENERIC_FAILURE = "DriverFailed"
 FAILURE_MESSAGE_MAX = 2048
 #: Failures a relaunch of the same spec meets again: the job waits for a spec change.
 NOT_RESTARTED: frozenset[str] = frozenset(
-    {FailureReason.QUERY_MISMATCH.value, FailureReason.INVALID_SETTINGS.value}
+    {
+        FailureReason.QUERY_MISMATCH.value,
+        FailureReason.INVALID_SETTINGS.value,
+        FailureReason.OUTPUT_OWNED.value,
+    }
 )
 _KNOWN_FAILURES: frozenset[str] = frozenset(reason.value for reason in FailureReason)
 

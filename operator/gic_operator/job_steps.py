@@ -50,7 +50,7 @@ from gic_operator.models import (
     SavepointState,
     SavepointStatus,
 )
-from gic_operator.naming import ROLE_DRIVER, job_selector
+from gic_operator.naming import ROLE_DRIVER, job_id, job_selector
 from gic_operator.restore_sources import savepoint_place
 from gic_runtime.errors import GICError
 
@@ -74,6 +74,16 @@ class JobSteps(JobView):
                 self.kube.delete_pod(p.namespace, pod.name, grace)
         left = [pod for pod in self.kube.list_pods(p.namespace, selector) if pod.name != keep]
         return not left
+
+    def _output_takeover(self) -> str | None:
+        """The job whose output the launch takes over: the spec's choice, else, for a
+        job relaunched with empty state (a new lineage), its previous lineage's id: the
+        same GICJob's output stays its own across stateless upgrades."""
+        output = self.spec.output
+        if output is not None and output.take_over_from is not None:
+            return output.take_over_from
+        lineage = self.p.status.lineage
+        return job_id(self.p.namespace, self.p.name, lineage - 1) if lineage > 0 else None
 
     def _restore_source(self) -> RestoredFrom | None:
         """Where a first launch restores from (path, mode, savepoint name), else ``None``.
@@ -154,6 +164,7 @@ class JobSteps(JobView):
             restore_source=None if source is None else source.path,
             restore_mode=None if source is None else source.mode.to_runtime(),
             generation=p.generation,
+            output_takeover=self._output_takeover(),
         )
         try:
             validate_launch(plan)

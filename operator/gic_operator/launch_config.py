@@ -67,6 +67,8 @@ def settings_env(plan: LaunchPlan) -> dict[str, str]:
         env[env_var("restore_source")] = plan.restore_source
     if plan.restore_mode is not None:
         env[env_var("restore_mode")] = str(plan.restore_mode)
+    if plan.output_takeover is not None:
+        env[env_var("output_takeover")] = plan.output_takeover
     if cp.s3_endpoint_url:
         env[S3_ENDPOINT_ENV] = cp.s3_endpoint_url
     env[env_var("metrics_port")] = str(METRICS_PORT)

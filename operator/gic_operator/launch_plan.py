@@ -96,8 +96,9 @@ _MIB_PER_UNIT = {"k": 1 / 1024, "m": 1, "": 1, "g": 1024, "t": 1024 * 1024}
 class LaunchPlan:
     """One launch of a job's driver: the GICJob (``namespace``, ``name``, ``uid``,
     ``spec``, ``generation``), its job id in storage, the fencing epoch of this launch,
-    and where it restores from (``restore_mode`` is the runtime's mode,
-    :meth:`gic_operator.models.RestoreMode.to_runtime`). Immutable."""
+    where it restores from (``restore_mode`` is the runtime's mode,
+    :meth:`gic_operator.models.RestoreMode.to_runtime`), and the job whose output it
+    takes over (``output_takeover``). Immutable."""
 
     namespace: str
     name: str
@@ -108,6 +109,7 @@ class LaunchPlan:
     restore_source: str | None = None
     restore_mode: RuntimeRestoreMode | None = None
     generation: int | None = None
+    output_takeover: str | None = None
 
     @property
     def pod_name(self) -> str:

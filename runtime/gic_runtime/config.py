@@ -249,6 +249,16 @@ class GICSettings(BaseSettings):
         "written, so a job never reads another query's state by accident; on for a "
         "deliberate upgrade of the job's query.",
     )
+    output_takeover: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="Job id whose transactional output this job takes over on purpose. "
+        "An output path belongs to one job's state: another job writing there is refused "
+        "before its first batch; naming the current owner here lets this job write there "
+        "from now on (the owner's committed batches stay readable, the owner can no "
+        "longer write). None: never take another job's output.",
+    )
     epoch: int | None = Field(
         None,
         ge=1,
@@ -452,6 +462,7 @@ ACCEPTED: Mapping[str, str] = {
     "restore_source": "a checkpoint or savepoint URI or path (or unset)",
     "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
     "allow_query_change": "true or false (also 1/0, yes/no, on/off)",
+    "output_takeover": "the job id that owns the output now (or unset: take nobody's)",
     "epoch": "a positive integer (or unset: the driver claims the next)",
     "local_dir": "a non-empty directory path (or unset: executor scratch / <tmp>/gic-local)",
     "orphan_sweep_interval_s": "a positive number of seconds",

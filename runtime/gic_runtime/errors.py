@@ -167,3 +167,11 @@ class QueryMismatchError(RestoreError):
     processing or output schema); the message names the job, what differs and how to go
     on. Raised before the driver claims the job: nothing but the refusal itself (in the
     job's status record, when the launch was given its fencing epoch) is written."""
+
+
+class OutputOwnedError(GICError):
+    """A transactional output location belongs to another job: it was claimed by a job
+    of another state lineage, or taken over from this one. The message names both jobs
+    and the ways on (another output path, or an explicit takeover). Raised before the
+    job processes anything (at start) or before it publishes a batch (when another job
+    took the output over meanwhile); nothing in the output is changed by the refusal."""

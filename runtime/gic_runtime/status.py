@@ -54,6 +54,7 @@ from gic_runtime.errors import (
     FormatError,
     GICError,
     ObjectNotFoundError,
+    OutputOwnedError,
     QueryMismatchError,
     RestoreError,
     StorageError,
@@ -201,12 +202,14 @@ ERROR_TYPE_MAX = 200
 class FailureReason(StrEnum):
     """Why a launch failed, for machines: the closed set a driver writes.
 
-    ``QueryMismatch`` and ``InvalidSettings`` are refusals a relaunch of the same
-    configuration meets again; the others may pass on a relaunch.
+    ``QueryMismatch``, ``InvalidSettings`` and ``OutputOwned`` are refusals a relaunch
+    of the same configuration meets again; the others may pass on a relaunch.
     """
 
     QUERY_MISMATCH = "QueryMismatch"
     """The job's checkpoints were written by a different query (``QueryMismatchError``)."""
+    OUTPUT_OWNED = "OutputOwned"
+    """The job's output path belongs to another job (``OutputOwnedError``)."""
     INVALID_SETTINGS = "InvalidSettings"
     """Settings or arguments are invalid (``ConfigurationError``), including a bucket
     count other than the restored state's (``BucketCountMismatchError``)."""
@@ -229,6 +232,7 @@ class FailureReason(StrEnum):
 #: ``(error class, reason)``, the first match wins.
 _FAILURE_REASONS: tuple[tuple[type[BaseException], FailureReason], ...] = (
     (QueryMismatchError, FailureReason.QUERY_MISMATCH),
+    (OutputOwnedError, FailureReason.OUTPUT_OWNED),
     (ConfigurationError, FailureReason.INVALID_SETTINGS),
     (StoragePermissionError, FailureReason.STORAGE_ACCESS_DENIED),
     (TransientStorageError, FailureReason.STORAGE_UNAVAILABLE),

@@ -39,6 +39,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gic_operator.models.base import KubeModel
 from gic_operator.models.env import EnvVar
+from gic_operator.models.output import OutputSpec
 from gic_operator.models.pod_template import PodTemplate
 from gic_operator.validation import SPARK_CONF_VALUE_MAX, check_spark_conf
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
@@ -390,6 +391,9 @@ class GICJobSpec(KubeModel):
         None,
         description="Start from a savepoint or checkpoint when the job has no checkpoint of "
         "its own; ignored once it has.",
+    )
+    output: OutputSpec | None = Field(
+        None, description="Ownership of the transactional output (takeover of another job's)."
     )
     upgrade_mode: UpgradeMode = Field(
         UpgradeMode.SAVEPOINT,

@@ -89,6 +89,16 @@ RestoreModeOpt = Annotated[
         show_default=False,
     ),
 ]
+TakeoverOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--take-over-output",
+        metavar="JOB",
+        help="Take the transactional output over from job JOB, its owner now (an output "
+        "path belongs to one job's state; JOB's committed batches stay readable).",
+        show_default=False,
+    ),
+]
 MaxBatchesOpt = Annotated[
     int | None,
     typer.Option("--max-batches", help="Stop after this many micro-batches.", show_default=False),
@@ -137,6 +147,7 @@ def run(
     max_batches: MaxBatchesOpt = None,
     buckets: BucketsOpt = None,
     local_dir: LocalDirOpt = None,
+    take_over_output: TakeoverOpt = None,
 ) -> None:
     path = Path(app).expanduser()
     if not path.is_file():
@@ -159,6 +170,7 @@ def run(
         max_batches=max_batches,
         num_buckets=buckets,
         local_dir=local_dir,
+        output_takeover=take_over_output,
     )
     if importlib.util.find_spec("pyspark") is None:
         raise CLIError(

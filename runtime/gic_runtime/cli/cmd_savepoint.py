@@ -41,7 +41,7 @@ from gic_runtime.cli.common import (
 from gic_runtime.cli.inventory import require_job
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import new_request_id
-from gic_runtime.coordination.savepoints import directory_size, write_engine_record
+from gic_runtime.coordination.savepoints import directory_size, write_canonical_extras
 from gic_runtime.errors import GICError
 from gic_runtime.layout import SAVEPOINT_MANIFEST, savepoint_dir
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
@@ -166,8 +166,7 @@ def _offline(ctx: JobContext, fmt: SavepointFormat, target: str | None, state: s
                 write_native_savepoint(ctx.resolver, latest, directory)
             else:
                 manifest = latest.manifest
-                if manifest.engine:
-                    write_engine_record(ctx.resolver, directory, manifest.engine)
+                write_canonical_extras(ctx.resolver, directory, manifest)
                 write_canonical_from_states(
                     manifest.buckets, manifest.num_buckets, directory, ctx.resolver
                 )

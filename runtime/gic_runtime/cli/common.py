@@ -52,6 +52,7 @@ OPTION_OF: dict[str, str] = {
     "max_batches": "--max-batches",
     "num_buckets": "--buckets",
     "local_dir": "--local-dir",
+    "output_takeover": "--take-over-output",
 }
 
 StorageOpt = Annotated[

@@ -28,7 +28,7 @@ from typing import Any
 
 from gic_runtime import crashpoints
 from gic_runtime.checkpoint.catalog import MANIFEST_MAX_BYTES
-from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
+from gic_runtime.checkpoint.manifest import Manifest, SavepointFormat, SavepointType
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
@@ -67,6 +67,40 @@ def read_engine_record(resolver: StoreResolver, directory: str) -> dict[str, Any
     except ObjectNotFoundError:
         return None
     _, body = decode_record(data, _ENGINE_MAGIC, frozenset({1}), what="engine record", uri=uri)
+    return body
+
+
+SINK_RECORD = "_sink.json"
+"""Beside a canonical savepoint's index: the checkpoint's ``sink`` section without its
+staged files (the output, and the state lineage that owns it; a ``GICP`` record), so a
+job restored from it keeps writing the output it wrote. Native savepoints carry it
+inside their manifest."""
+_SINK_MAGIC = "GICP"
+
+
+def write_canonical_extras(resolver: StoreResolver, directory: str, manifest: Manifest) -> None:
+    """Store what a canonical savepoint of ``manifest`` carries beside its index: the
+    engine's progress (:data:`ENGINE_RECORD`) and the output's lineage
+    (:data:`SINK_RECORD`); each write-once, each only when the manifest has one."""
+    if manifest.engine:
+        write_engine_record(resolver, directory, manifest.engine)
+    if manifest.sink:
+        body = {k: v for k, v in manifest.sink.items() if k != "staged"}
+        body["job_id"] = manifest.job_id
+        store, key = resolver.resolve(join(directory, SINK_RECORD))
+        create_once(store, key, encode_record(_SINK_MAGIC, 1, body, what="sink record"))
+
+
+def read_sink_record(resolver: StoreResolver, directory: str) -> dict[str, Any] | None:
+    """The sink record beside a canonical savepoint (``None`` if it has none, as in
+    savepoints written before it existed); read with the manifests' size limit."""
+    uri = join(directory.rstrip("/"), SINK_RECORD)
+    store, key = resolver.resolve(uri)
+    try:
+        data = read_bounded(store, key, MANIFEST_MAX_BYTES, what="sink record")
+    except ObjectNotFoundError:
+        return None
+    _, body = decode_record(data, _SINK_MAGIC, frozenset({1}), what="sink record", uri=uri)
     return body
 
 
@@ -121,8 +155,7 @@ def serve_request(
         else:
             if not _exists(resolver, join(target, INDEX_NAME)):
                 crashpoints.hit("savepoint_copy", latest.checkpoint_id)
-                if latest.manifest.engine:
-                    write_engine_record(resolver, target, latest.manifest.engine)
+                write_canonical_extras(resolver, target, latest.manifest)
                 write_canonical_from_states(
                     latest.manifest.buckets, latest.manifest.num_buckets, target, resolver
                 )

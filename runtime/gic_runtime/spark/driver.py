@@ -4,11 +4,13 @@ attempt.
 :meth:`Driver.prepare` runs once before the streaming query starts: refuse the job's
 checkpoints when a different query wrote them (their query fingerprint differs from
 this query's, :mod:`gic_runtime.query`; refused before the job is claimed), claim a
-fencing epoch, open the checkpoint timeline (own latest checkpoint, else the restore source),
-finish publishing the latest checkpoint's sink output, clear stale staging, sweep
-orphans, and lay Spark's checkpoint directory down from the start manifest. A start
-that fails records why in the job's status record (state ``failed`` with a structured
-``failure``, :mod:`gic_runtime.spark.startup`) before the error propagates.
+fencing epoch, open the checkpoint timeline (own latest checkpoint, else the restore
+source), lay Spark's checkpoint directory down from the start point, claim the output
+(refused when another job owns it, :mod:`gic_runtime.sinks.ownership`), finish
+publishing the latest checkpoint's sink output, clear stale staging, and sweep
+orphans. A start that fails records why in the job's status record (state ``failed``
+with a structured ``failure``, :mod:`gic_runtime.spark.startup`) before the error
+propagates.
 
 :meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N:
 
@@ -72,7 +74,7 @@ from gic_runtime.query import QueryFingerprint
 from gic_runtime.sinks import Sink
 from gic_runtime.spark import checkpoint_dir
 from gic_runtime.spark.batch_acks import batch_report, collect_acks, merge_acks
-from gic_runtime.spark.batch_output import BatchOutput
+from gic_runtime.spark.batch_output import BatchOutput, start_origin
 from gic_runtime.spark.cleanup import clean_up_after_stop, live_sweep, run_drain
 from gic_runtime.spark.control_requests import serve_pending
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
@@ -195,18 +197,21 @@ class Driver:
         start = timeline.start
         if not start.own and start.manifest is not None:
             note_restored_query(self.job_id, self.query, start.manifest.query)
-        republished = 0
-        if start.own and start.manifest is not None:
-            republished = self._output.publish(
-                start.manifest.checkpoint_id, dict(start.manifest.sink)
-            )
-        self._output.clear_staging()
-        sweep = timeline.sweep()
         manifest = start.manifest
         engine = manifest.engine if manifest is not None else None
         if start.canonical_uri is not None:
             engine = read_engine_record(self.resolver, start.canonical_uri)
         resumed = checkpoint_dir.lay_down(self.spark_dir, engine)
+        after = manifest.checkpoint_id if manifest is not None else resumed
+        origin = start_origin(self.resolver, manifest, start.canonical_uri)
+        self._output.claim(
+            origin, next_batch=after + 1 if after is not None else 0, takeover=s.output_takeover
+        )
+        republished = 0
+        if start.own and manifest is not None:
+            republished = self._output.publish(manifest.checkpoint_id, dict(manifest.sink))
+        self._output.clear_staging()
+        sweep = timeline.sweep()
         if manifest is not None:
             self._expected = dict(manifest.buckets)
             self._last_id = manifest.checkpoint_id

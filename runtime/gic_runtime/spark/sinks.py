@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.coordination.barrier import StagedFile
 from gic_runtime.layout import job_dir
-from gic_runtime.sinks import encode_marker
+from gic_runtime.sinks import OutputClaim, encode_marker
 from gic_runtime.spark.schemas import spark_schema
 from gic_runtime.storage.uri import StoreResolver, join
 from gic_runtime.storage.writes import create_once
@@ -47,6 +47,9 @@ class ForeachBatchSink:
     def describe(self) -> dict[str, Any]:
         return {"kind": "foreach_batch"}
 
+    def claim(self, claim: OutputClaim) -> None:
+        """Nothing to claim: the done markers live in the job's own directory."""
+
     def _marker(self, batch_id: int) -> str:
         return join(self._dir, f"{batch_id:012d}.done")
 
@@ -72,6 +75,9 @@ class DiscardSink:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "discard"}
+
+    def claim(self, claim: OutputClaim) -> None:
+        """Nothing to claim: there is no output."""
 
     def published(self, batch_id: int) -> bool:
         return True

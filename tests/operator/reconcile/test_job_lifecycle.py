@@ -618,6 +618,12 @@ MISMATCH = (
             "invalid GIC settings (1 problem): - environment variable GIC_NUM_TASKS = 'x': "
             "input should be a valid integer; accepted: a positive integer",
         ),
+        (
+            "OutputOwned",
+            "output s3://out/wc: it belongs to job team-a.wc (since 2026-11-28 09:00:00 UTC), "
+            "and job team-b.wc does not continue that job's state; ... take the output over "
+            "on purpose with the setting output_takeover=team-a.wc",
+        ),
     ],
 )
 def test_a_refusal_a_restart_cannot_fix_shows_and_waits_for_a_spec_change(

@@ -11,8 +11,15 @@ import pytest
 
 from gic_runtime.coordination.barrier import StagedFile
 from gic_runtime.errors import CorruptFileError, ObjectExistsError
-from gic_runtime.sinks import FileSink, committed_batches, read_file_sink
+from gic_runtime.sinks import FileSink, OutputClaim, committed_batches, read_file_sink
 from gic_runtime.storage.uri import StoreResolver
+
+
+def claimed(path: Path, resolver: StoreResolver) -> FileSink:
+    """A file sink at ``path`` claimed by a job starting without state."""
+    sink = FileSink(path.as_uri(), resolver)
+    sink.claim(OutputClaim("job-a", "lineage-a", 0))
+    return sink
 
 
 def stage(tmp_path: Path, name: str, rows: list[int]) -> StagedFile:
@@ -27,9 +34,8 @@ def stage(tmp_path: Path, name: str, rows: list[int]) -> StagedFile:
 def test_publish_after_a_partial_publish_completes_the_batch_once(tmp_path: Path) -> None:
     resolver = StoreResolver()
     staged = [stage(tmp_path, "a.parquet", [1, 2]), stage(tmp_path, "b.parquet", [3])]
-    sink = FileSink((tmp_path / "out").as_uri(), resolver)
+    sink = claimed(tmp_path / "out", resolver)
     # A publish that died after copying the first file (no commit marker yet).
-    (tmp_path / "out").mkdir()
     first = Path(staged[0].uri.removeprefix("file://"))
     (tmp_path / "out" / "part-000000000007-00000.parquet").write_bytes(first.read_bytes())
     assert read_file_sink(sink.path, resolver) is None  # nothing committed: invisible
@@ -41,14 +47,13 @@ def test_publish_after_a_partial_publish_completes_the_batch_once(tmp_path: Path
     assert table is not None
     assert sorted(table.column("n").to_pylist()) == [1, 2, 3]
     assert set(table.column("batch_id").to_pylist()) == {7}
-    assert list(committed_batches(sink.path, resolver)) == [7]
+    assert [(b.generation, b.batch_id) for b in committed_batches(sink.path, resolver)] == [(0, 7)]
 
 
 def test_a_foreign_file_under_the_batch_name_is_refused(tmp_path: Path) -> None:
     resolver = StoreResolver()
     staged = [stage(tmp_path, "a.parquet", [1, 2, 3, 4])]
-    sink = FileSink((tmp_path / "out").as_uri(), resolver)
-    (tmp_path / "out").mkdir()
+    sink = claimed(tmp_path / "out", resolver)
     (tmp_path / "out" / "part-000000000001-00000.parquet").write_bytes(b"someone else's")
     with pytest.raises(ObjectExistsError, match="own output path"):
         sink.publish(1, staged)
@@ -57,7 +62,7 @@ def test_a_foreign_file_under_the_batch_name_is_refused(tmp_path: Path) -> None:
 
 def test_a_damaged_commit_marker_is_a_clear_error(tmp_path: Path) -> None:
     resolver = StoreResolver()
-    sink = FileSink((tmp_path / "out").as_uri(), resolver)
+    sink = claimed(tmp_path / "out", resolver)
     sink.publish(0, [stage(tmp_path, "a.parquet", [1])])
     marker = tmp_path / "out" / "_gic_commits" / f"{0:012d}"
     data = bytearray(marker.read_bytes())
