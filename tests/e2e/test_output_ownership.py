@@ -35,10 +35,11 @@ def two(e2e_backend: Any) -> Iterator[tuple[Cluster, Cluster]]:
         yield first, second
 
 
-def manifest(cluster: Cluster, output: str, **extra_spec: Any) -> dict[str, Any]:
+def manifest(cluster: Cluster, path: str, **extra_spec: Any) -> dict[str, Any]:
+    """The GICJob ``shared`` writing to ``path`` (``extra_spec`` merged into the spec)."""
     body = cluster.job_manifest(JOB, extra_spec=extra_spec or None)
     args: list[str] = body["spec"]["application"]["arguments"]
-    args[args.index("--output") + 1] = output
+    args[args.index("--output") + 1] = path
     return body
 
 
