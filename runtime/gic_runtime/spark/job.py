@@ -53,6 +53,12 @@ from gic_runtime.spark.placement import key_expression
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
 from gic_runtime.spark.sinks import DiscardSink, ForeachBatchSink
 from gic_runtime.spark.telemetry import record_failure
+from gic_runtime.spark.termination import (
+    SIGTERM_REASON,
+    TerminationSignal,
+    bound_query_stop,
+    control_loop,
+)
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StoreResolver
 
@@ -317,6 +323,17 @@ class GICQuery:
             query=query_fingerprint(self.stream.df, self.stream.processor),
         )
         self.driver = driver
+        with TerminationSignal() as term:
+            return self._run(driver, trigger, reports, term)
+
+    def _run(
+        self,
+        driver: Driver,
+        trigger: str | None,
+        reports: list[BatchReport],
+        term: TerminationSignal,
+    ) -> RunSummary:
+        settings = self.stream.job.settings
         started = time.perf_counter()
         start = driver.prepare()
         _log.info("job %s started (epoch %d): %s", settings.job_id, start.epoch, _origin(start))
@@ -331,25 +348,19 @@ class GICQuery:
         elif trigger:
             writer = writer.trigger(processingTime=trigger)
         error: BaseException | None = None
+        if term.received_at is not None:  # SIGTERM while preparing: stop before a batch
+            driver.stop_between_batches(SIGTERM_REASON, time.monotonic())
+            driver.close()
+            summary.stop_reason = SIGTERM_REASON
+            return summary
         try:
+            bound_query_stop(self.stream.job.spark)
             query = writer.start()
         except BaseException as exc:
             driver.close(error=exc)
             raise
         try:
-            while True:
-                # pyspark types the timeout as int but takes float seconds (x 1000 ms)
-                poll = settings.control_poll_s
-                if query.awaitTermination(poll):  # type: ignore[arg-type]
-                    summary.stop_reason = driver.stop_reason or "the query's trigger ended"
-                    break
-                reason = driver.serve_control()
-                if reason is not None:
-                    summary.stop_reason = reason
-                    if driver.telemetry is not None:
-                        driver.telemetry.stopping()
-                    query.stop()
-                    break
+            summary.stop_reason = control_loop(driver, query, term)
         except StreamingQueryException as exc:
             error = driver.failure or exc
             if isinstance(driver.failure, GICError):
