@@ -59,9 +59,9 @@ DRIVER_ENTRY: tuple[str, ...] = ("python3", "-m", "gic_runtime.cli.driver_proces
 #: A driver pod's termination grace period is the job's ``stop_timeout_s`` (the runtime
 #: setting: how long a SIGTERM'd driver waits for its batch) plus this many seconds: room
 #: for stopping Spark, recording the stop and exiting before the kubelet's SIGKILL. The
-#: runtime's entry process kills the driver 10 s after ``stop_timeout_s`` and needs the
+#: runtime's entry process kills the driver 15 s after ``stop_timeout_s`` and needs the
 #: rest for its own status record (``gic_runtime.cli.driver_process.GRACE_MARGIN_S``).
-STOP_GRACE_MARGIN_S = 15
+STOP_GRACE_MARGIN_S = 20
 ANNOTATION_JOB_ID = "gic.io/job-id"
 S3_ENDPOINT_ENV = "GIC_S3_ENDPOINT_URL"
 #: Keys of the job's credentials Secret: ``(variable, required)``. The driver and the

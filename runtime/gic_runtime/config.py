@@ -301,7 +301,7 @@ class GICSettings(BaseSettings):
         allow_inf_nan=False,
         description="Seconds a driver told to stop by SIGTERM waits for its running batch "
         "before it abandons the batch (replayed by the next launch) and stops; the "
-        "operator gives driver pods this plus 15 s as their termination grace period.",
+        "operator gives driver pods this plus 20 s as their termination grace period.",
     )
 
     def __init__(self, **values: Any) -> None:

@@ -51,7 +51,7 @@ def test_deleting_a_driver_pod_stops_it_cleanly_and_the_job_recovers(cluster: Cl
     pod, job_id, epoch = driver(cluster, job)
     wait_checkpoints(cluster, job, checkpoint_id(cluster, job))
     grace = (cluster.get("pod", pod) or {})["spec"]["terminationGracePeriodSeconds"]
-    assert grace == 35  # stop_timeout_s (20 s) + 15 s
+    assert grace == 40  # stop_timeout_s (20 s) + 20 s
 
     # The operator is held back so the stopped driver's record can be read before the
     # next launch replaces it; it then recovers the job as it would have at once.

@@ -187,7 +187,7 @@ def test_sigterm_to_the_driver_pods_command_abandons_a_batch_that_does_not_end(
 
     print(f"entry process: SIGTERM to exit {took:.1f} s (stop timeout 3 s)")
     assert code == 128 + signal.SIGTERM, log_tail(log, 40)
-    assert took < 3 + 10 + 5, log_tail(log, 40)  # within the grace period the pod gets
+    assert took < 3 + 20, log_tail(log, 40)  # within the grace period the pod gets
     assert "abandoning it" in log.read_text()
     assert checkpoint_ids(env["GIC_STORAGE"])[-1] == 1  # batch 2 never committed
     assert_stopped_and_collectable(tmp_path, env, "stopped by SIGTERM")

@@ -52,10 +52,11 @@ from gic_runtime.storage.uri import StoreResolver
 
 __all__ = ["GRACE_MARGIN_S", "MARGIN_S", "main", "supervise"]
 
-MARGIN_S = 10.0
+MARGIN_S = 15.0
 """Time after ``stop_timeout_s`` for the driver to stop Spark, record the stop and exit
-before it is killed."""
-GRACE_MARGIN_S = 15.0
+before it is killed: the driver's own steps after ``stop_timeout_s`` take up to about
+10 s (5 s for Spark's stream thread, 2 s for an abandoned batch, Spark's shutdown)."""
+GRACE_MARGIN_S = 20.0
 """The operator's termination grace period is ``stop_timeout_s`` plus this: room for
 :data:`MARGIN_S` and for this process's own status record."""
 _POLL_S = 0.1

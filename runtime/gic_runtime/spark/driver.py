@@ -89,6 +89,8 @@ from gic_runtime.storage.uri import StoreResolver
 __all__ = ["BatchReport", "Driver", "StartInfo"]
 
 _log = logging.getLogger(__name__)
+_ABANDONED_WAIT_S = 2.0
+"""How long :meth:`Driver.close` waits for an abandoned batch before the final report."""
 
 
 class Driver:
@@ -431,7 +433,14 @@ class Driver:
         what the attempt would leave unreferenced (:meth:`clean_up`)."""
         if error is None and self._abandoned is None:
             self.clean_up()
-        if self.telemetry is not None:
-            self.telemetry.stopped(error, reason=self.stop_reason)
+        # An abandoned batch may still be finishing (its query's stop timed out): wait
+        # for it briefly, so that its status write cannot interleave with the final one.
+        held = self._abandoned is not None and self._lock.acquire(timeout=_ABANDONED_WAIT_S)
+        try:
+            if self.telemetry is not None:
+                self.telemetry.stopped(error, reason=self.stop_reason)
+        finally:
+            if held:
+                self._lock.release()
         if self.timeline is not None:
             self.timeline.close()

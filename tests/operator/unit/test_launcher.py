@@ -300,7 +300,7 @@ def test_pod_manifest() -> None:
     assert spec["restartPolicy"] == "Never"
     assert spec["serviceAccountName"] == "gic-spark"
     assert spec["automountServiceAccountToken"] is True  # it manages executor pods
-    assert spec["terminationGracePeriodSeconds"] == 35  # stop_timeout_s 20 s + 15 s
+    assert spec["terminationGracePeriodSeconds"] == 40  # stop_timeout_s 20 s + 20 s
     assert spec["hostname"] == "wordcount-driver-4"
     assert spec["subdomain"] == "wordcount-driver"
     assert spec["securityContext"] == {
@@ -454,7 +454,7 @@ def test_validate_launch_refuses_user_env_shadowing_the_operators() -> None:
 def test_the_grace_period_follows_the_drivers_stop_timeout() -> None:
     env = [{"name": "GIC_STOP_TIMEOUT_S", "value": "42.5"}]
     pod = launcher.driver_pod(make_plan(make_spec(**{"application.env": env})))
-    assert pod["spec"]["terminationGracePeriodSeconds"] == 43 + 15
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 43 + 20
 
 
 def test_the_grace_margin_leaves_the_entry_process_room() -> None:
