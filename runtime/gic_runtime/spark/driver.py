@@ -35,6 +35,11 @@ Savepoint and stop requests arrive through the durable control channel and are s
 between batches by :meth:`Driver.serve_control` (see
 :mod:`gic_runtime.spark.control_requests`).
 
+SIGTERM stops the attempt through :meth:`Driver.stop_between_batches`
+(:mod:`gic_runtime.spark.termination`): between batches, or with the running batch
+abandoned (not cleaned up after; replayed by the next launch) once ``stop_timeout_s``
+has passed.
+
 After a clean stop, :meth:`Driver.close` runs :meth:`Driver.clean_up`: it waits for the
 background snapshots the last batches started and deletes the attempt's own segments and
 snapshots no retained checkpoint references, so a stopped job holds only what its
