@@ -232,7 +232,7 @@ def run_gic(
     opts = Options(**options)
     total = params.total_batches
     from gic_runtime.spark import GICJob
-    from gic_runtime.spark.job import REQUIRED_CONF
+    from gic_runtime.spark.session import REQUIRED_CONF
 
     local_dir = None if params.cluster else scratch / opts.local_dir
     began = time.perf_counter()

@@ -23,17 +23,20 @@ Thread-safety: pure functions over immutable values.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gic_operator.launch_plan import (
     AUTH_ENV_KEY,
     AUTH_FILE,
     BLOCK_MANAGER_PORT,
+    DRIVER_ENTRY,
     DRIVER_PORT,
     EXECUTOR_CONTAINER,
     METRICS_PORT,
     S3_ENDPOINT_ENV,
     SECRET_KEYS,
+    STOP_GRACE_MARGIN_S,
     TEMPLATE_FILE,
     LaunchPlan,
     auth_secret_name,
@@ -173,9 +176,11 @@ def spark_conf(plan: LaunchPlan) -> dict[str, str]:
 
 
 def driver_command(plan: LaunchPlan) -> list[str]:
-    """``spark-submit`` in client mode with the job's configuration and main file."""
+    """``spark-submit`` in client mode with the job's configuration and main file, under
+    the runtime's entry process (:data:`~gic_operator.launch_plan.DRIVER_ENTRY`)."""
     app = plan.spec.application
-    command = ["spark-submit", "--master", master(plan.spec), "--deploy-mode", "client"]
+    command = [*DRIVER_ENTRY, "spark-submit", "--master", master(plan.spec)]
+    command += ["--deploy-mode", "client"]
     command += ["--name", plan.name]
     for key, value in sorted(spark_conf(plan).items()):
         command += ["--conf", f"{key}={value}"]
@@ -196,12 +201,7 @@ def validate_launch(plan: LaunchPlan) -> None:
             "itself for every launch (from spec.checkpointing, the fencing epoch and the "
             "restore source); remove them from env"
         )
-    user = {
-        e.name: e.value
-        for e in plan.spec.application.env
-        if e.name.startswith("GIC_") and e.value_from is None
-    }
-    GICSettings.from_env({**user, **settings_env(plan)})
+    driver_settings(plan)
     for what, text in (
         ("driver memory", plan.spec.application.driver.memory),
         ("driver memoryOverhead", plan.spec.application.driver.memory_overhead),
@@ -210,3 +210,27 @@ def validate_launch(plan: LaunchPlan) -> None:
             spark_memory_mib(text)
         except ConfigurationError as exc:
             raise ConfigurationError(f"spec.application.{what}: {exc}") from None
+
+
+def driver_settings(plan: LaunchPlan) -> GICSettings:
+    """The runtime settings the driver of ``plan`` runs with, as far as the operator sees
+    them: its ``GIC_*`` variables with the plain ``GIC_*`` values of the user's ``env``
+    (a ``valueFrom`` is not read). Raises
+    :class:`~gic_runtime.errors.ConfigurationError` when the runtime refuses them."""
+    user = {
+        e.name: e.value
+        for e in plan.spec.application.env
+        if e.name.startswith("GIC_") and e.value_from is None
+    }
+    return GICSettings.from_env({**user, **settings_env(plan)})
+
+
+def termination_grace_s(plan: LaunchPlan) -> int:
+    """The driver pod's ``terminationGracePeriodSeconds``: the driver's ``stop_timeout_s``
+    (rounded up) plus :data:`~gic_operator.launch_plan.STOP_GRACE_MARGIN_S`; settings
+    the runtime refuses fall back to its default (the launch is refused anyway)."""
+    try:
+        stop_timeout = driver_settings(plan).stop_timeout_s
+    except ConfigurationError:
+        stop_timeout = float(GICSettings.model_fields["stop_timeout_s"].default)
+    return math.ceil(stop_timeout) + STOP_GRACE_MARGIN_S

@@ -52,7 +52,16 @@ DRIVER_PORTS: tuple[tuple[str, int], ...] = (
 #: Ports of the driver's headless service: only what executors connect to (the UI and the
 #: metrics endpoint stay on the pod; a NetworkPolicy decides who reaches them).
 SERVICE_PORTS: tuple[tuple[str, int], ...] = DRIVER_PORTS[:2]
-TERMINATION_GRACE_S = 30
+#: The driver container's command runs ``spark-submit`` under the runtime's entry process,
+#: which turns the pod's SIGTERM into a clean stop of the query
+#: (``gic_runtime.cli.driver_process``; docs/operations.md §14.5.7).
+DRIVER_ENTRY: tuple[str, ...] = ("python3", "-m", "gic_runtime.cli.driver_process", "--")
+#: A driver pod's termination grace period is the job's ``stop_timeout_s`` (the runtime
+#: setting: how long a SIGTERM'd driver waits for its batch) plus this many seconds: room
+#: for stopping Spark, recording the stop and exiting before the kubelet's SIGKILL. The
+#: runtime's entry process kills the driver 15 s after ``stop_timeout_s`` and needs the
+#: rest for its own status record (``gic_runtime.cli.driver_process.GRACE_MARGIN_S``).
+STOP_GRACE_MARGIN_S = 20
 ANNOTATION_JOB_ID = "gic.io/job-id"
 S3_ENDPOINT_ENV = "GIC_S3_ENDPOINT_URL"
 #: Keys of the job's credentials Secret: ``(variable, required)``. The driver and the

@@ -3,9 +3,11 @@
 secret's random value). The plan is :mod:`gic_operator.launch_plan`, the driver's
 configuration :mod:`gic_operator.launch_config`.
 
-The driver runs ``spark-submit`` in client mode inside its own pod; Spark then creates
-the executor pods itself (on a ``k8s://`` master). The executors reach the driver through
-a headless service whose DNS name is ``spark.driver.host``.
+The driver runs ``spark-submit`` in client mode inside its own pod, under the runtime's
+entry process, which turns the pod's SIGTERM into a clean stop within the pod's
+termination grace period (``stop_timeout_s`` plus a margin); Spark then creates the
+executor pods itself (on a ``k8s://`` master). The executors reach the driver through a
+headless service whose DNS name is ``spark.driver.host``.
 
 Invariants:
 
@@ -40,7 +42,12 @@ import secrets
 from typing import Any
 
 from gic_operator.kube import DRIVER_CONTAINER
-from gic_operator.launch_config import driver_command, driver_env, executor_env
+from gic_operator.launch_config import (
+    driver_command,
+    driver_env,
+    executor_env,
+    termination_grace_s,
+)
 from gic_operator.launch_plan import (
     ANNOTATION_JOB_ID,
     AUTH_DIR,
@@ -52,7 +59,6 @@ from gic_operator.launch_plan import (
     SERVICE_PORTS,
     TEMPLATE_DIR,
     TEMPLATE_KEY,
-    TERMINATION_GRACE_S,
     LaunchPlan,
     auth_secret_name,
     container_security_context,
@@ -264,7 +270,8 @@ def driver_pod(plan: LaunchPlan) -> dict[str, Any]:
         "serviceAccountName": SPARK_SERVICE_ACCOUNT,
         # Only a driver that manages executor pods talks to the Kubernetes API.
         "automountServiceAccountToken": kubernetes,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        # Room for the driver to stop cleanly on SIGTERM (launch_config.termination_grace_s).
+        "terminationGracePeriodSeconds": termination_grace_s(plan),
         "hostname": plan.pod_name,
         "subdomain": plan.service_name,
         # Service links would inject variables such as SPARK_PORT, which Spark

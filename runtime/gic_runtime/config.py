@@ -73,6 +73,7 @@ from gic_runtime.storage.uri import StorageURI
 __all__ = [
     "ACCEPTED",
     "CONFIG_FILE_ENV",
+    "DRIVER_PID_FILE_ENV",
     "ENV_PREFIX",
     "GICSettings",
     "default_local_dir",
@@ -80,6 +81,9 @@ __all__ = [
 ]
 
 _MiB = 1024 * 1024
+DRIVER_PID_FILE_ENV = "GIC_DRIVER_PID_FILE"
+"""File where a driver process announces its pid while SIGTERM stops it cleanly (set by
+the driver pod's entry process, :mod:`gic_runtime.cli.driver_process`)."""
 _LOAD: ContextVar[LoadPlan | None] = ContextVar("gic_settings_load", default=None)
 
 
@@ -301,6 +305,14 @@ class GICSettings(BaseSettings):
         description="Seconds between the driver's looks at control requests (savepoint, "
         "stop); 1 s answers promptly at two LISTs per second.",
     )
+    stop_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds a driver told to stop by SIGTERM waits for its running batch "
+        "before it abandons the batch (replayed by the next launch) and stops; the "
+        "operator gives driver pods this plus 20 s as their termination grace period.",
+    )
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -469,6 +481,7 @@ ACCEPTED: Mapping[str, str] = {
     "max_batches": "a positive integer (or unset: no limit)",
     "metrics_port": "a port number from 0 to 65535 (or unset: off)",
     "control_poll_s": "a positive number of seconds",
+    "stop_timeout_s": "a positive number of seconds",
 }
 
 

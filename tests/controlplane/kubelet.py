@@ -37,7 +37,9 @@ authorizer requires; listed again every ``resync_s`` seconds):
   ``Ready``, then ``Succeeded``/``Failed`` with the exit code (128+N for signal N, reason
   ``Completed`` or ``Error``); when the process ends, what is left of its process group is
   killed;
-* deletion: SIGTERM to the process group, SIGKILL after the pod's grace period (capped at
+* deletion: SIGTERM to the container's first process (the group leader; a container
+  runtime signals PID 1 only), SIGKILL to the process group after the pod's grace
+  period (``deletionGracePeriodSeconds``, else ``terminationGracePeriodSeconds``; capped at
   ``grace_cap_s`` when given), then the kubelet deletes the pod with grace period 0 and a
   uid precondition (finalizers still hold it);
 * logs: an HTTPS server on 127.0.0.1 (certificate from the test CA; it accepts only the
@@ -542,8 +544,12 @@ class ProcessKubelet(Service):
 
     @staticmethod
     def _stop_process(run: _Pod, process: subprocess.Popen[bytes]) -> None:
-        """SIGTERM now, SIGKILL when the grace period is over."""
-        signal_group(process, signal.SIGTERM)
+        """SIGTERM now, SIGKILL to the whole group when the grace period is over. Like
+        a container runtime, SIGTERM goes to the container's first process only (the
+        group leader, PID 1 of a real container): whatever it started must learn of the
+        stop from it."""
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
         run.killer = threading.Timer(run.grace_s, signal_group, (process, signal.SIGKILL))
         run.killer.daemon = True
         run.killer.start()

@@ -234,6 +234,44 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(
     assert 1.5 < time.monotonic() - started < 20
 
 
+def test_sigterm_reaches_the_first_process_only_and_the_rest_dies_with_it(
+    control_plane: ControlPlane, kube_namespace: str
+) -> None:
+    """Like a container runtime, which signals a container's PID 1: a process the first
+    one started hears of the deletion only through it, and is killed when it ends."""
+    ns = kube_namespace
+    child = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (print('child: SIGTERM', flush=True), "
+        "sys.exit(0)))\n"
+        "print('child ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    leader = (
+        "import signal, subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        "print(f'child pid {child.pid}', flush=True)\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (print('leader: SIGTERM', flush=True), "
+        "sys.exit(0)))\n"
+        "time.sleep(600)\n"
+    )
+    control_plane.client.create(_pod_path(ns), _pod("family", ["python", "-c", leader]))
+    _phase(control_plane, ns, "family", "Running")
+    log_path = _pod_path(ns, "family") + "/log"
+    control_plane.wait_for(
+        "the child to start", lambda: "child ready" in control_plane.client.text(log_path)
+    )
+    log = control_plane.kubelet.log_path(ns, "family")
+    assert log is not None
+    pid = int(log.read_text().split("child pid ")[1].split()[0])
+    control_plane.client.delete(_pod_path(ns, "family"))
+    control_plane.wait_for("the pod to go", lambda: _gone(control_plane, _pod_path(ns, "family")))
+    control_plane.wait_for("the child to die", lambda: not _alive(pid))
+    text = log.read_text()
+    assert "leader: SIGTERM" in text
+    assert "child: SIGTERM" not in text  # it got SIGKILL when the leader ended
+
+
 def test_the_node_reads_only_secrets_of_its_pods(
     control_plane: ControlPlane, kube_namespace: str
 ) -> None:

@@ -74,7 +74,8 @@ TOKEN_DURATION = "24h"
 
 
 def spark_rewrite(command: list[str]) -> list[str]:
-    """Run ``spark-submit`` as the one beside this interpreter (the venv's PySpark).
+    """Run ``spark-submit`` as the one beside this interpreter (the venv's PySpark), and
+    the driver's entry process (``python3 -m ...``) with this interpreter.
 
     The process kubelet runs every pod in the host's network namespace and file system,
     where a real pod has its own: the driver's fixed metrics port (``GIC_METRICS_PORT``)
@@ -84,10 +85,11 @@ def spark_rewrite(command: list[str]) -> list[str]:
     own working directory.
     """
     command = default_rewrite(command)
-    if command[:1] == ["spark-submit"]:
+    if "spark-submit" in command:  # a driver: spark-submit, under the entry process
+        at = command.index("spark-submit")
         spark_submit = str(Path(sys.executable).with_name("spark-submit"))
         script = 'export GIC_METRICS_PORT=0 GIC_LOCAL_DIR="$PWD/gic-local"; exec "$@"'
-        return ["sh", "-c", script, "sh", spark_submit, *command[1:]]
+        return ["sh", "-c", script, "sh", *command[:at], spark_submit, *command[at + 1 :]]
     return command
 
 

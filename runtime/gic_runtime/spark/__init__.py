@@ -12,9 +12,9 @@ from gic_runtime.spark.job import (
     KeyedStream,
     RunSummary,
     StatefulStream,
-    local_spark,
 )
 from gic_runtime.spark.reports import BatchReport, StartInfo
+from gic_runtime.spark.session import local_spark
 
 __all__ = [
     "BatchReport",

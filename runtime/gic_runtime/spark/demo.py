@@ -37,8 +37,9 @@ from gic_runtime.control import ControlChannel
 from gic_runtime.errors import GICError
 from gic_runtime.processing import count
 from gic_runtime.sinks import read_file_sink
-from gic_runtime.spark.job import SPARK_LOG_ENV, GICJob, GICQuery, RunSummary, local_spark
+from gic_runtime.spark.job import GICJob, GICQuery, RunSummary
 from gic_runtime.spark.reports import BatchReport
+from gic_runtime.spark.session import SPARK_LOG_ENV, local_spark
 from gic_runtime.status import read_status
 from gic_runtime.storage.uri import StoreResolver
 

@@ -37,6 +37,11 @@ Savepoint and stop requests arrive through the durable control channel and are s
 between batches by :meth:`Driver.serve_control` (see
 :mod:`gic_runtime.spark.control_requests`).
 
+SIGTERM stops the attempt through :meth:`Driver.stop_between_batches`
+(:mod:`gic_runtime.spark.termination`): between batches, or with the running batch
+abandoned (not cleaned up after; replayed by the next launch) once ``stop_timeout_s``
+has passed.
+
 After a clean stop, :meth:`Driver.close` runs :meth:`Driver.clean_up`: it waits for the
 background snapshots the last batches started and deletes the attempt's own segments and
 snapshots no retained checkpoint references, so a stopped job holds only what its
@@ -91,6 +96,8 @@ from gic_runtime.storage.uri import StoreResolver
 __all__ = ["BatchReport", "Driver", "StartInfo"]
 
 _log = logging.getLogger(__name__)
+_ABANDONED_WAIT_S = 2.0
+"""How long :meth:`Driver.close` waits for an abandoned batch before the final report."""
 
 
 class Driver:
@@ -123,6 +130,8 @@ class Driver:
         )
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
+        self._stop_deadline: float | None = None  # monotonic; a SIGTERM's bound
+        self._abandoned: str | None = None  # why the running batch was abandoned
         self._batches = 0
         self.timeline: CheckpointTimeline | None = None
         self.fence: Fence | None = None
@@ -257,7 +266,7 @@ class Driver:
     @property
     def stop_reason(self) -> str | None:
         """Why the query should stop (``None``: keep running)."""
-        return self._stop_reason
+        return self._stop_reason or self._abandoned
 
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
         """Spark's ``foreachBatch`` callback (see the module docstring). A failure is
@@ -356,8 +365,11 @@ class Driver:
 
     def serve_control(self) -> str | None:
         """Serve pending savepoint/stop requests from the latest checkpoint (between
-        batches); returns the stop reason once the query should stop."""
-        with self._lock:
+        batches); returns the stop reason once the query should stop. While a batch runs
+        it waits for it ``control_poll_s`` at most, then returns ``None``."""
+        if not self._lock.acquire(timeout=self.settings.control_poll_s):
+            return None
+        try:
             timeline, fence = self.timeline, self.fence
             if timeline is None or fence is None or self._stop_reason is not None:
                 return self._stop_reason
@@ -366,6 +378,8 @@ class Driver:
                 self.telemetry.heartbeat()
             self._stop_reason = serve_pending(self.resolver, timeline, self.control, self.telemetry)
             return self._stop_reason
+        finally:
+            self._lock.release()
 
     def clean_up(self) -> SweepResult | None:
         """After a clean stop: wait until the background snapshots the attempt's tasks
@@ -376,18 +390,21 @@ class Driver:
         sweep."""
         with self._lock:
             timeline, fence = self.timeline, self.fence
-            if timeline is None or fence is None or self._batches == 0:
+            timeout = self.settings.checkpoint_timeout_s
+            if self._stop_deadline is not None:  # what is left of a SIGTERM's budget
+                timeout = min(timeout, self._stop_deadline - time.monotonic())
+            if timeline is None or fence is None or self._batches == 0 or timeout <= 0:
                 return None
             epoch = fence.epoch
             return clean_up_after_stop(
                 timeline,
                 job_id=self.job_id,
                 epoch=epoch,
-                drain=lambda: self._drain(epoch),
-                timeout_s=self.settings.checkpoint_timeout_s,
+                drain=lambda: self._drain(epoch, timeout),
+                timeout_s=timeout,
             )
 
-    def _drain(self, epoch: int) -> int:
+    def _drain(self, epoch: int, timeout_s: float) -> int:
         """Run the drain stage; returns the buckets still materializing at its end."""
         barrier = Barrier(
             job_id=self.job_id,
@@ -399,19 +416,41 @@ class Driver:
             local_dir=self.executor_local_dir,
             settings=self.settings.task_settings(),
         )
-        return run_drain(self.spark, barrier, self.placement, self.settings.checkpoint_timeout_s)
+        return run_drain(self.spark, barrier, self.placement, timeout_s)
 
     def request_stop(self, reason: str) -> None:
         with self._lock:
             self._stop_reason = self._stop_reason or reason
 
+    def stop_between_batches(self, reason: str, deadline: float) -> bool:
+        """Stop for ``reason`` once no batch runs, waiting until ``deadline``
+        (monotonic) at most; the clean-up then gets what is left until ``deadline``.
+        ``False``: a batch still runs, and is marked abandoned (:meth:`close` skips the
+        clean-up; the next launch replays the batch)."""
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._stop_deadline, self._abandoned = deadline, reason
+            return False
+        try:
+            self._stop_reason = self._stop_reason or reason
+            self._stop_deadline = deadline
+        finally:
+            self._lock.release()
+        return True
+
     def close(self, *, error: BaseException | None = None) -> None:
         """Record the final status and stop background work; after a clean stop
-        (``error`` is None, the query has stopped) first remove what the attempt would
-        leave unreferenced (:meth:`clean_up`)."""
-        if error is None:
+        (``error`` is None, the query has stopped, no batch was abandoned) first remove
+        what the attempt would leave unreferenced (:meth:`clean_up`)."""
+        if error is None and self._abandoned is None:
             self.clean_up()
-        if self.telemetry is not None:
-            self.telemetry.stopped(error)
+        # An abandoned batch may still be finishing (its query's stop timed out): wait
+        # for it briefly, so that its status write cannot interleave with the final one.
+        held = self._abandoned is not None and self._lock.acquire(timeout=_ABANDONED_WAIT_S)
+        try:
+            if self.telemetry is not None:
+                self.telemetry.stopped(error, reason=self.stop_reason)
+        finally:
+            if held:
+                self._lock.release()
         if self.timeline is not None:
             self.timeline.close()

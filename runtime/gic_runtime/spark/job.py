@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark import SparkConf, SparkContext
 from pyspark.errors import StreamingQueryException
-from pyspark.java_gateway import launch_gateway
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.config import GICSettings, env_var
@@ -51,67 +48,19 @@ from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
 from gic_runtime.spark.fingerprint import query_fingerprint
 from gic_runtime.spark.placement import key_expression
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
+from gic_runtime.spark.session import REQUIRED_CONF, local_spark, submitted_spark
 from gic_runtime.spark.sinks import DiscardSink, ForeachBatchSink
 from gic_runtime.spark.telemetry import record_failure
+from gic_runtime.spark.termination import (
+    SIGTERM_REASON,
+    TerminationSignal,
+    bound_query_stop,
+    control_loop,
+)
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StoreResolver
 
 _log = logging.getLogger(__name__)
-
-#: Spark settings every GIC job needs (placement must not be rewritten by AQE).
-REQUIRED_CONF = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
-#: What :func:`local_spark` adds for a local session.
-_LOCAL_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.memory": "2g",
-}
-#: File for the output of a JVM that :func:`local_spark` starts (the ``gic`` CLI sets it).
-SPARK_LOG_ENV = "GIC_SPARK_LOG"
-
-
-def local_spark(
-    app_name: str, *, partitions: int = 4, cores: int = 2, log_file: str | None = None
-) -> SparkSession:
-    """A local Spark session suited to GIC jobs (``local[cores]``, no UI).
-
-    The executors' Python workers run this interpreter unless ``PYSPARK_PYTHON`` is set
-    (likewise ``PYSPARK_DRIVER_PYTHON``; ``SPARK_LOCAL_IP`` defaults to ``127.0.0.1``):
-    they must import ``gic_runtime`` exactly as the driver does. When this call starts
-    the JVM and ``log_file`` (else ``$GIC_SPARK_LOG``) names a file, the JVM's stdout
-    and stderr (start-up lines, Spark's log at WARN, Python workers' tracebacks) go to
-    that file instead of the terminal; without one, Spark logs at ERROR only.
-    """
-    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-        os.environ.setdefault(name, sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = SparkConf().setMaster(f"local[{cores}]").setAppName(app_name)
-    conf.setAll([*_LOCAL_CONF.items(), ("spark.sql.shuffle.partitions", str(partitions))])
-    conf.setAll(list(REQUIRED_CONF.items()))
-    log = log_file or os.environ.get(SPARK_LOG_ENV) or None
-    if log is not None and SparkContext._gateway is None:
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            # pyspark's own launcher, with the JVM's output sent to the file
-            popen = {"stdout": out, "stderr": out}
-            gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
-        SparkContext(conf=conf, gateway=gateway)
-    spark = SparkSession.builder.config(conf=conf).getOrCreate()
-    spark.sparkContext.setLogLevel("WARN" if log is not None else "ERROR")
-    return spark
-
-
-def submitted_spark(app_name: str) -> SparkSession:
-    """The session of an app started by ``spark-submit``: master, resources and the
-    user's ``--conf`` come from the submission; only :data:`REQUIRED_CONF` and Arrow are
-    added (the operator's driver pods start jobs this way)."""
-    builder = SparkSession.builder.appName(app_name).config(
-        "spark.sql.execution.arrow.pyspark.enabled", "true"
-    )
-    for key, value in REQUIRED_CONF.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
 
 
 def to_uri(path: str) -> str:
@@ -317,6 +266,17 @@ class GICQuery:
             query=query_fingerprint(self.stream.df, self.stream.processor),
         )
         self.driver = driver
+        with TerminationSignal() as term:
+            return self._run(driver, trigger, reports, term)
+
+    def _run(
+        self,
+        driver: Driver,
+        trigger: str | None,
+        reports: list[BatchReport],
+        term: TerminationSignal,
+    ) -> RunSummary:
+        settings = self.stream.job.settings
         started = time.perf_counter()
         start = driver.prepare()
         _log.info("job %s started (epoch %d): %s", settings.job_id, start.epoch, _origin(start))
@@ -331,25 +291,19 @@ class GICQuery:
         elif trigger:
             writer = writer.trigger(processingTime=trigger)
         error: BaseException | None = None
+        if term.received_at is not None:  # SIGTERM while preparing: stop before a batch
+            driver.stop_between_batches(SIGTERM_REASON, time.monotonic())
+            driver.close()
+            summary.stop_reason = SIGTERM_REASON
+            return summary
         try:
+            bound_query_stop(self.stream.job.spark)
             query = writer.start()
         except BaseException as exc:
             driver.close(error=exc)
             raise
         try:
-            while True:
-                # pyspark types the timeout as int but takes float seconds (x 1000 ms)
-                poll = settings.control_poll_s
-                if query.awaitTermination(poll):  # type: ignore[arg-type]
-                    summary.stop_reason = driver.stop_reason or "the query's trigger ended"
-                    break
-                reason = driver.serve_control()
-                if reason is not None:
-                    summary.stop_reason = reason
-                    if driver.telemetry is not None:
-                        driver.telemetry.stopping()
-                    query.stop()
-                    break
+            summary.stop_reason = control_loop(driver, query, term)
         except StreamingQueryException as exc:
             error = driver.failure or exc
             if isinstance(driver.failure, GICError):

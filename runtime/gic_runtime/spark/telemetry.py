@@ -175,11 +175,13 @@ class Telemetry:
     def stopping(self) -> None:
         self._write(state=JobState.STOPPING)
 
-    def stopped(self, error: BaseException | None) -> None:
-        """The final report: ``stopped``, or ``failed`` with the error and its failure
-        (unless a newer epoch's record is there already)."""
+    def stopped(self, error: BaseException | None, *, reason: str | None = None) -> None:
+        """The final report: ``stopped`` (with ``reason``, when given, as
+        ``extra.stop_reason``), or ``failed`` with the error and its failure (unless a
+        newer epoch's record is there already)."""
         if error is None:
-            self._write(state=JobState.STOPPED)
+            extra = {**self.status.extra, "stop_reason": reason} if reason else self.status.extra
+            self._write(state=JobState.STOPPED, extra=extra)
         elif not _superseded(self.resolver, self.root, self.job_id, self.status.epoch):
             self._write(
                 state=JobState.FAILED, error=error_line(error), failure=FailureStatus.of(error)

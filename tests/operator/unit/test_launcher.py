@@ -59,7 +59,11 @@ def env_of(pod: dict[str, Any]) -> list[dict[str, Any]]:
 def test_command_on_kubernetes() -> None:
     plan = make_plan()
     command = launch_config.driver_command(plan)
-    assert command[:8] == [
+    assert command[:12] == [
+        "python3",
+        "-m",
+        "gic_runtime.cli.driver_process",
+        "--",
         "spark-submit",
         "--master",
         "k8s://https://kubernetes.default.svc",
@@ -141,7 +145,7 @@ def test_local_master_gets_only_the_users_conf_and_driver_memory() -> None:
         }
     )
     command = launch_config.driver_command(make_plan(spec))
-    assert command[1:3] == ["--master", "local[2]"]
+    assert command[5:7] == ["--master", "local[2]"]
     assert conf_of(command) == {"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
     assert command[-3] == "/opt/app/job.py"
 
@@ -296,7 +300,7 @@ def test_pod_manifest() -> None:
     assert spec["restartPolicy"] == "Never"
     assert spec["serviceAccountName"] == "gic-spark"
     assert spec["automountServiceAccountToken"] is True  # it manages executor pods
-    assert spec["terminationGracePeriodSeconds"] == 30
+    assert spec["terminationGracePeriodSeconds"] == 40  # stop_timeout_s 20 s + 20 s
     assert spec["hostname"] == "wordcount-driver-4"
     assert spec["subdomain"] == "wordcount-driver"
     assert spec["securityContext"] == {
@@ -445,3 +449,17 @@ def test_validate_launch_refuses_user_env_shadowing_the_operators() -> None:
     )
     with pytest.raises(ConfigurationError, match="AWS_REGION"):
         launch_config.validate_launch(make_plan(spec))
+
+
+def test_the_grace_period_follows_the_drivers_stop_timeout() -> None:
+    env = [{"name": "GIC_STOP_TIMEOUT_S", "value": "42.5"}]
+    pod = launcher.driver_pod(make_plan(make_spec(**{"application.env": env})))
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 43 + 20
+
+
+def test_the_grace_margin_leaves_the_entry_process_room() -> None:
+    from gic_runtime.cli import driver_process
+
+    assert launch_plan.STOP_GRACE_MARGIN_S == driver_process.GRACE_MARGIN_S
+    assert driver_process.GRACE_MARGIN_S > driver_process.MARGIN_S
+    assert launch_plan.DRIVER_ENTRY[2] == driver_process.__name__
