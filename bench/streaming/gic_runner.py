@@ -337,7 +337,8 @@ def _with_sample(record: BatchRecord, sample: StoredSample | None) -> BatchRecor
 
 def _stop_on_timeout(query: GICQuery, timeout_s: float) -> None:
     if query.driver is not None:
-        query.driver.request_stop(f"benchmark timeout of {timeout_s:.0f} s")
+        deadline = time.monotonic() + 600.0  # the running batch ends, then the clean-up
+        query.driver.stop_between_batches(f"benchmark timeout of {timeout_s:.0f} s", deadline)
 
 
 def _notes(

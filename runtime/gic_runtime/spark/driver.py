@@ -1,51 +1,30 @@
 """The driver's side of the per-batch protocol (docs/architecture.md §13.1) for one job
 attempt.
 
-:meth:`Driver.prepare` runs once before the streaming query starts: refuse the job's
-checkpoints when a different query wrote them (their query fingerprint differs from
-this query's, :mod:`gic_runtime.query`; refused before the job is claimed), claim a
+:meth:`Driver.prepare` runs once before the streaming query starts: refuse checkpoints
+a different query wrote (:mod:`gic_runtime.query`; before the job is claimed), claim a
 fencing epoch, open the checkpoint timeline (own latest checkpoint, else the restore
-source), lay Spark's checkpoint directory down from the start point, claim the output
-(refused when another job owns it, :mod:`gic_runtime.sinks.ownership`), finish
-publishing the latest checkpoint's sink output, clear stale staging, and sweep
-orphans. A start that fails records why in the job's status record (state ``failed``
-with a structured ``failure``, :mod:`gic_runtime.spark.startup`) before the error
-propagates.
+source) and take it to the first batch (:func:`gic_runtime.spark.startup.resume`: Spark's
+checkpoint directory, the output's claim, republishing, staging, the orphan sweep). A
+start that fails records why in the job's status record before the error propagates.
 
-:meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N:
+:meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N: check
+fencing (a batch at or below the last checkpoint is a replay: publish its output if
+needed, touch no state); build the barrier (expected lineage = the previous
+checkpoint's bucket states); run the stateful stage once on executors pinned to their
+local copies (:mod:`gic_runtime.spark.locality`) and merge one ack per task
+(:mod:`gic_runtime.spark.batch_acks`); write manifest N once, fenced before and after
+(a superseded driver stops before publishing or deleting anything); publish N's output
+(:mod:`gic_runtime.spark.batch_output`), subsume old checkpoints, sweep what failed task
+attempts left every ``orphan_sweep_interval_s`` (:mod:`gic_runtime.spark.cleanup`), and
+report metrics and status.
 
-1. check fencing (a superseded driver raises :class:`~gic_runtime.errors.FencedError`
-   and never writes a manifest); a batch at or below the last checkpoint is a replay:
-   publish its output if needed and return without touching state;
-2. build the barrier (expected lineage = the previous checkpoint's bucket states);
-3. route rows to tasks, pin each task to the executor that holds its local copy
-   (:mod:`gic_runtime.spark.locality`; on a cluster), and collect one ack per task
-   (``mapInArrow`` then ``collect``: the stateful stage runs once, nothing is
-   recomputed), then check and merge the acks (:mod:`gic_runtime.spark.batch_acks`);
-4. check fencing again, write manifest N once (create-if-absent) carrying Spark's
-   progress for N and the staged output files, and check fencing once more after it
-   landed (the timeline does both: a driver superseded meanwhile stops here, before
-   publishing or deleting anything for N, and its manifest never counts if it landed
-   after the newer launch listed the checkpoints);
-5. publish N's output (idempotent, :mod:`gic_runtime.spark.batch_output`), delete its
-   staging, let the registry subsume old checkpoints off the critical path; every
-   ``orphan_sweep_interval_s`` delete what failed task attempts left
-   (:mod:`gic_runtime.spark.cleanup`: safe here, between batches); report metrics and
-   status.
-
-Savepoint and stop requests arrive through the durable control channel and are served
-between batches by :meth:`Driver.serve_control` (see
-:mod:`gic_runtime.spark.control_requests`).
-
-SIGTERM stops the attempt through :meth:`Driver.stop_between_batches`
-(:mod:`gic_runtime.spark.termination`): between batches, or with the running batch
-abandoned (not cleaned up after; replayed by the next launch) once ``stop_timeout_s``
-has passed.
-
-After a clean stop, :meth:`Driver.close` runs :meth:`Driver.clean_up`: it waits for the
-background snapshots the last batches started and deletes the attempt's own segments and
-snapshots no retained checkpoint references, so a stopped job holds only what its
-retained checkpoints name (:mod:`gic_runtime.spark.cleanup`).
+Savepoint and stop requests are served between batches by :meth:`Driver.serve_control`
+(:mod:`gic_runtime.spark.control_requests`). SIGTERM stops the attempt through
+:meth:`Driver.stop_between_batches` (:mod:`gic_runtime.spark.termination`): between
+batches, or with the running batch abandoned (replayed by the next launch) once
+``stop_timeout_s`` has passed. After a clean stop :meth:`Driver.close` runs
+:meth:`Driver.clean_up`, so a stopped job holds only what its retained checkpoints name.
 
 Thread-safety: ``foreach_batch`` (Spark's callback thread) and ``serve_control`` (the
 query's control loop) serialize on one lock; everything else is for the owner thread.
@@ -60,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -69,7 +49,6 @@ from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings, default_local_dir
 from gic_runtime.control import ControlChannel
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.savepoints import read_engine_record
 from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import StateError
 from gic_runtime.fencing import Fence, claim_epoch
@@ -79,17 +58,13 @@ from gic_runtime.query import QueryFingerprint
 from gic_runtime.sinks import Sink
 from gic_runtime.spark import checkpoint_dir
 from gic_runtime.spark.batch_acks import batch_report, collect_acks, merge_acks
-from gic_runtime.spark.batch_output import BatchOutput, start_origin
+from gic_runtime.spark.batch_output import BatchOutput
 from gic_runtime.spark.cleanup import clean_up_after_stop, live_sweep, run_drain
 from gic_runtime.spark.control_requests import serve_pending
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
 from gic_runtime.spark.placement import partition_keys
 from gic_runtime.spark.reports import BatchReport, StartInfo
-from gic_runtime.spark.startup import (
-    check_resume_query,
-    note_restored_query,
-    report_start_failure,
-)
+from gic_runtime.spark.startup import check_resume_query, report_start_failure, resume
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.storage.uri import StoreResolver
 
@@ -119,12 +94,13 @@ class Driver:
         self.settings = settings
         self.key = key
         self.processor = processor
-        self.sink = sink
         self.resolver = resolver
         self.on_batch = on_batch
         self.query = query
         self.root = settings.storage
         self.job_id = settings.job_id
+        local = Path(settings.local_dir or default_local_dir())
+        self.spark_dir = str(local / self.job_id / "spark-checkpoint")  # Spark's own, laid down
         self.num_tasks = settings.num_tasks or int(
             spark.conf.get("spark.sql.shuffle.partitions") or "4"
         )
@@ -149,12 +125,6 @@ class Driver:
         self.failure: BaseException | None = None
 
     # --- start ----------------------------------------------------------------------
-
-    @property
-    def spark_dir(self) -> str:
-        return str(
-            Path(self.settings.local_dir or default_local_dir()) / self.job_id / "spark-checkpoint"
-        )
 
     @property
     def executor_local_dir(self) -> str:
@@ -186,7 +156,11 @@ class Driver:
 
     def _prepare(self) -> StartInfo:
         s = self.settings
-        self._check_query()
+        # Before the job is claimed (nothing written yet): refuse checkpoints a
+        # different query wrote.
+        check_resume_query(
+            self.resolver, self.root, self.job_id, self.query, allow_change=s.allow_query_change
+        )
         owner = f"driver {socket.gethostname()}:{os.getpid()}"
         epoch = claim_epoch(self.resolver, self.root, self.job_id, epoch=s.epoch, claimed_by=owner)
         self.fence = Fence(self.resolver, self.root, self.job_id, epoch)
@@ -203,30 +177,20 @@ class Driver:
         )
         self.timeline = timeline
         self.telemetry = Telemetry(self.resolver, s, epoch)
-        start = timeline.start
-        if not start.own and start.manifest is not None:
-            note_restored_query(self.job_id, self.query, start.manifest.query)
-        manifest = start.manifest
-        engine = manifest.engine if manifest is not None else None
-        if start.canonical_uri is not None:
-            engine = read_engine_record(self.resolver, start.canonical_uri)
-        resumed = checkpoint_dir.lay_down(self.spark_dir, engine)
-        after = manifest.checkpoint_id if manifest is not None else resumed
-        origin = start_origin(self.resolver, manifest, start.canonical_uri)
-        self._output.claim(
-            origin, next_batch=after + 1 if after is not None else 0, takeover=s.output_takeover
+        start = resume(
+            self.resolver,
+            timeline,
+            self._output,
+            spark_dir=self.spark_dir,
+            query=self.query,
+            takeover=s.output_takeover,
         )
-        republished = 0
-        if start.own and manifest is not None:
-            republished = self._output.publish(manifest.checkpoint_id, dict(manifest.sink))
-        self._output.clear_staging()
-        sweep = timeline.sweep()
-        if manifest is not None:
-            self._expected = dict(manifest.buckets)
-            self._last_id = manifest.checkpoint_id
-        elif resumed is not None:
-            self._last_id = resumed
-        self._canonical = start.canonical_uri
+        if start.manifest is not None:
+            self._expected = dict(start.manifest.buckets)
+            self._last_id = start.manifest.checkpoint_id
+        elif start.resumed_after is not None:
+            self._last_id = start.resumed_after
+        self._canonical = timeline.start.canonical_uri
         self._part_keys = partition_keys(self.num_tasks)
         self.placement = StickyPlacement(self.spark, self.num_tasks)
         self._sweeper = LiveSweeper(
@@ -240,26 +204,15 @@ class Driver:
         lineage = timeline.lineage
         self.start_info = StartInfo(
             epoch=epoch,
-            resumed_after=resumed,
-            own=start.own,
+            resumed_after=start.resumed_after,
+            own=timeline.start.own,
             restored_from=lineage.source_uri if lineage else None,
-            sweep=sweep,
-            republished=republished,
+            sweep=start.sweep,
+            republished=start.republished,
             spark_checkpoint_dir=self.spark_dir,
         )
         self.telemetry.started(self.start_info, timeline)
         return self.start_info
-
-    def _check_query(self) -> None:
-        """Refuse, before the job is claimed (nothing written yet), to resume
-        checkpoints a different query wrote (:mod:`gic_runtime.spark.startup`)."""
-        check_resume_query(
-            self.resolver,
-            self.root,
-            self.job_id,
-            self.query,
-            allow_change=self.settings.allow_query_change,
-        )
 
     # --- per batch ------------------------------------------------------------------
 
@@ -290,19 +243,13 @@ class Driver:
                 return
             started = time.perf_counter()
             self_contained = timeline.must_be_self_contained or self.settings.full_snapshots
-            barrier = Barrier(
-                job_id=self.job_id,
-                root=self.root,
-                epoch=fence.epoch,
-                checkpoint_id=batch_id,
-                num_buckets=self.settings.num_buckets,
-                num_tasks=self.num_tasks,
-                local_dir=self.executor_local_dir,
+            barrier = self._barrier(
+                fence.epoch,
+                batch_id,
                 expected=self._expected if self._canonical is None else {},
                 self_contained=self_contained,
                 canonical_source=self._canonical,
                 staging_uri=self._output.staging_uri(batch_id),
-                settings=self.settings.task_settings(),
             )
             acks = self._run_stage(df, barrier)
             crashpoints.hit("after_acks", batch_id)
@@ -352,13 +299,9 @@ class Driver:
 
     def _run_stage(self, df: DataFrame, barrier: Barrier) -> list[TaskAck]:
         acks, self._placement_report = collect_acks(
-            df,
-            barrier,
-            key=self.key,
-            part_keys=self._part_keys,
-            processor=self.processor,
+            df, barrier, key=self.key, part_keys=self._part_keys, processor=self.processor,
             placement=self.placement,
-        )
+        )  # fmt: skip
         return acks
 
     # --- control --------------------------------------------------------------------
@@ -400,27 +343,26 @@ class Driver:
                 timeline,
                 job_id=self.job_id,
                 epoch=epoch,
-                drain=lambda: self._drain(epoch, timeout),
+                drain=lambda: run_drain(
+                    self.spark, self._barrier(epoch, self._last_id or 0), self.placement, timeout
+                ),
                 timeout_s=timeout,
             )
 
-    def _drain(self, epoch: int, timeout_s: float) -> int:
-        """Run the drain stage; returns the buckets still materializing at its end."""
-        barrier = Barrier(
+    def _barrier(self, epoch: int, checkpoint_id: int, **options: Any) -> Barrier:
+        """The barrier of ``checkpoint_id`` for this attempt's tasks (``options``: the
+        batch's expected lineage, snapshot and staging options)."""
+        return Barrier(
             job_id=self.job_id,
             root=self.root,
             epoch=epoch,
-            checkpoint_id=self._last_id or 0,
+            checkpoint_id=checkpoint_id,
             num_buckets=self.settings.num_buckets,
             num_tasks=self.num_tasks,
             local_dir=self.executor_local_dir,
             settings=self.settings.task_settings(),
+            **options,
         )
-        return run_drain(self.spark, barrier, self.placement, timeout_s)
-
-    def request_stop(self, reason: str) -> None:
-        with self._lock:
-            self._stop_reason = self._stop_reason or reason
 
     def stop_between_batches(self, reason: str, deadline: float) -> bool:
         """Stop for ``reason`` once no batch runs, waiting until ``deadline``

@@ -1,11 +1,14 @@
-"""The driver's start-up (:meth:`gic_runtime.spark.driver.Driver.prepare`) before and
-after the fact: the check of the query before anything is written, and the report of a
-start that failed.
+"""The driver's start-up (:meth:`gic_runtime.spark.driver.Driver.prepare`): the check
+of the query before anything is written, the way from the start point to the first
+batch, and the report of a start that failed.
 
 :func:`check_resume_query` compares this query's fingerprint
 (:mod:`gic_runtime.query`) with the one recorded in the job's latest checkpoint and
 refuses the resume when they differ, unless ``allow_query_change`` is set;
 :func:`note_restored_query` logs what differs from a restore source's query;
+:func:`resume` takes an opened timeline to the first batch (Spark's checkpoint
+directory laid down from the start point, the output claimed, the latest checkpoint's
+output published, stale staging cleared, orphans swept);
 :func:`report_start_failure` records why a start failed in the job's status record and
 closes what the start opened.
 
@@ -23,16 +26,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gic_runtime.checkpoint.catalog import find_latest_checkpoint
+from gic_runtime.checkpoint.manifest import Manifest
+from gic_runtime.checkpoint.sweep import SweepResult
+from gic_runtime.coordination.savepoints import read_engine_record
 from gic_runtime.coordination.timeline import CheckpointTimeline
 from gic_runtime.layout import job_dir
 from gic_runtime.query import OVERRIDE_SETTING, QueryFingerprint, check_resume, differences
+from gic_runtime.spark import checkpoint_dir
+from gic_runtime.spark.batch_output import BatchOutput, start_origin
 from gic_runtime.spark.telemetry import Telemetry, record_failure
 from gic_runtime.storage.uri import StoreResolver
 
-__all__ = ["check_resume_query", "note_restored_query", "report_start_failure"]
+__all__ = [
+    "Resumed",
+    "check_resume_query",
+    "note_restored_query",
+    "report_start_failure",
+    "resume",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +100,51 @@ def note_restored_query(
             job_id,
             "; ".join(d.describe() for d in changed),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where an attempt goes on from: the start manifest (``None``: a canonical
+    savepoint or empty state), the batch Spark resumes after, what was republished and
+    what the start's sweep removed."""
+
+    manifest: Manifest | None
+    resumed_after: int | None
+    republished: int
+    sweep: SweepResult
+
+
+def resume(
+    resolver: StoreResolver,
+    timeline: CheckpointTimeline,
+    output: BatchOutput,
+    *,
+    spark_dir: str,
+    query: QueryFingerprint | None,
+    takeover: str | None,
+) -> Resumed:
+    """Take ``timeline``'s start point to the first batch (see the module docstring).
+    Raises :class:`~gic_runtime.errors.OutputOwnedError` before anything but Spark's
+    local directory is written when the output belongs to another job."""
+    start = timeline.start
+    manifest = start.manifest
+    if not start.own and manifest is not None:
+        note_restored_query(timeline.job_id, query, manifest.query)
+    engine = manifest.engine if manifest is not None else None
+    if start.canonical_uri is not None:
+        engine = read_engine_record(resolver, start.canonical_uri)
+    resumed = checkpoint_dir.lay_down(spark_dir, engine)
+    after = manifest.checkpoint_id if manifest is not None else resumed
+    output.claim(
+        start_origin(resolver, manifest, start.canonical_uri),
+        next_batch=after + 1 if after is not None else 0,
+        takeover=takeover,
+    )
+    republished = 0
+    if start.own and manifest is not None:
+        republished = output.publish(manifest.checkpoint_id, dict(manifest.sink))
+    output.clear_staging()
+    return Resumed(manifest, resumed, republished, timeline.sweep())
 
 
 def report_start_failure(

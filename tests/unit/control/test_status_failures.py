@@ -113,10 +113,10 @@ def test_a_refusal_before_the_claim_is_recorded_under_the_given_epoch(
     write_status(resolver, root, JOB, running(1))
     refusal = QueryMismatchError("job job-a: its checkpoints were written by a different query")
 
-    def refuse(self: Driver) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
         raise refusal
 
-    monkeypatch.setattr(Driver, "_check_query", refuse)
+    monkeypatch.setattr("gic_runtime.spark.driver.check_resume_query", refuse)
     with pytest.raises(QueryMismatchError):
         driver(resolver, settings(root, tmp_path, epoch=3)).prepare()
     status = read_status(resolver, root, JOB)
