@@ -16,7 +16,8 @@ RUN_PY := $(RUN_VENV)/bin/python
 RUN_STAMP := $(RUN_VENV)/.installed
 RUN_LOCK := requirements/run.lock
 
-.PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane cluster lock
+.PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane cluster lock \
+	spark-settings
 
 setup: $(STAMP)
 
@@ -69,6 +70,12 @@ lock:
 # source digest; the runtime builds it on demand too, see docs/architecture.md §13.2).
 jvm: setup
 	$(PY) -c 'from gic_runtime.spark.locality import main; raise SystemExit(main())'
+
+# The Spark settings the operator checks sparkConf keys against, listed from the locked
+# PySpark's jars (needs java); rerun after changing PySpark's version in the lock. A test
+# fails while the committed list lags the lock.
+spark-settings: setup
+	$(PY) -m gic_operator.spark_settings_gen
 
 run: export PYSPARK_PYTHON := $(abspath $(RUN_PY))
 run: $(RUN_STAMP)

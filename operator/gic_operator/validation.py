@@ -10,8 +10,11 @@ used by the GICJob model): whoever writes a GICJob chooses the code its driver r
 not the shape of the pods Spark creates, their service account, image, volumes and
 secrets, nor Spark's RPC authentication; those are the operator's. A key is accepted
 when it is in :data:`ALLOWED_SPARK_CONF` (exactly, or under one of its prefixes ending in
-``.``) and matches none of the refusals (:data:`OPERATOR_SPARK_CONF`,
-:data:`FORBIDDEN_SPARK_CONF`, secret-looking names). Every refused key is reported, each
+``.``), matches none of the refusals (:data:`OPERATOR_SPARK_CONF`,
+:data:`FORBIDDEN_SPARK_CONF`, secret-looking names) and, when a prefix allowed it, is a
+setting Spark defines (:mod:`gic_operator.spark_settings`: Spark's own list, generated from
+the pinned PySpark, plus open-ended families such as ``spark.hadoop.*``); a misspelled key
+is refused with the closest known key suggested. Every refused key is reported, each
 under its own location, in the one message of the invalid spec. A ``podTemplate``'s
 refusals (security settings, host namespaces, ``hostPath`` and other volume types,
 the operator's labels, volumes and mount paths) are checked by its model
@@ -30,6 +33,8 @@ from collections.abc import Mapping
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from gic_operator import spark_settings
 
 #: Longest value of one sparkConf entry.
 SPARK_CONF_VALUE_MAX = 4096
@@ -206,6 +211,19 @@ def _allowed(key: str) -> bool:
     )
 
 
+def _unknown(key: str) -> str | None:
+    """Why an allowed ``key`` is not a Spark setting, or ``None`` when Spark knows it (keys
+    listed exactly in :data:`ALLOWED_SPARK_CONF` are known by construction)."""
+    if key in ALLOWED_SPARK_CONF or spark_settings.is_known(key):
+        return None
+    suggestion = spark_settings.closest(key)
+    hint = f"did you mean {suggestion}?" if suggestion else "check the spelling"
+    return (
+        f"is not a setting Spark {spark_settings.pyspark_version()} defines ({hint} Spark "
+        "ignores unknown keys, so a misspelled one would silently do nothing)"
+    )
+
+
 def spark_conf_problem(key: str, value: str) -> str | None:
     """Why a GICJob may not set Spark setting ``key`` to ``value``, or ``None``."""
     if not _KEY.match(key):
@@ -225,6 +243,9 @@ def spark_conf_problem(key: str, value: str) -> str | None:
             "looks like it holds a secret, and sparkConf values are plain text in the pod "
             "spec; pass secrets as variables with spec.application.env valueFrom.secretKeyRef"
         )
+    unknown = _unknown(key)
+    if unknown is not None:
+        return unknown
     if key == "spark.master" and not (value == IN_CLUSTER_MASTER or _LOCAL_MASTER.match(value)):
         return (
             f"must be local, local[N], local[*] or {IN_CLUSTER_MASTER} (the driver's "

@@ -242,7 +242,7 @@ def test_reconciler_marks_a_refused_key_invalid_and_launches_nothing(tmp_path: A
 
     kube = TestingKubeApi()
     key = "spark.kubernetes.driver.volumes.hostPath.root.mount.path"
-    body = spec_with("application.sparkConf", {key: "/host", "spark.sql.x": "1"})
+    body = spec_with("application.sparkConf", {key: "/host", "spark.sql.shuffle.partitions": "1"})
     body["checkpointing"]["storage"] = f"file://{tmp_path}"
     kube.put_object(
         "gicjobs",
