@@ -49,6 +49,11 @@ from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
 from gic_runtime.config import GICSettings, env_var
 from gic_runtime.errors import ConfigurationError
 
+#: Spark's log level in a driver's log unless the user's ``sparkConf`` sets this key: at
+#: WARN the log shows GIC's line per batch and Spark's problems, not Spark's INFO chatter
+#: (which includes every micro-batch's progress as JSON).
+SPARK_LOG_LEVEL = "spark.log.level"
+DEFAULT_SPARK_LOG_LEVEL = "WARN"
 #: Variables Spark itself would set for authentication (never from the user's env).
 _SPARK_RESERVED_ENV = ("_SPARK_AUTH_SECRET",)
 
@@ -134,10 +139,12 @@ def _executor_auth_env(name: str) -> dict[str, Any]:
 
 def spark_conf(plan: LaunchPlan) -> dict[str, str]:
     """The driver's Spark configuration: the user's ``sparkConf`` (without
-    ``spark.master``, passed as ``--master``), then the operator's keys."""
+    ``spark.master``, passed as ``--master``), then the operator's keys. Spark logs at
+    :data:`DEFAULT_SPARK_LOG_LEVEL` unless ``sparkConf`` sets ``spark.log.level``."""
     app = plan.spec.application
     conf = {k: v for k, v in app.spark_conf.items() if k != "spark.master"}
     conf["spark.driver.memory"] = app.driver.memory
+    conf.setdefault(SPARK_LOG_LEVEL, DEFAULT_SPARK_LOG_LEVEL)
     if not master(plan.spec).startswith("k8s://"):
         return conf
     conf.update(

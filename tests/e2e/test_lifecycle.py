@@ -8,6 +8,7 @@ the job's output is still exact (no value lost or counted twice).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -51,6 +52,11 @@ def test_job_runs_and_checkpoints(cluster: Cluster, job: str) -> None:
     assert "RESTORED-FROM" in wide[0].split()
     assert cluster.event_reasons(job)[:2] == ["DriverLaunched", "Running"]
     assert cluster.get("service", f"{job}-driver") is not None
+
+    # kubectl logs of the driver: GIC's line per batch, Spark at WARN, no progress JSON
+    log = cluster.pod_log(status["driverPod"])
+    assert re.search(r"^batch \d+: \d+ rows in, checkpoint \d+ committed", log, re.MULTILINE)
+    assert "made progress" not in log and '"batchId"' not in log
 
 
 def test_annotation_savepoint_once_per_nonce(

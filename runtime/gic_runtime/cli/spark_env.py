@@ -33,6 +33,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gic_runtime.logs import progress_line
+
 #: Read by :func:`gic_runtime.spark.local_spark` (kept equal to its ``SPARK_LOG_ENV``).
 SPARK_LOG_ENV = "GIC_SPARK_LOG"
 INTERPRETER_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
@@ -102,19 +104,15 @@ def failure_line(message: str, log: Path | None) -> str:
 
 
 class _ConsoleHandler(logging.Handler):
-    """Log records as plain lines on a console (warnings prefixed)."""
+    """Log records as plain lines on a console (:func:`~gic_runtime.logs.progress_line`,
+    indented under the command's header)."""
 
     def __init__(self, console: Console) -> None:
         super().__init__(logging.INFO)
         self.console = console
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-        except (TypeError, ValueError):  # pragma: no cover - a malformed record
-            text = str(record.msg)
-        if record.levelno >= logging.WARNING:
-            text = f"{record.levelname.lower()}: {text}"
+        text = progress_line(record)
         self.console.print(f"  {text}", markup=False, highlight=False, soft_wrap=True)
 
 

@@ -15,6 +15,8 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+from gic_runtime.logs import show_progress
+
 __all__ = ["REQUIRED_CONF", "SPARK_LOG_ENV", "local_spark", "submitted_spark"]
 
 #: Spark settings every GIC job needs (placement must not be rewritten by AQE).
@@ -64,7 +66,9 @@ def local_spark(
 def submitted_spark(app_name: str) -> SparkSession:
     """The session of an app started by ``spark-submit``: master, resources and the
     user's ``--conf`` come from the submission; only :data:`REQUIRED_CONF` and Arrow are
-    added (the operator's driver pods start jobs this way)."""
+    added (the operator's driver pods start jobs this way). GIC's progress lines go to
+    stderr, next to Spark's log (:func:`~gic_runtime.logs.show_progress`)."""
+    show_progress(sys.stderr)
     builder = SparkSession.builder.appName(app_name).config(
         "spark.sql.execution.arrow.pyspark.enabled", "true"
     )

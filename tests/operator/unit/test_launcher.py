@@ -146,8 +146,18 @@ def test_local_master_gets_only_the_users_conf_and_driver_memory() -> None:
     )
     command = launch_config.driver_command(make_plan(spec))
     assert command[5:7] == ["--master", "local[2]"]
-    assert conf_of(command) == {"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
+    assert conf_of(command) == {
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": "1g",
+        "spark.log.level": "WARN",
+    }
     assert command[-3] == "/opt/app/job.py"
+
+
+def test_spark_logs_at_warn_unless_spark_conf_says() -> None:
+    assert conf_of(launch_config.driver_command(make_plan()))["spark.log.level"] == "WARN"
+    spec = make_spec(**{"application.sparkConf": {"spark.log.level": "INFO"}})
+    assert conf_of(launch_config.driver_command(make_plan(spec)))["spark.log.level"] == "INFO"
 
 
 def test_settings_env_is_accepted_by_the_runtime() -> None:

@@ -154,3 +154,5 @@ def test_every_module_of_the_packages_ships(source_copy: Path, packaged: frozens
     assert _modules(packaged) == sources
     for package in PACKAGES:
         assert f"{package}/py.typed" in packaged
+    # the operator's list of Spark settings (it never imports pyspark to check sparkConf)
+    assert "gic_operator/spark_settings.txt" in packaged
