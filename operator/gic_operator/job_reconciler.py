@@ -315,7 +315,7 @@ def _conditions(p: JobPass, not_ready_reason: str | None, window_s: float) -> No
         "Running" if running else (not_ready_reason or str(phase)),
         "the driver is running" if running else (p.status.message or f"phase {phase}"),
     )
-    _checkpoint_health(p, running, window_s)
+    _checkpoint_health(p, running or phase is JobPhase.STARTING, window_s)
     restored = p.status.restored_from
     if restored is not None:
         if restored.mode is RestoreMode.CLAIM:

@@ -197,11 +197,21 @@ class JobSteps(JobView):
     # --- running and failing ----------------------------------------------------------
 
     def running(self) -> None:
+        """The driver pod runs: ``Starting`` until its driver completed a checkpoint
+        (:attr:`JobView.checkpointed`), then ``Running`` (kept while the pod runs, even
+        when a later pass cannot read the driver's report)."""
         p = self.p
-        if p.status.phase is not JobPhase.RUNNING:
-            p.event("Normal", "Running", f"driver {p.status.driver_pod} is running")
         since = p.status.running_since or rfc3339(p.now)
-        p.update(phase=JobPhase.RUNNING, running_since=since, message=None)
+        if p.status.phase is JobPhase.RUNNING or self.checkpointed:
+            if p.status.phase is not JobPhase.RUNNING:
+                p.event("Normal", "Running", f"driver {p.status.driver_pod} is running")
+            p.update(phase=JobPhase.RUNNING, running_since=since, message=None)
+        else:
+            p.update(
+                phase=JobPhase.STARTING,
+                running_since=since,
+                message=f"driver {p.status.driver_pod} is starting: no checkpoint completed yet",
+            )
         started = parse_time(since) or p.now
         window = self.spec.restart_policy.reset_after_seconds
         if p.status.restarts and p.now - started >= window:

@@ -28,7 +28,7 @@ from gic_operator.job_policy import DriverFailure, reported_failure
 from gic_operator.kube import KubeApi, PodInfo
 from gic_operator.models import CheckpointInfo, GICJobSpec, RestoreMode, SavepointRef
 from gic_operator.models.base import MAX_STATUS_NUMBER, status_number
-from gic_operator.naming import job_id, job_selector, savepoint_dir
+from gic_operator.naming import LABEL_EPOCH, job_id, job_selector, savepoint_dir
 from gic_operator.reconcile_context import JobPass
 from gic_operator.settings import StorageAllowlist
 from gic_operator.storage_view import JobStorage, normalize_uri
@@ -115,6 +115,8 @@ class JobView:
         self.not_ready_reason: str | None = None
         #: The failure the current driver reported, if any (read by :meth:`observe`).
         self.failure: DriverFailure | None = None
+        #: Whether the current driver (its launch's epoch) reported a completed batch.
+        self.checkpointed = False
 
     # --- observing --------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class JobView:
         self.failure = reported_failure(runtime, p.status.epoch or 0)
         if runtime is None:
             return
+        self.checkpointed = runtime.epoch == self._driver_epoch() and runtime.batches > 0
         last = runtime.last_checkpoint
         if last is not None:
             duration = last.duration_ms if math.isfinite(last.duration_ms) else 0.0
@@ -155,6 +158,12 @@ class JobView:
                 return  # not one of this job's savepoint directories: not shown
             when = None if sp.finished_at is None else rfc3339(sp.finished_at)
             p.update(last_savepoint=SavepointRef(path=path, time=when))
+
+    def _driver_epoch(self) -> int | None:
+        """The fencing epoch of the current driver: its pod's epoch label (the pod has
+        the job's driver labels), else ``status.epoch``."""
+        label = self.pod.labels.get(LABEL_EPOCH, "") if self.pod is not None else ""
+        return int(label) if label.isdigit() else self.p.status.epoch
 
     def _observe_release(self) -> None:
         """Mark a NoClaim restore source released once the job's manifests no longer

@@ -30,10 +30,13 @@ from gic_operator.models.gicjob import RestoreMode, UpgradeMode
 
 
 class JobPhase(StrEnum):
-    """Lifecycle phase shown in ``kubectl get gj``."""
+    """Lifecycle phase shown in ``kubectl get gj``. ``Starting``: the driver pod runs but
+    its driver has not completed a checkpoint yet; ``Running``: it has (and stays
+    ``Running`` while its pod runs)."""
 
     PENDING = "Pending"
     DEPLOYING = "Deploying"
+    STARTING = "Starting"
     RUNNING = "Running"
     UPGRADING = "Upgrading"
     RECOVERING = "Recovering"
@@ -166,7 +169,7 @@ class GICJobStatus(ResourceStatus):
         default=None, description="RFC 3339 time the pending restart is due (backoff)."
     )
     running_since: str | None = Field(
-        default=None, description="RFC 3339 time the driver was Running."
+        default=None, description="RFC 3339 time the driver pod was Running."
     )
     last_checkpoint: CheckpointInfo | None = Field(default=None, description="Latest checkpoint.")
     last_savepoint: SavepointRef | None = Field(

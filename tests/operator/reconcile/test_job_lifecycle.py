@@ -108,6 +108,8 @@ class World:
         raise AssertionError(f"no condition {type_}")
 
     def driver_reports(self, name: str = "wc", *, checkpoint: int = 3, **extra: Any) -> None:
+        """The current driver's status record after it completed checkpoint
+        ``checkpoint`` (its first batch unless ``extra`` says how many)."""
         storage = self.storage(name)
         status = JobStatus(
             job_id=f"{NS}.{name}",
@@ -118,7 +120,7 @@ class World:
             last_checkpoint=CheckpointStatus(
                 id=checkpoint, created_at=self.clock.t - 1, duration_ms=12.5, bytes_uploaded=900
             ),
-            **extra,
+            **{"batches": 1, **extra},
         )
         write_status(storage.resolver, storage.root, storage.job_id, status)
 
@@ -182,11 +184,15 @@ class World:
         return str(target)
 
     def run_driver(self, name: str = "wc") -> str:
-        """Launch (if needed) and report the driver Running; return its pod name."""
+        """Launch (if needed), report the driver pod Running (the job is Starting) and its
+        first checkpoint (the job is Running); return the pod's name."""
         status = self.reconcile(name)
         pod = status["driverPod"]
         self.kube.set_pod_phase(NS, pod, "Running")
         status = self.reconcile(name)
+        if status["phase"] == "Starting":
+            self.driver_reports(name)
+            status = self.reconcile(name)
         assert status["phase"] == "Running", status
         return str(pod)
 
@@ -314,6 +320,30 @@ def test_launch_then_running_reports_checkpoints(world: World) -> None:
     assert world.condition("CheckpointsHealthy")["status"] == "True"
     assert status["observedGeneration"] == 1
     assert {"DriverLaunched", "Running"} <= set(world.kube.reasons("wc"))
+
+
+def test_a_job_is_starting_until_its_driver_checkpoints(world: World) -> None:
+    world.apply_job()
+    status = world.reconcile()
+    world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    status = world.reconcile()
+    assert status["phase"] == "Starting" and status["runningSince"]
+    assert "no checkpoint completed yet" in status["message"]
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Starting")
+    assert world.condition("CheckpointsHealthy")["reason"] == "Starting"
+    assert "Running" not in world.kube.reasons("wc")
+
+    # A driver that resumed reports its job's latest checkpoint at start: not its own.
+    world.driver_reports(checkpoint=5, batches=0)
+    status = world.reconcile()
+    assert status["phase"] == "Starting" and status["lastCheckpoint"]["id"] == 5
+
+    world.driver_reports(checkpoint=6)  # its first batch
+    status = world.reconcile()
+    assert status["phase"] == "Running" and "message" not in status
+    assert world.condition("Ready")["status"] == "True"
+    assert world.kube.reasons("wc").count("Running") == 1
 
 
 def test_a_reconcile_without_news_writes_nothing(world: World) -> None:
@@ -667,6 +697,8 @@ def test_a_refusal_a_restart_cannot_fix_shows_and_waits_for_a_spec_change(
     assert reason not in status["message"]
     assert world.condition("Ready")["reason"] == "Deploying"
     world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    assert world.reconcile()["phase"] == "Starting", "until the new driver's first checkpoint"
+    world.driver_reports()
     assert world.reconcile()["phase"] == "Running"
 
 
@@ -689,6 +721,8 @@ def test_a_reported_failure_a_restart_may_fix_is_restarted_with_its_reason(
     assert status["phase"] == "Deploying" and status["restarts"] == 1
     assert world.condition("Ready")["reason"] == "Deploying"
     world.kube.set_pod_phase(NS, status["driverPod"], "Running")
+    assert world.reconcile()["phase"] == "Starting"
+    world.driver_reports()
     assert world.reconcile()["phase"] == "Running"
 
 
