@@ -33,10 +33,9 @@ from gic_runtime.cli.common import (
     ago,
     human_bytes,
     iso,
-    open_job,
     stdout_console,
 )
-from gic_runtime.cli.inventory import require_job
+from gic_runtime.cli.inventory import open_existing_job
 from gic_runtime.cli.summary import bucket_totals, lineage_json
 from gic_runtime.control import ControlChannel, SavepointRequest
 from gic_runtime.control.model import ControlRequest
@@ -247,8 +246,7 @@ def checkpoints(
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    ctx = open_job(storage, job_id, config)
-    require_job(ctx)
+    ctx = open_existing_job(storage, job_id, config)
     listing = _collect(ctx)
     if as_json:
         doc = {

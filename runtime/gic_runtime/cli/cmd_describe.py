@@ -41,11 +41,10 @@ from gic_runtime.cli.common import (
     human_bytes,
     iso,
     load_settings,
-    open_job,
     stdout_console,
     to_uri,
 )
-from gic_runtime.cli.inventory import require_job
+from gic_runtime.cli.inventory import open_existing_job, require_job
 from gic_runtime.cli.summary import (
     OwnerGroup,
     bucket_totals,
@@ -276,7 +275,7 @@ def describe(
 ) -> None:
     wanted = path.strip()
     if wanted.isdigit() or wanted == "latest":
-        ctx = open_job(storage, job_id, config)
+        ctx = open_existing_job(storage, job_id, config)
         uri = _checkpoint_uri(ctx, wanted)
     else:
         uri = to_uri(path)

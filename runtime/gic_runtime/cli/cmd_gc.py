@@ -44,11 +44,10 @@ from gic_runtime.cli.common import (
     ago,
     driver_looks_alive,
     human_bytes,
-    open_job,
     stderr_console,
     stdout_console,
 )
-from gic_runtime.cli.inventory import require_job
+from gic_runtime.cli.inventory import open_existing_job
 from gic_runtime.fencing import claim_epoch
 from gic_runtime.status import read_status
 
@@ -155,8 +154,7 @@ def gc(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    ctx = open_job(storage, job_id, config)
-    require_job(ctx)
+    ctx = open_existing_job(storage, job_id, config)
     if not force and not dry_run:
         _check_not_running(ctx, time.time())
     result, epoch = _sweep(ctx, dry_run)

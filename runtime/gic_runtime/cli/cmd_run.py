@@ -36,7 +36,6 @@ import typer
 from gic_runtime.cli.common import (
     CLIError,
     ConfigOpt,
-    JobIdOpt,
     StorageOpt,
     load_settings,
     print_error,
@@ -96,6 +95,15 @@ TakeoverOpt = Annotated[
         metavar="JOB",
         help="Take the transactional output over from job JOB, its owner now (an output "
         "path belongs to one job's state; JOB's committed batches stay readable).",
+        show_default=False,
+    ),
+]
+JobIdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--job-id",
+        help="Job id (its directory is <storage>/jobs/<job-id>). Default: GIC_JOB_ID, the "
+        "settings file, else the name the app gives GICJob.create.",
         show_default=False,
     ),
 ]

@@ -33,12 +33,11 @@ from gic_runtime.cli.common import (
     StorageOpt,
     driver_looks_alive,
     human_bytes,
-    open_job,
     stderr_console,
     stdout_console,
     to_uri,
 )
-from gic_runtime.cli.inventory import require_job
+from gic_runtime.cli.inventory import open_existing_job
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import new_request_id
 from gic_runtime.coordination.savepoints import directory_size, write_canonical_extras
@@ -205,8 +204,7 @@ def savepoint(
     wait: WaitOpt = True,
     timeout: TimeoutOpt = 600.0,
 ) -> None:
-    ctx = open_job(storage, job_id, config)
-    require_job(ctx)
+    ctx = open_existing_job(storage, job_id, config)
     fmt = SavepointFormat(format)
     target_uri = to_uri(target) if target else None
     status = read_status(ctx.resolver, ctx.root, ctx.job_id)

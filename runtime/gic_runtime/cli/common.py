@@ -2,8 +2,10 @@
 
 Every command takes ``--storage``, ``--job-id`` and ``--config``; unset options fall back
 to :meth:`GICSettings.load <gic_runtime.config.GICSettings.load>` (environment
-``GIC_STORAGE`` / ``GIC_JOB_ID``, the file ``GIC_CONFIG_FILE`` names, then defaults).
-A settings error names the command-line option that was wrong, not the setting.
+``GIC_STORAGE`` / ``GIC_JOB_ID``, the file ``GIC_CONFIG_FILE`` names, then defaults; a
+job id no source names is the only job under the root for the commands that act on one
+job, :func:`gic_runtime.cli.inventory.open_existing_job`). A settings error names the
+command-line option that was wrong, not the setting.
 
 Errors reach the user as one line ``error: <message>`` on stderr (see
 :func:`error_line`); secrets from the environment are masked in it. Results go to
@@ -69,7 +71,7 @@ JobIdOpt = Annotated[
     typer.Option(
         "--job-id",
         help="Job id (its directory is <storage>/jobs/<job-id>). Default: GIC_JOB_ID, the "
-        "settings file, else gic-job.",
+        "settings file, else the only job under the storage root.",
         show_default=False,
     ),
 ]
@@ -136,12 +138,6 @@ def make_resolver(root: str) -> StoreResolver:
     if loc.scheme == "file" and Path(loc.path).is_dir():
         resolver.register(LocalObjectStore(loc.path))
     return resolver
-
-
-def open_job(storage: str | None, job_id: str | None, config: Path | None) -> JobContext:
-    """Settings from the common options, and a resolver for their storage."""
-    settings = load_settings(config, storage=storage, job_id=job_id)
-    return JobContext(settings, make_resolver(settings.storage))
 
 
 def to_uri(path: str) -> str:

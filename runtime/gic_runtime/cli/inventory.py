@@ -4,6 +4,9 @@ A job exists exactly when at least one object lies under ``<root>/jobs/<job>/`` 
 status record, fencing epochs, checkpoints, control requests: a driver writes several
 before its first batch). :func:`require_job` turns a job id that names nothing into one
 error listing the jobs that do exist, so a typo never reads as an empty job.
+:func:`open_existing_job` is how the commands that act on one job find it: the job the
+options, ``GIC_JOB_ID`` or the settings file name, else the only job under the root (an
+error lists them when there are several, and says so when there is none).
 
 Listing the jobs lists every object under ``<root>/jobs/`` (one LIST per 1000 objects on
 S3); checking one job stops at its first object.
@@ -14,9 +17,10 @@ Thread-safety: stateless functions; a command runs on one thread.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gic_runtime.checkpoint.catalog import read_manifest, resolve_prefix
-from gic_runtime.cli.common import CLIError, JobContext
+from gic_runtime.cli.common import CLIError, JobContext, load_settings, make_resolver
 from gic_runtime.coordination.savepoints import directory_size
 from gic_runtime.errors import GICError
 from gic_runtime.layout import SAVEPOINT_MANIFEST, job_dir, parse_checkpoint_id
@@ -71,6 +75,33 @@ def require_job(ctx: JobContext) -> None:
         f"no job {ctx.job_id!r} under {ctx.root} ({there}); check --job-id and --storage "
         "(gic jobs lists a root's jobs)"
     )
+
+
+def open_existing_job(storage: str | None, job_id: str | None, config: Path | None) -> JobContext:
+    """The settings of the job a command acts on, which must exist under the root.
+
+    The job is the one ``--job-id``, ``GIC_JOB_ID`` or the settings file names; when
+    none does, the only job under the root (listing every object under ``jobs/``).
+    Raises :class:`CLIError` when the named job has no objects, or no job was named and
+    the root holds none or several (the message lists them)."""
+    settings = load_settings(config, storage=storage, job_id=job_id)
+    resolver = make_resolver(settings.storage)
+    if "job_id" not in settings.model_fields_set:
+        found = list(scan_jobs(resolver, settings.storage))
+        if not found:
+            raise CLIError(
+                f"no jobs under {settings.storage} yet: check --storage (or GIC_STORAGE), or "
+                "run a job there first"
+            )
+        if len(found) > 1:
+            raise CLIError(
+                f"{settings.storage} holds {len(found)} jobs ({', '.join(found)}): name one "
+                "with --job-id (or GIC_JOB_ID)"
+            )
+        settings = load_settings(config, storage=storage, job_id=found[0])
+    ctx = JobContext(settings, resolver)
+    require_job(ctx)
+    return ctx
 
 
 @dataclass(frozen=True)
