@@ -42,7 +42,9 @@ load live in a context variable for the duration of that load).
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -91,10 +93,31 @@ def _default_storage() -> str:
     return Path("gic-data").absolute().as_uri()
 
 
-def default_local_dir() -> str:
+def default_local_dir(storage: str | None = None) -> str:
     """The local directory of a local-mode job (and of the driver's own files) when
-    ``local_dir`` is not set: ``<tmp>/gic-local``."""
-    return os.path.join(tempfile.gettempdir(), "gic-local")
+    ``local_dir`` is not set.
+
+    For a ``file://`` storage root ``/a/b/root``: ``/a/b/root-local``, next to the storage
+    and never inside it (where the orphan sweep would count its files as the job's), so
+    jobs on different roots keep apart and a root's local state is found beside it.
+    Otherwise (S3, the filesystem root itself): ``<tmp>/gic-local-<user>``, one per user so
+    users of a shared temporary directory never share (or lock each other out of) one.
+    """
+    if storage is not None:
+        loc = StorageURI.parse(storage)
+        root = Path(loc.path)
+        if loc.scheme == "file" and root.name:
+            return str(root.with_name(f"{root.name}-local"))
+    return os.path.join(tempfile.gettempdir(), f"gic-local-{_user()}")
+
+
+def _user() -> str:
+    """The current user's name for file names (the uid when it has none)."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):  # a uid without a passwd entry (containers)
+        name = str(os.getuid())
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or str(os.getuid())
 
 
 def _normalize_uri(value: str) -> str:
@@ -273,7 +296,8 @@ class GICSettings(BaseSettings):
         None,
         min_length=1,
         description="Directory for executor-local state copies (fast restarts of buckets on "
-        "the same executor). None: in local mode <tmp>/gic-local, kept across restarts; on a "
+        "the same executor). None: in local mode <root>-local next to a file:// storage "
+        "root, else <tmp>/gic-local-<user>, kept across restarts; on a "
         "cluster each executor's own scratch directory (the first of SPARK_LOCAL_DIRS, e.g. "
         "an executor pod's spark-local-dir volume). A relative path resolves against each "
         "executor's working directory.",
@@ -373,6 +397,11 @@ class GICSettings(BaseSettings):
         return value.strip().lower() if isinstance(value, str) else value
 
     # --- views -------------------------------------------------------------------------
+
+    @property
+    def resolved_local_dir(self) -> str:
+        """``local_dir``, else :func:`default_local_dir` of the storage root."""
+        return self.local_dir or default_local_dir(self.storage)
 
     def task_settings(self) -> TaskSettings:
         """The executor-side tuning these settings describe."""
@@ -476,7 +505,7 @@ ACCEPTED: Mapping[str, str] = {
     "allow_query_change": "true or false (also 1/0, yes/no, on/off)",
     "output_takeover": "the job id that owns the output now (or unset: take nobody's)",
     "epoch": "a positive integer (or unset: the driver claims the next)",
-    "local_dir": "a non-empty directory path (or unset: executor scratch / <tmp>/gic-local)",
+    "local_dir": "a non-empty directory path (or unset: executor scratch / beside the storage)",
     "orphan_sweep_interval_s": "a positive number of seconds",
     "max_batches": "a positive integer (or unset: no limit)",
     "metrics_port": "a port number from 0 to 65535 (or unset: off)",

@@ -50,7 +50,7 @@ from gic_runtime.cli.spark_env import (
     progress_lines,
     spark_log_path,
 )
-from gic_runtime.config import GICSettings, default_local_dir, env_var
+from gic_runtime.config import GICSettings, env_var
 from gic_runtime.errors import GICError
 
 HELP = """Run a GIC job (a PySpark app using gic_runtime.spark) locally, in this process.
@@ -139,7 +139,7 @@ def app_environment(settings: GICSettings, log: Path) -> dict[str, str]:
 
 
 def _log_path(settings: GICSettings, app: Path) -> Path:
-    local = Path(settings.local_dir or default_local_dir())
+    local = Path(settings.resolved_local_dir)
     return spark_log_path(local / "logs", new_log_name(app.stem))
 
 

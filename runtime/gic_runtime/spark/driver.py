@@ -46,7 +46,7 @@ from pyspark.sql import DataFrame, SparkSession
 from gic_runtime import crashpoints
 from gic_runtime.checkpoint.live_sweep import LiveSweeper
 from gic_runtime.checkpoint.sweep import SweepResult
-from gic_runtime.config import GICSettings, default_local_dir
+from gic_runtime.config import GICSettings
 from gic_runtime.control import ControlChannel
 from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
@@ -99,7 +99,7 @@ class Driver:
         self.query = query
         self.root = settings.storage
         self.job_id = settings.job_id
-        local = Path(settings.local_dir or default_local_dir())
+        local = Path(settings.resolved_local_dir)
         self.spark_dir = str(local / self.job_id / "spark-checkpoint")  # Spark's own, laid down
         self.num_tasks = settings.num_tasks or int(
             spark.conf.get("spark.sql.shuffle.partitions") or "4"
@@ -128,11 +128,12 @@ class Driver:
 
     @property
     def executor_local_dir(self) -> str:
-        """What the barrier tells executors: the configured directory, else
-        ``<tmp>/gic-local`` in local mode, else "" (each executor's scratch directory)."""
-        if self.settings.local_dir:
-            return self.settings.local_dir
-        return default_local_dir() if is_local_master(self.spark.sparkContext.master or "") else ""
+        """What the barrier tells executors: the configured directory, else in local mode
+        :func:`~gic_runtime.config.default_local_dir` of the storage (beside a ``file://``
+        root), else "" (each executor's scratch directory)."""
+        if self.settings.local_dir or is_local_master(self.spark.sparkContext.master or ""):
+            return self.settings.resolved_local_dir
+        return ""
 
     def prepare(self) -> StartInfo:
         """Everything before the first batch (see the module docstring).

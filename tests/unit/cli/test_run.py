@@ -168,6 +168,20 @@ def test_the_job_id_is_exported_only_when_given(gic: Any, tmp_path: Path) -> Non
     assert "GIC_SPARK_LOG" not in os.environ
 
 
+def test_local_state_and_the_log_go_beside_a_local_storage_root(gic: Any, tmp_path: Path) -> None:
+    app = tmp_path / "env_app.py"
+    app.write_text(ENV_APP)
+    storage = tmp_path / "project" / "gic-data"
+
+    result = gic("run", str(app), "--storage", str(storage))
+
+    assert result.exit_code == 0, result.stderr
+    log = Path(_app_output(result.stdout)["GIC_SPARK_LOG"])
+    assert log.parent == tmp_path / "project" / "gic-data-local" / "logs"
+    assert f"Spark's log: {log}" in result.stderr
+    assert not log.is_relative_to(storage)
+
+
 def test_a_users_spark_log_and_interpreters_are_kept(gic: Any, tmp_path: Path) -> None:
     app = tmp_path / "env_app.py"
     app.write_text(ENV_APP)

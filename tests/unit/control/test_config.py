@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 from gic_runtime.changelog.segment import Codec
 from gic_runtime.checkpoint.manifest import RestoreMode
-from gic_runtime.config import ACCEPTED, GICSettings, env_var
+from gic_runtime.config import ACCEPTED, GICSettings, default_local_dir, env_var
 from gic_runtime.errors import ConfigurationError
 
 
@@ -30,8 +32,24 @@ def test_defaults_resolve_storage_against_the_working_directory(
     )
     assert s.restore_mode is RestoreMode.NO_CLAIM
     assert s.epoch is None and s.metrics_port is None and s.max_batches is None
-    assert s.local_dir is None  # executor scratch on a cluster, <tmp>/gic-local locally
+    assert s.local_dir is None  # executor scratch on a cluster, beside the storage locally
+    assert s.resolved_local_dir == str(tmp_path / "gic-data-local")
     assert s.changelog_preemptive_upload_bytes == 4 * 1024 * 1024
+
+
+def test_local_state_goes_beside_a_local_root_and_to_a_per_user_temp_dir_otherwise(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "data"
+    beside = default_local_dir(root.as_uri())
+    assert beside == str(tmp_path / "data-local")
+    assert not Path(beside).is_relative_to(root)  # the sweep of the root never sees it
+    per_user = default_local_dir("s3://bucket/gic")
+    assert Path(per_user).parent == Path(tempfile.gettempdir())
+    assert Path(per_user).name == f"gic-local-{getpass.getuser()}"
+    assert default_local_dir("file:///") == per_user == default_local_dir()
+    chosen = GICSettings.load(env={}, storage=root.as_uri(), local_dir=str(tmp_path / "x"))
+    assert chosen.resolved_local_dir == str(tmp_path / "x")
 
 
 def test_every_setting_documents_itself_and_what_it_accepts() -> None:
