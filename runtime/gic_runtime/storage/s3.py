@@ -45,7 +45,7 @@ from gic_runtime.errors import (
     TransientStorageError,
 )
 from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo
-from gic_runtime.storage.s3_settings import S3Settings
+from gic_runtime.storage.s3_settings import CREDENTIAL_SOURCES, S3Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -362,9 +362,8 @@ def _translate(exc: Exception, op: str, uri: str, bucket: str) -> StorageError:
         if code in _PERMISSION_CODES:
             return StoragePermissionError(
                 f"S3 refused {op} {uri} ({code}): check the access key id and secret "
-                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the job's S3 secret; with "
-                "temporary credentials also AWS_SESSION_TOKEN, which expires) and the "
-                "bucket policy",
+                f"({CREDENTIAL_SOURCES}; with temporary credentials also AWS_SESSION_TOKEN, "
+                "which expires) and the bucket policy",
                 uri=uri,
             )
         if code in _TRANSIENT_CODES or status >= 500:
@@ -390,7 +389,7 @@ def _translate(exc: Exception, op: str, uri: str, bucket: str) -> StorageError:
     if isinstance(exc, bce.NoCredentialsError | bce.PartialCredentialsError):
         return StoragePermissionError(
             f"no usable S3 credentials for {op} {uri}: set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY (or the job's S3 secret)",
+            f"AWS_SECRET_ACCESS_KEY ({CREDENTIAL_SOURCES})",
             uri=uri,
         )
     return StorageError(f"S3 {op} {uri} failed: {type(exc).__name__}: {exc}", uri=uri)

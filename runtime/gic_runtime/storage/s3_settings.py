@@ -15,6 +15,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+#: Where the credentials of a process come from, for the messages of refused requests: the
+#: same words in a driver's failure, the operator's status and the CLI's errors.
+CREDENTIAL_SOURCES = (
+    "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in this process's environment, else boto3's "
+    "default chain: profile, web identity, instance role. A GICJob's driver and executors "
+    "get the variables from the Secret named in spec.checkpointing.credentialsSecret (or "
+    "from spec.application.env), the operator from its own environment (the chart's "
+    "storageCredentials.secretName)"
+)
+
 
 @dataclass(frozen=True)
 class S3Settings:

@@ -197,6 +197,10 @@ class TestClearErrors:
                 op()
             message = str(info.value)
             assert "check the access key id and secret" in message
+            # what supplies credentials where: a GICJob's Secret, the operator's own
+            assert "spec.checkpointing.credentialsSecret" in message
+            assert "storageCredentials.secretName" in message
+            assert "S3 secret" not in message
             assert wrong not in message
             assert s3_server.settings.secret_access_key not in message
         assert not S3ObjectStore(s3_bucket, "gic", settings=s3_server.settings).exists("k")
