@@ -186,8 +186,9 @@ class ApplicationSpec(KubeModel):
         "streaming tuning, memory, scheduling, serialization, executor CPU requests and node "
         "selectors ...; docs/operations.md lists it). Settings that would change the pods "
         "Spark creates (volumes, pod templates, service accounts, images, secrets) or its "
-        "authentication are refused, as are those the operator sets itself. spark.master "
-        "may be local[...] or the cluster's API server (the default).",
+        "authentication are refused, as are those the operator sets itself, and keys Spark "
+        "does not define (misspellings; spark.hadoop.* is open). spark.master may be "
+        "local[...] or the cluster's API server (the default); spark.log.level is WARN unless set.",
     )
     driver: DriverSpec = Field(
         default_factory=lambda: DriverSpec.model_validate({}), description="Driver resources."
