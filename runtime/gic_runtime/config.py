@@ -99,16 +99,29 @@ def default_local_dir(storage: str | None = None) -> str:
 
     For a ``file://`` storage root ``/a/b/root``: ``/a/b/root-local``, next to the storage
     and never inside it (where the orphan sweep would count its files as the job's), so
-    jobs on different roots keep apart and a root's local state is found beside it.
-    Otherwise (S3, the filesystem root itself): ``<tmp>/gic-local-<user>``, one per user so
-    users of a shared temporary directory never share (or lock each other out of) one.
+    jobs on different roots keep apart and a root's local state is found beside it; when
+    this user can create it (or it exists). Otherwise (S3, the filesystem root itself, a
+    root under a directory this user cannot write): ``<tmp>/gic-local-<user>``, one per
+    user so users of a shared temporary directory never share (or lock each other out
+    of) one.
     """
     if storage is not None:
         loc = StorageURI.parse(storage)
         root = Path(loc.path)
         if loc.scheme == "file" and root.name:
-            return str(root.with_name(f"{root.name}-local"))
+            beside = root.with_name(f"{root.name}-local")
+            if _creatable(beside):
+                return str(beside)
     return os.path.join(tempfile.gettempdir(), f"gic-local-{_user()}")
+
+
+def _creatable(directory: Path) -> bool:
+    """Whether ``directory`` exists or this user may create it: its nearest existing
+    ancestor is a writable directory."""
+    if directory.is_dir():
+        return True
+    existing = next((d for d in directory.parents if d.exists()), None)
+    return existing is not None and existing.is_dir() and os.access(existing, os.W_OK)
 
 
 def _user() -> str:

@@ -48,6 +48,12 @@ def test_local_state_goes_beside_a_local_root_and_to_a_per_user_temp_dir_otherwi
     assert Path(per_user).parent == Path(tempfile.gettempdir())
     assert Path(per_user).name == f"gic-local-{getpass.getuser()}"
     assert default_local_dir("file:///") == per_user == default_local_dir()
+    # beside a root not created yet; the per-user default where nothing can be created
+    assert default_local_dir((tmp_path / "new" / "data").as_uri()) == str(
+        tmp_path / "new" / "data-local"
+    )
+    (tmp_path / "a-file").write_text("")
+    assert default_local_dir((tmp_path / "a-file" / "data").as_uri()) == per_user
     chosen = GICSettings.load(env={}, storage=root.as_uri(), local_dir=str(tmp_path / "x"))
     assert chosen.resolved_local_dir == str(tmp_path / "x")
 
