@@ -12,7 +12,7 @@ from gic_operator.job_reconciler import JobReconciler
 from gic_operator.models import API_VERSION
 from gic_operator.storage_view import open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
-from gic_operator.validation import spark_conf_problem
+from gic_operator.validation import ALLOWED_SPARK_CONF, spark_conf_problem
 
 
 def apply_and_reconcile(tmp_path: Path, spark_conf: dict[str, str]) -> dict[str, object]:
@@ -124,3 +124,15 @@ def test_the_list_is_spark_s_own() -> None:
     assert len(known) > 1000
     assert all(key.startswith("spark.") for key in known)
     assert "spark.sql.shufle.partitions" not in known
+
+
+def test_every_exact_allowlist_entry_is_a_setting_of_the_locked_spark() -> None:
+    # spark.master is read by name (SparkConf), not a registered entry
+    stale = [
+        key
+        for key in ALLOWED_SPARK_CONF
+        if not key.endswith(".")
+        and key != "spark.master"
+        and key not in spark_settings.known_settings()
+    ]
+    assert stale == []
