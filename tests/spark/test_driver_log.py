@@ -3,9 +3,10 @@ prints), Spark at WARN, no progress JSON.
 
 The driver runs here exactly as in its pod: the command and ``GIC_*`` variables the operator
 builds for a GICJob (:func:`gic_operator.launch_config.driver_command`, ``settings_env``),
-``spark-submit`` of ``examples/word_count.py``, with stdout and stderr in one stream as the
-kubelet keeps them. Only the master differs: ``local[1]`` from the GICJob's ``sparkConf``
-instead of executor pods.
+``spark-submit`` of ``examples/word_count.py`` under the entry process, with stdout and
+stderr in one stream as the kubelet keeps them. Only the master (``local[1]`` from the
+GICJob's ``sparkConf`` instead of executor pods), the local directory and the metrics port
+(any free one: processes here share one network) differ.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def driver_log(tmp_path: Path, spark_conf: dict[str, str]) -> str:
         **{k: v for k, v in os.environ.items() if not k.startswith("GIC_")},
         **launch_config.settings_env(plan),
         "GIC_LOCAL_DIR": str(tmp_path / "local"),
+        "GIC_METRICS_PORT": "0",  # a pod has its own network; here any free port
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
