@@ -107,3 +107,24 @@ def test_null_keys_fail_the_batch_with_a_clear_error(spark: SparkSession, tmp_pa
     keyed = job.keyed(lines.select(F.lit(None).cast("string").alias("word")), key="word")
     with pytest.raises(StateError, match="null"):
         keyed.aggregate(count=count()).discard().run(trigger="available-now")
+
+
+def test_more_shuffle_partitions_than_buckets_run_one_task_per_bucket(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's default of 200 shuffle partitions with fewer buckets: the job runs one
+    state task per bucket instead of refusing its first batch."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    write_text_batches(src, 2)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    try:
+        job = GICJob(spark, settings(tmp_path, num_buckets=8))
+        keyed = job.keyed(words_of(spark, src), key="word").aggregate(count=count())
+        query = keyed.to_parquet(str(out))
+        summary = query.run(trigger="available-now")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before or "4")
+    assert len(summary.batches) == 2
+    assert query.driver is not None and query.driver.num_tasks == 8
+    assert sink_batches(out) == dict(enumerate(reference_counts(src, 2)))

@@ -101,8 +101,8 @@ class Driver:
         self.job_id = settings.job_id
         local = Path(settings.resolved_local_dir)
         self.spark_dir = str(local / self.job_id / "spark-checkpoint")  # Spark's own, laid down
-        self.num_tasks = settings.num_tasks or int(
-            spark.conf.get("spark.sql.shuffle.partitions") or "4"
+        self.num_tasks = settings.num_tasks or min(  # Spark's default is 200 partitions
+            int(spark.conf.get("spark.sql.shuffle.partitions") or "4"), settings.num_buckets
         )
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
