@@ -34,6 +34,7 @@ from gic_operator.settings import (
     StorageAllowlist,
 )
 from gic_runtime.errors import ConfigurationError
+from gic_runtime.listen import listen_addresses
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="Port of /healthz and /readyz (0: any free port, -1: off; default 8081).",
     )
+    serve.add_argument(
+        "--bind-address",
+        metavar="IP",
+        default=None,
+        help="IP address of both endpoints: the pod's IP (the chart passes status.podIP), "
+        "served together with the loopback address when it is not one; default: every "
+        "interface.",
+    )
     parser.add_argument(
         "--reconcile-interval",
         type=float,
@@ -135,6 +144,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for option, port in ports:
         if not -1 <= port <= _PORT_MAX:
             problems.append(f"{option} {port} is not a port: use 0-{_PORT_MAX}, or -1 for off")
+    try:
+        listen_addresses(args.bind_address)
+    except ConfigurationError as exc:
+        problems.append(f"--bind-address: {exc}")
     interval = args.reconcile_interval
     if not (math.isfinite(interval) and interval > 0):
         problems.append(f"--reconcile-interval {interval} must be a positive number of seconds")
@@ -186,13 +199,14 @@ def build_servers(args: argparse.Namespace, ready: threading.Event) -> list[Heal
     """The health and metrics servers the options ask for (one when the ports match)."""
     metrics = default_metrics()
     health, scrape = args.health_port, args.metrics_port
+    host = args.bind_address
     if health >= 0 and health == scrape and health != 0:
-        return [HealthServer(health, metrics, ready.is_set)]
+        return [HealthServer(health, metrics, ready.is_set, host)]
     servers = []
     if health >= 0:
-        servers.append(HealthServer(health, None, ready.is_set))
+        servers.append(HealthServer(health, None, ready.is_set, host))
     if scrape >= 0:
-        servers.append(HealthServer(scrape, metrics, ready.is_set))
+        servers.append(HealthServer(scrape, metrics, ready.is_set, host))
     return servers
 
 

@@ -76,17 +76,17 @@ TOKEN_DURATION = "24h"
 def spark_rewrite(command: list[str]) -> list[str]:
     """Run ``spark-submit`` as the one beside this interpreter (the venv's PySpark).
 
-    The process kubelet runs every pod in the host's network namespace and file system,
-    where a real pod has its own: the driver's fixed metrics port (``GIC_METRICS_PORT``)
-    would collide between drivers on this machine, and its local directory (Spark's
-    checkpoint directory, the executor cache) would be shared between runs. So the
-    command runs with metrics on any free port and the local directory inside the pod's
-    own working directory.
+    The process kubelet runs every pod in the host's file system, where a real pod has
+    its own: the driver's local directory (Spark's checkpoint directory, the executor
+    cache; by default ``<tmp>/gic-local``) would be shared with other test runs on this
+    machine that use the same namespace and job names. So the command runs with the
+    local directory inside the pod's own working directory. (The driver's metrics port
+    needs nothing: the driver binds it on its pod's own IP.)
     """
     command = default_rewrite(command)
     if command[:1] == ["spark-submit"]:
         spark_submit = str(Path(sys.executable).with_name("spark-submit"))
-        script = 'export GIC_METRICS_PORT=0 GIC_LOCAL_DIR="$PWD/gic-local"; exec "$@"'
+        script = 'export GIC_LOCAL_DIR="$PWD/gic-local"; exec "$@"'
         return ["sh", "-c", script, "sh", spark_submit, *command[1:]]
     return command
 

@@ -28,6 +28,7 @@ COMMON_ARGS = [
     "--peering=gic-operator",
     "--metrics-port=8080",
     "--health-port=8081",
+    "--bind-address=$(POD_IP)",
     "--reconcile-interval=5",
     "--log-level=info",
 ]

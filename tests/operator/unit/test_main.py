@@ -82,6 +82,26 @@ def test_servers(argv: list[str], expected: list[tuple[int, bool]]) -> None:
     assert [(s.port, s.serves_metrics) for s in servers] == expected
 
 
+def test_servers_bind_the_given_address() -> None:
+    args = cli.parse_args(["-A", "--bind-address", "10.1.2.3"])
+    servers = cli.build_servers(args, threading.Event())
+    assert [s.addresses for s in servers] == [("10.1.2.3", "127.0.0.1")] * 2
+    args = cli.parse_args(["-A", "--bind-address", "127.130.0.7"])
+    assert [s.addresses for s in cli.build_servers(args, threading.Event())] == [
+        ("127.130.0.7",)
+    ] * 2
+    assert [s.addresses for s in cli.build_servers(cli.parse_args(["-A"]), threading.Event())] == [
+        ("0.0.0.0",)
+    ] * 2
+
+
+def test_a_bind_address_that_is_no_ip_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args(["-A", "--bind-address", "pod-ip"])
+    assert exited.value.code == 2
+    assert "--bind-address: 'pod-ip' is not an IP address" in capsys.readouterr().err
+
+
 def test_help_mentions_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.parse_args(["--help"])
@@ -97,5 +117,6 @@ def test_help_mentions_every_option(capsys: pytest.CaptureFixture[str]) -> None:
         "--reconcile-interval",
         "--log-level",
         "--verbose",
+        "--bind-address",
     ):
         assert option in out
