@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Watch namespace NS (repeat for several).",
     )
     where.add_argument("--all-namespaces", "-A", action="store_true", help="Watch every namespace.")
+    where.add_argument(
+        "--warn-unwatched",
+        action="store_true",
+        help="Post a Warning Event (NotWatched) on GICJobs in namespaces not watched (needs "
+        "a cluster-wide list of GICJobs and creating Events; not with --all-namespaces).",
+    )
     peers = parser.add_argument_group("peering (one active operator at a time)")
     peers.add_argument(
         "--peering",
@@ -132,6 +138,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         problems.append(
             "no namespace to watch: give --namespace NS (repeatable) or --all-namespaces"
         )
+    if args.warn_unwatched and args.all_namespaces:
+        problems.append(
+            "--warn-unwatched has nothing to warn about with --all-namespaces: leave it out"
+        )
     bad = [ns for ns in args.namespace if not _NAMESPACE.match(ns)]
     if bad:
         problems.append(
@@ -169,6 +179,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         namespaces=tuple(args.namespace),
         all_namespaces=bool(args.all_namespaces),
         allowlist=getattr(args, "allowlist", None) or StorageAllowlist(),
+        warn_unwatched=bool(getattr(args, "warn_unwatched", False)),
     )
 
 
@@ -233,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     scope = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
     _log.info("gic-operator watching %s (peering: %s)", scope, settings.peering or "standalone")
+    if settings.warn_unwatched:
+        _log.info("GICJobs in other namespaces get a Warning Event NotWatched")
     if not settings.allowlist.configured:
         _log.warning(
             "no storage allowlist: GICJobs may name any storage and S3 endpoint, which the "

@@ -95,6 +95,18 @@ def test_servers_bind_the_given_address() -> None:
     ] * 2
 
 
+def test_warn_unwatched_is_for_a_namespaced_operator(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = cli.settings_from_args(cli.parse_args(["-n", "team-a", "--warn-unwatched"]))
+    assert settings.warn_unwatched and settings.namespaces == ("team-a",)
+    assert not cli.settings_from_args(cli.parse_args(["-n", "team-a"])).warn_unwatched
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args(["-A", "--warn-unwatched"])
+    assert exited.value.code == 2
+    assert "--warn-unwatched has nothing to warn about with --all-namespaces" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_bind_address_that_is_no_ip_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.parse_args(["-A", "--bind-address", "pod-ip"])
@@ -118,5 +130,6 @@ def test_help_mentions_every_option(capsys: pytest.CaptureFixture[str]) -> None:
         "--log-level",
         "--verbose",
         "--bind-address",
+        "--warn-unwatched",
     ):
         assert option in out
