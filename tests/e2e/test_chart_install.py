@@ -19,10 +19,11 @@ test control plane:
    a job in team-b starts too, the one in team-a goes on;
 5. nothing the operator did was refused: no 403 in its log, no Event about one.
 
-What differs from a real cluster comes from the process kubelet, whose pods all share this
-machine's network: one replica, metrics and health ports that are free here (the upgrade
-moves them, as the old pod holds its ports while the new one starts), and no image (the
-kubelet runs ``gic-operator`` from this venv). The jobs are the suite's usual
+What differs from a real cluster: one replica (the upgrade's rollout is then one pod, which
+keeps this module short on two cores), and no image (the kubelet runs ``gic-operator`` from
+this venv). The chart's metrics and health ports are its defaults: the operator binds them
+on its pod's own IP, so the upgraded pod starts while the old one still holds them (see
+``test_local_cluster.py`` for the default two replicas). The jobs are the suite's usual
 ``rate_count.py`` on ``local[2]``.
 
 Control-plane mode only (skipped with ``GIC_E2E_KUBECONFIG``).
@@ -46,7 +47,7 @@ import pytest
 
 from gic_runtime.storage.uri import StoreResolver
 
-from ..controlplane.cluster import ControlPlane, free_port
+from ..controlplane.cluster import ControlPlane
 from ..controlplane.kubelet import default_rewrite
 from .chart import CHART
 from .cluster import Cluster, Place
@@ -81,11 +82,6 @@ def operator_rewrite(command: list[str]) -> list[str]:
         head = [str(script)] if script.exists() else [sys.executable, "-m", "gic_operator"]
         return [*head, *command[1:]]
     return default_rewrite(command)
-
-
-def free_ports() -> dict[str, Any]:
-    """Metrics and health ports free on this machine (its pods share its network)."""
-    return {"metrics": {"port": free_port()}, "health": {"port": free_port()}}
 
 
 def secret(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
@@ -210,7 +206,7 @@ def release(e2e_backend: ControlPlaneBackend) -> Iterator[Release]:
     values: dict[str, Any] = {}
     for expression in INSTALL_SETS:
         values.update(helm_python.parse_set_string(expression))
-    values.update(replicaCount=1, reconcileIntervalSeconds=1, **free_ports())
+    values.update(replicaCount=1, reconcileIntervalSeconds=1)
     config = helm_python.Config(kubeconfig_path=str(plane.kubeconfig), namespace=RELEASE_NAMESPACE)
     with config as helm:
         state.helm = helm
@@ -358,7 +354,7 @@ def test_an_upgrade_adds_a_namespace(release: Release, cluster: InstalledCluster
     release.helm.upgrade(
         str(CHART),
         RELEASE,
-        {**values, **free_ports()},
+        values,
         namespace=RELEASE_NAMESPACE,
         reuse_values=True,
     )
