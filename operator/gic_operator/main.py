@@ -240,7 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         for server in servers:
             server.stop()
-        print(f"gic-operator: cannot serve probes or metrics: {exc}", file=sys.stderr)
+        print(
+            f"gic-operator: cannot serve probes or metrics: {exc}. Another process listens "
+            "there: give --metrics-port and --health-port free ports (0: any), or bind the "
+            "pod's own IP with --bind-address (the Helm chart passes $(POD_IP))",
+            file=sys.stderr,
+        )
         return 1
     scope = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
     _log.info("gic-operator watching %s (peering: %s)", scope, settings.peering or "standalone")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -133,3 +136,25 @@ def test_help_mentions_every_option(capsys: pytest.CaptureFixture[str]) -> None:
         "--warn-unwatched",
     ):
         assert option in out
+
+
+def test_a_taken_port_exits_with_advice_that_works() -> None:
+    """A replica whose health port is taken on its address exits with 1 and says what to
+    change (the server starts before kopf, so no cluster is needed)."""
+    with socket.socket() as taken:
+        taken.bind(("127.133.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "gic_operator", "-n", "ns", "--standalone"]
+        command += ["--metrics-port", "-1", "--health-port", str(port)]
+        result = subprocess.run(
+            [*command, "--bind-address", "127.133.0.1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 1, result.stderr
+    assert f"127.133.0.1:{port}" in result.stderr
+    assert "give --metrics-port and --health-port free ports (0: any)" in result.stderr
+    assert "--bind-address (the Helm chart passes $(POD_IP))" in result.stderr
