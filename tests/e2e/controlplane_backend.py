@@ -76,17 +76,20 @@ TOKEN_DURATION = "24h"
 def spark_rewrite(command: list[str]) -> list[str]:
     """Run ``spark-submit`` as the one beside this interpreter (the venv's PySpark).
 
-    The process kubelet runs every pod in the host's file system, where a real pod has
-    its own: the driver's local directory (Spark's checkpoint directory, the executor
-    cache; by default ``<tmp>/gic-local``) would be shared with other test runs on this
-    machine that use the same namespace and job names. So the command runs with the
-    local directory inside the pod's own working directory. (The driver's metrics port
-    needs nothing: the driver binds it on its pod's own IP.)
+    The process kubelet runs every pod in the host's file system and network namespace,
+    where a real pod has its own: the driver's local directory (Spark's checkpoint
+    directory, the executor cache; by default ``<tmp>/gic-local``) would be shared with
+    other test runs on this machine that use the same namespace and job names, and the
+    driver's fixed metrics port, though bound on the pod's own IP, is refused while any
+    process of this machine listens on port 9090 of every interface (other work on a
+    shared machine). So the command runs with the local directory inside the pod's own
+    working directory and metrics on any free port. ``test_local_cluster.py`` runs the
+    drivers as they are, port 9090 on their pod IPs.
     """
     command = default_rewrite(command)
     if command[:1] == ["spark-submit"]:
         spark_submit = str(Path(sys.executable).with_name("spark-submit"))
-        script = 'export GIC_LOCAL_DIR="$PWD/gic-local"; exec "$@"'
+        script = 'export GIC_METRICS_PORT=0 GIC_LOCAL_DIR="$PWD/gic-local"; exec "$@"'
         return ["sh", "-c", script, "sh", spark_submit, *command[1:]]
     return command
 

@@ -20,11 +20,12 @@ test control plane:
 5. nothing the operator did was refused: no 403 in its log, no Event about one.
 
 What differs from a real cluster: one replica (the upgrade's rollout is then one pod, which
-keeps this module short on two cores), and no image (the kubelet runs ``gic-operator`` from
-this venv). The chart's metrics and health ports are its defaults: the operator binds them
-on its pod's own IP, so the upgraded pod starts while the old one still holds them (see
-``test_local_cluster.py`` for the default two replicas). The jobs are the suite's usual
-``rate_count.py`` on ``local[2]``.
+keeps this module short on two cores), metrics and health ports that are free on this
+machine (the operator binds them on its pod's own IP, but a process of this machine that
+listens on the same port of every interface would still take it: other work on a shared
+machine), and no image (the kubelet runs ``gic-operator`` from this venv).
+``test_local_cluster.py`` installs with the chart's defaults. The jobs are the suite's
+usual ``rate_count.py`` on ``local[2]``.
 
 Control-plane mode only (skipped with ``GIC_E2E_KUBECONFIG``).
 """
@@ -47,7 +48,7 @@ import pytest
 
 from gic_runtime.storage.uri import StoreResolver
 
-from ..controlplane.cluster import ControlPlane
+from ..controlplane.cluster import ControlPlane, free_port
 from ..controlplane.kubelet import default_rewrite
 from .chart import CHART
 from .cluster import Cluster, Place
@@ -82,6 +83,11 @@ def operator_rewrite(command: list[str]) -> list[str]:
         head = [str(script)] if script.exists() else [sys.executable, "-m", "gic_operator"]
         return [*head, *command[1:]]
     return default_rewrite(command)
+
+
+def free_ports() -> dict[str, Any]:
+    """Metrics and health ports no process of this machine listens on."""
+    return {"metrics": {"port": free_port()}, "health": {"port": free_port()}}
 
 
 def secret(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
@@ -206,7 +212,7 @@ def release(e2e_backend: ControlPlaneBackend) -> Iterator[Release]:
     values: dict[str, Any] = {}
     for expression in INSTALL_SETS:
         values.update(helm_python.parse_set_string(expression))
-    values.update(replicaCount=1, reconcileIntervalSeconds=1)
+    values.update(replicaCount=1, reconcileIntervalSeconds=1, **free_ports())
     config = helm_python.Config(kubeconfig_path=str(plane.kubeconfig), namespace=RELEASE_NAMESPACE)
     with config as helm:
         state.helm = helm
@@ -354,7 +360,7 @@ def test_an_upgrade_adds_a_namespace(release: Release, cluster: InstalledCluster
     release.helm.upgrade(
         str(CHART),
         RELEASE,
-        values,
+        {**values, **free_ports()},
         namespace=RELEASE_NAMESPACE,
         reuse_values=True,
     )
