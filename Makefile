@@ -16,8 +16,8 @@ RUN_PY := $(RUN_VENV)/bin/python
 RUN_STAMP := $(RUN_VENV)/.installed
 RUN_LOCK := requirements/run.lock
 
-.PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane cluster lock \
-	spark-settings
+.PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane helm cluster \
+	lock spark-settings
 
 setup: $(STAMP)
 
@@ -98,11 +98,18 @@ contracts: setup
 controlplane:
 	PYTHON=$(PYTHON) controlplane/build.sh
 
-# A control plane with one process-kubelet node, in the foreground until Ctrl-C.
-cluster: setup controlplane
+# The Helm CLI, built from helm.sh/helm/v3 pinned in controlplane/helm/go.mod into
+# .cache/controlplane/helm-<version>/bin (reused when up to date; a module of its own, so
+# it never changes the control plane's inputs).
+helm:
+	PYTHON=$(PYTHON) controlplane/helm/build.sh
+
+# A control plane with one process-kubelet node, in the foreground until Ctrl-C; it prints
+# the KUBECONFIG and PATH (kubectl, helm) to use and the commands of the local path.
+cluster: setup controlplane helm
 	$(PY) -m tests.controlplane
 
-unit: setup jvm controlplane
+unit: setup jvm controlplane helm
 	$(PY) -m pytest tests
 
 test: lint typecheck contracts unit

@@ -7,6 +7,8 @@ Every handler finds the resource to reconcile and calls :class:`JobReconciler` o
 * a driver pod (label ``gic.io/role=driver``) changes -> reconcile its job at once, which
   is what makes crash recovery start within a second of the pod failing;
 * a Savepoint changes or its timer fires (until it reaches a final state) -> reconcile it;
+* with ``warn_unwatched``, GICJobs outside the watched namespaces get a Warning Event
+  (:mod:`gic_operator.unwatched`, on a thread started and stopped with kopf);
 * a Savepoint is deleted -> dispose of its files when asked (kopf's finalizer holds the
   deletion until :meth:`SavepointReconciler.dispose` returns; while a job that restored
   from it has not released it, every :data:`HELD_RETRY_DELAY_S`).
@@ -36,6 +38,7 @@ from gic_operator.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
 from gic_operator.savepoint_reconciler import SavepointReconciler
 from gic_operator.settings import OperatorSettings
 from gic_operator.storage_view import open_job_storage
+from gic_operator.unwatched import UnwatchedJobsReporter
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,17 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
     @kopf.on.startup(id="gic-reconcilers")
     def startup(**_: Any) -> None:
         rt.build()
+
+    if settings.warn_unwatched and not settings.all_namespaces:
+        reporter = UnwatchedJobsReporter(settings.namespaces)
+
+        @kopf.on.startup(id="gic-unwatched-jobs")
+        def start_reporter(**_: Any) -> None:
+            reporter.start(KubernetesApi())
+
+        @kopf.on.cleanup(id="gic-unwatched-jobs-stop")
+        def stop_reporter(**_: Any) -> None:
+            reporter.stop()
 
     @kopf.on.event(GROUP, VERSION, "gicjobs", id="gicjob-event")
     def job_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:

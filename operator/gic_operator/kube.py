@@ -3,7 +3,9 @@
 Reconcilers talk to Kubernetes only through :class:`KubeApi`, a small synchronous
 protocol over plain JSON dicts: driver pods (read, list, create, delete), the driver's
 service, the operator's own custom objects (``gic.io/v1alpha1``: ``gicjobs``,
-``savepoints``), their status, and Events.
+``savepoints``), their status, and Events. ``list_objects_everywhere`` lists a custom
+resource in every namespace (a cluster-wide grant, used only by
+:mod:`gic_operator.unwatched`).
 :class:`gic_operator.kube_client.KubernetesApi` implements it on the official
 ``kubernetes`` client; :class:`gic_operator.testing.fake_kube.TestingKubeApi` in memory,
 for unit tests of the reconcilers.
@@ -138,6 +140,8 @@ class KubeApi(Protocol):
     def list_objects(
         self, plural: str, namespace: str, labels: Mapping[str, str] | None = None
     ) -> list[dict[str, Any]]: ...
+
+    def list_objects_everywhere(self, plural: str) -> list[dict[str, Any]]: ...
 
     def create_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> bool: ...
 

@@ -246,6 +246,16 @@ class KubernetesApi:
         )
         return [with_kind(plural, item) for item in (data or {}).get("items") or []]
 
+    def list_objects_everywhere(self, plural: str) -> list[dict[str, Any]]:
+        data = self._call(
+            f"listing {plural} in all namespaces",
+            self._custom.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            plural,
+        )
+        return [with_kind(plural, item) for item in (data or {}).get("items") or []]
+
     def create_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> bool:
         name = (body.get("metadata") or {}).get("name")
         created = self._call(

@@ -107,10 +107,22 @@ def _credential_env(plan: LaunchPlan) -> list[dict[str, Any]]:
     return env
 
 
+#: The driver's metrics endpoint binds its pod's IP (``status.podIP``), as any server
+#: of a pod may: alone on its port wherever pods share a network namespace (the project's
+#: process kubelet), reachable by Services and Prometheus everywhere
+#: (:mod:`gic_runtime.listen`).
+METRICS_HOST_ENV = {
+    "name": env_var("metrics_host"),
+    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+}
+
+
 def driver_env(plan: LaunchPlan) -> list[dict[str, Any]]:
-    """The driver container's environment: the ``GIC_*`` settings, the user's ``env``,
-    then the S3 credentials by ``secretKeyRef`` (when ``credentialsSecret`` is set)."""
+    """The driver container's environment: the ``GIC_*`` settings (``GIC_METRICS_HOST``
+    from the downward API), the user's ``env``, then the S3 credentials by
+    ``secretKeyRef`` (when ``credentialsSecret`` is set)."""
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in settings_env(plan).items()]
+    env.append(dict(METRICS_HOST_ENV))
     env += [_user_env(e) for e in plan.spec.application.env]
     return env + _credential_env(plan)
 
@@ -201,6 +213,7 @@ def validate_launch(plan: LaunchPlan) -> None:
     variables together with any ``GIC_*`` the user's ``env`` adds, which must not set a
     variable the operator sets."""
     reserved = set(settings_env(plan)) | set(_secret_names(plan)) | set(_SPARK_RESERVED_ENV)
+    reserved.add(str(METRICS_HOST_ENV["name"]))
     clashes = sorted({e.name for e in plan.spec.application.env} & reserved)
     if clashes:
         raise ConfigurationError(

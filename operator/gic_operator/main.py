@@ -34,6 +34,7 @@ from gic_operator.settings import (
     StorageAllowlist,
 )
 from gic_runtime.errors import ConfigurationError
+from gic_runtime.listen import listen_addresses
 
 _log = logging.getLogger(__name__)
 
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Watch namespace NS (repeat for several).",
     )
     where.add_argument("--all-namespaces", "-A", action="store_true", help="Watch every namespace.")
+    where.add_argument(
+        "--warn-unwatched",
+        action="store_true",
+        help="Post a Warning Event (NotWatched) on GICJobs in namespaces not watched (needs "
+        "a cluster-wide list of GICJobs and creating Events; not with --all-namespaces).",
+    )
     peers = parser.add_argument_group("peering (one active operator at a time)")
     peers.add_argument(
         "--peering",
@@ -92,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="Port of /healthz and /readyz (0: any free port, -1: off; default 8081).",
     )
+    serve.add_argument(
+        "--bind-address",
+        metavar="IP",
+        default=None,
+        help="IP address of both endpoints: the pod's IP (the chart passes status.podIP), "
+        "served together with the loopback address when it is not one; default: every "
+        "interface.",
+    )
     parser.add_argument(
         "--reconcile-interval",
         type=float,
@@ -123,6 +138,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         problems.append(
             "no namespace to watch: give --namespace NS (repeatable) or --all-namespaces"
         )
+    if args.warn_unwatched and args.all_namespaces:
+        problems.append(
+            "--warn-unwatched has nothing to warn about with --all-namespaces: leave it out"
+        )
     bad = [ns for ns in args.namespace if not _NAMESPACE.match(ns)]
     if bad:
         problems.append(
@@ -135,6 +154,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for option, port in ports:
         if not -1 <= port <= _PORT_MAX:
             problems.append(f"{option} {port} is not a port: use 0-{_PORT_MAX}, or -1 for off")
+    try:
+        listen_addresses(args.bind_address)
+    except ConfigurationError as exc:
+        problems.append(f"--bind-address: {exc}")
     interval = args.reconcile_interval
     if not (math.isfinite(interval) and interval > 0):
         problems.append(f"--reconcile-interval {interval} must be a positive number of seconds")
@@ -156,6 +179,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         namespaces=tuple(args.namespace),
         all_namespaces=bool(args.all_namespaces),
         allowlist=getattr(args, "allowlist", None) or StorageAllowlist(),
+        warn_unwatched=bool(getattr(args, "warn_unwatched", False)),
     )
 
 
@@ -186,13 +210,14 @@ def build_servers(args: argparse.Namespace, ready: threading.Event) -> list[Heal
     """The health and metrics servers the options ask for (one when the ports match)."""
     metrics = default_metrics()
     health, scrape = args.health_port, args.metrics_port
+    host = args.bind_address
     if health >= 0 and health == scrape and health != 0:
-        return [HealthServer(health, metrics, ready.is_set)]
+        return [HealthServer(health, metrics, ready.is_set, host)]
     servers = []
     if health >= 0:
-        servers.append(HealthServer(health, None, ready.is_set))
+        servers.append(HealthServer(health, None, ready.is_set, host))
     if scrape >= 0:
-        servers.append(HealthServer(scrape, metrics, ready.is_set))
+        servers.append(HealthServer(scrape, metrics, ready.is_set, host))
     return servers
 
 
@@ -215,10 +240,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         for server in servers:
             server.stop()
-        print(f"gic-operator: cannot serve probes or metrics: {exc}", file=sys.stderr)
+        print(
+            f"gic-operator: cannot serve probes or metrics: {exc}. Another process listens "
+            "there: give --metrics-port and --health-port free ports (0: any), or bind the "
+            "pod's own IP with --bind-address (the Helm chart passes $(POD_IP))",
+            file=sys.stderr,
+        )
         return 1
     scope = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
     _log.info("gic-operator watching %s (peering: %s)", scope, settings.peering or "standalone")
+    if settings.warn_unwatched:
+        _log.info("GICJobs in other namespaces get a Warning Event NotWatched")
     if not settings.allowlist.configured:
         _log.warning(
             "no storage allowlist: GICJobs may name any storage and S3 endpoint, which the "

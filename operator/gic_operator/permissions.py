@@ -43,6 +43,8 @@ KUBE_API_GRANTS: Mapping[str, tuple[Grant, ...]] = {
     "create_secret": (("", "secrets", "create"),),
     "get_object": ((GROUP, PLURAL, "get"),),
     "list_objects": ((GROUP, PLURAL, "list"),),
+    # the same in every namespace (a ClusterRole grant)
+    "list_objects_everywhere": ((GROUP, PLURAL, "list"),),
     "create_object": ((GROUP, PLURAL, "create"),),
     "delete_object": ((GROUP, PLURAL, "delete"),),
     "patch_status": ((GROUP, f"{PLURAL}/status", "patch"),),
@@ -70,6 +72,14 @@ OPERATOR_CALLS: frozenset[tuple[str, str]] = frozenset(
         ("patch_status", "gicjobs"),
         ("patch_status", "savepoints"),
     }
+)
+
+#: Every KubeApi call of :mod:`gic_operator.unwatched` (``--warn-unwatched``, the chart's
+#: ``warnUnwatchedJobs``): GICJobs listed in all namespaces and a Warning Event on each one
+#: outside the watched namespaces, so these grants are cluster-wide and only given when
+#: that option is on.
+UNWATCHED_CALLS: frozenset[tuple[str, str]] = frozenset(
+    {("list_objects_everywhere", "gicjobs"), ("event", "")}
 )
 
 #: What kopf does on a resource with handlers of each kind: every handled resource is
@@ -162,9 +172,13 @@ OPERATOR_HANDLERS: frozenset[tuple[str, str, str]] = frozenset(
 )
 
 
-def operator_rules(cluster_wide: bool) -> tuple[set[Grant], set[Grant]]:
+def operator_rules(
+    cluster_wide: bool, warn_unwatched: bool = False
+) -> tuple[set[Grant], set[Grant]]:
     """``(grants in each watched namespace, cluster-wide grants)`` of the operator; when
-    it watches every namespace, both sets go to one ClusterRole."""
+    it watches every namespace, both sets go to one ClusterRole. ``warn_unwatched`` adds
+    the cluster-wide grants of :data:`UNWATCHED_CALLS` to a namespaced operator (one that
+    watches every namespace has no unwatched namespace)."""
     namespaced = (
         call_grants(OPERATOR_CALLS)
         | kopf_handler_grants(OPERATOR_HANDLERS)
@@ -172,4 +186,6 @@ def operator_rules(cluster_wide: bool) -> tuple[set[Grant], set[Grant]]:
         | set(KOPF_PEERING_CLUSTER if cluster_wide else KOPF_PEERING_NAMESPACED)
     )
     cluster = set(KOPF_DISCOVERY) | (set() if cluster_wide else set(KOPF_NAMESPACES))
+    if warn_unwatched and not cluster_wide:
+        cluster |= call_grants(UNWATCHED_CALLS)
     return namespaced, cluster

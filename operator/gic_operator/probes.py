@@ -17,18 +17,32 @@ called from one controlling thread; requests are served on the server's own thre
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gic_operator.metrics import CONTENT_TYPE_LATEST, OperatorMetrics
+from gic_runtime.listen import host_port, listen_addresses
 
 _log = logging.getLogger(__name__)
 
 
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server whose address family follows its address (IPv4 or 6)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, handler)
+
+
 class HealthServer:
-    """Probe and metrics endpoints on ``host``:``port`` (0: any free port; the one
-    chosen is :attr:`port` after :meth:`start`). Start and stop it from one thread;
+    """Probe and metrics endpoints on ``port`` (0: any free port; the one chosen is
+    :attr:`port` after :meth:`start`) of ``host``: the pod's IP, and the loopback address
+    too when that is not one (:func:`gic_runtime.listen.listen_addresses`, the same port
+    on each); None or ``0.0.0.0``: every interface. Start and stop it from one thread;
     requests are served on threads of its own."""
 
     def __init__(
@@ -36,20 +50,25 @@ class HealthServer:
         port: int,
         metrics: OperatorMetrics | None,
         ready: Callable[[], bool],
-        host: str = "0.0.0.0",
+        host: str | None = None,
     ) -> None:
-        self._requested = (host, port)
+        self._addresses = listen_addresses(host)
+        self._requested_port = port
         self._metrics = metrics
         self._ready = ready
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._servers: list[tuple[ThreadingHTTPServer, threading.Thread]] = []
 
     @property
     def port(self) -> int:
         """The port served on (the requested one until started)."""
-        if self._server is not None:
-            return int(self._server.server_address[1])
-        return self._requested[1]
+        if self._servers:
+            return int(self._servers[0][0].server_address[1])
+        return self._requested_port
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The addresses served on (once started), the pod's IP first."""
+        return self._addresses
 
     @property
     def serves_metrics(self) -> bool:
@@ -57,31 +76,38 @@ class HealthServer:
         return self._metrics is not None
 
     def start(self) -> HealthServer:
-        """Bind and serve on a daemon thread; return ``self``."""
-        if self._server is not None:
+        """Bind every address and serve on daemon threads; return ``self``. OSError (and
+        nothing left bound) when an address cannot be bound."""
+        if self._servers:
             return self
-        server = ThreadingHTTPServer(self._requested, self._handler_class())
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name=f"gic-health-{self.port}",
-            daemon=True,
+        handler = self._handler_class()
+        try:
+            for address in self._addresses:
+                server = _Server((address, self.port), handler)
+                thread = threading.Thread(
+                    target=server.serve_forever,
+                    kwargs={"poll_interval": 0.1},
+                    name=f"gic-health-{address}-{server.server_address[1]}",
+                    daemon=True,
+                )
+                self._servers.append((server, thread))
+                thread.start()
+        except OSError as exc:
+            self.stop()
+            raise OSError(exc.errno, f"{host_port(address, self.port)}: {exc.strerror}") from exc
+        _log.info(
+            "serving probes%s on %s",
+            " and metrics" if self._metrics else "",
+            ", ".join(host_port(a, self.port) for a in self._addresses),
         )
-        self._thread.start()
-        _log.info("serving probes%s on port %d", " and metrics" if self._metrics else "", self.port)
         return self
 
     def stop(self) -> None:
         """Stop serving and release the port (idempotent)."""
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
+        servers, self._servers = self._servers, []
+        for server, thread in servers:
+            server.shutdown()
+            server.server_close()
             thread.join()
 
     def __enter__(self) -> HealthServer:

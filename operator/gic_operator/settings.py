@@ -176,10 +176,12 @@ class StorageAllowlist:
 @dataclass(frozen=True)
 class OperatorSettings:
     """How the operator runs: the period of its reconcile timers, its kopf peering
-    (``None``: standalone), which namespaces it watches, and the storage allowlist."""
+    (``None``: standalone), which namespaces it watches, the storage allowlist, and
+    whether it warns GICJobs outside its namespaces (:mod:`gic_operator.unwatched`)."""
 
     reconcile_interval_s: float = 5.0
     peering: str | None = "gic-operator"
     namespaces: tuple[str, ...] = ()
     all_namespaces: bool = False
     allowlist: StorageAllowlist = field(default_factory=StorageAllowlist)
+    warn_unwatched: bool = False

@@ -66,6 +66,7 @@ from gic_runtime.config_sources import (
 from gic_runtime.coordination.task import TaskSettings
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.layout import validate_id
+from gic_runtime.listen import listen_addresses
 from gic_runtime.local_dirs import default_local_dir
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.storage.uri import StorageURI
@@ -293,6 +294,12 @@ class GICSettings(BaseSettings):
         le=65535,
         description="Port of the driver's Prometheus endpoint (0: any free port); None: off.",
     )
+    metrics_host: str | None = Field(
+        None,
+        description="IP address the driver's Prometheus endpoint binds (the pod's IP, and "
+        "the loopback address too when that is not one); None: every interface. The "
+        "operator sets it to the driver pod's status.podIP.",
+    )
     control_poll_s: float = Field(
         1.0,
         gt=0,
@@ -361,6 +368,16 @@ class GICSettings(BaseSettings):
             key = value.strip().lower().replace("-", "").replace("_", "")
             return {"claim": RestoreMode.CLAIM, "noclaim": RestoreMode.NO_CLAIM}.get(key, value)
         return value
+
+    @field_validator("metrics_host")
+    @classmethod
+    def _metrics_host(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        try:
+            return listen_addresses(value)[0]
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("changelog_codec", mode="before")
     @classmethod
@@ -480,6 +497,7 @@ ACCEPTED: Mapping[str, str] = {
     "orphan_sweep_interval_s": "a positive number of seconds",
     "max_batches": "a positive integer (or unset: no limit)",
     "metrics_port": "a port number from 0 to 65535 (or unset: off)",
+    "metrics_host": "an IPv4 or IPv6 address (or unset: every interface)",
     "control_poll_s": "a positive number of seconds",
     "stop_timeout_s": "a positive number of seconds",
 }

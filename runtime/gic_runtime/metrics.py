@@ -43,6 +43,7 @@ from prometheus_client import (
 )
 
 from gic_runtime.errors import ConfigurationError
+from gic_runtime.listen import host_port, listen_addresses
 
 #: Checkpoint durations span tens of milliseconds (small batches, local disk) to minutes
 #: (a forced full snapshot to a slow store); buckets cover that range roughly evenly on a
@@ -54,20 +55,26 @@ SAVEPOINT_STATES = ("completed", "failed")
 
 @dataclass(frozen=True, slots=True)
 class MetricsServer:
-    """A running metrics HTTP endpoint; :meth:`close` stops it (idempotent)."""
+    """A running metrics HTTP endpoint on one port of one or two addresses (see
+    :func:`gic_runtime.listen.listen_addresses`); :meth:`close` stops it (idempotent)."""
 
-    server: WSGIServer
-    thread: threading.Thread
+    servers: tuple[tuple[WSGIServer, threading.Thread], ...]
 
     @property
     def port(self) -> int:
         """The port served (useful when 0 asked for any free port)."""
-        return int(self.server.server_port)
+        return int(self.servers[0][0].server_port)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The addresses served on, the requested one first."""
+        return tuple(str(server.server_address[0]) for server, _ in self.servers)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        for server, thread in self.servers:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
 
     def __enter__(self) -> MetricsServer:
         return self
@@ -227,14 +234,25 @@ class DriverMetrics:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsServer:
-        """Serve ``/metrics`` over HTTP on ``addr:port`` (0: any free port) in a daemon
-        thread; close the returned handle to stop it."""
-        try:
-            server, thread = start_http_server(port, addr=addr, registry=self.registry)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}; choose a "
-                "free port (metrics_port) or turn metrics off"
-            ) from exc
-        return MetricsServer(server, thread)
+    def serve(self, port: int, addr: str | None = None) -> MetricsServer:
+        """Serve ``/metrics`` over HTTP on ``port`` (0: any free port) in daemon threads:
+        on ``addr`` (the pod's IP; None: every interface) and, when that is not a
+        loopback address, on the loopback address too (:func:`listen_addresses`, the
+        same port); close the returned handle to stop it."""
+        started: list[tuple[WSGIServer, threading.Thread]] = []
+        for address in listen_addresses(addr):
+            chosen = started[0][0].server_port if started else port
+            try:
+                started.append(start_http_server(chosen, addr=address, registry=self.registry))
+            except OSError as exc:
+                MetricsServer(tuple(started)).close()
+                raise ConfigurationError(
+                    f"cannot serve metrics on {host_port(address, chosen)}: "
+                    f"{exc.strerror or exc}. Another process listens there: set metrics_port "
+                    "(GIC_METRICS_PORT) to a free port, 0 for any free port, or unset it to "
+                    "turn metrics off; metrics_host (GIC_METRICS_HOST) binds one address "
+                    "instead of every interface. (The GIC operator runs a GICJob's driver "
+                    "with port 9090 on its pod's IP; there another process of the pod, such "
+                    "as the job's own code, has taken that port: move that one.)"
+                ) from exc
+        return MetricsServer(tuple(started))

@@ -15,13 +15,21 @@ The node:
 Its pods (listed and watched with ``fieldSelector=spec.nodeName=<name>``, as the Node
 authorizer requires; listed again every ``resync_s`` seconds):
 
+* each pod gets an IP of its own, a loopback address of 127.128.0.0/9 (:mod:`.pod_ips`):
+  ``status.podIP`` and the downward API's ``status.podIP`` give it, the pod's hostname
+  names it in an isolated pod's ``/etc/hosts``; a server that binds it does not collide
+  with the same port of another pod (every pod still shares this machine's network, so a
+  server on 0.0.0.0 does); the address is released when the pod's process has ended;
 * the first container's ``command`` + ``args`` start as one process in its own process
   group, in the container's ``workingDir`` when that exists here (else the pod's run
   directory), stdout and stderr appended to ``<workdir>/pods/<ns>_<pod>_<uid>/<container>.log``;
   ``python``/``python3``/``gic`` are rewritten to this interpreter and its scripts (see
-  :func:`default_rewrite`); :meth:`ProcessKubelet.configure_namespace` gives the pods of
-  one namespace a rewrite and variables of their own;
-* the environment is this process's (without ``KUBECONFIG``), then ``extra_env``, then
+  :func:`default_rewrite`), and other commands are looked up on a ``PATH`` that starts
+  with this interpreter's directory (a virtualenv's ``bin``: ``gic-operator``,
+  ``spark-submit``); :meth:`ProcessKubelet.configure_namespace` gives the pods of one
+  namespace a rewrite and variables of their own;
+* the environment is this process's (without ``KUBECONFIG``; ``PATH`` as above), then
+  ``extra_env``, then
   what a kubelet adds (``HOSTNAME``, ``KUBERNETES_SERVICE_HOST``/``PORT`` pointing at the
   API server on 127.0.0.1), then the container's ``envFrom``/``env`` (:mod:`.pod_env`; secrets and
   configmaps read as the node); a source that cannot be read yet (the Node authorizer
@@ -32,8 +40,8 @@ authorizer requires; listed again every ``resync_s`` seconds):
   ``ca.crt`` and ``namespace`` to ``<run dir>/serviceaccount/``, and a kubeconfig using it
   in ``KUBECONFIG``; nothing is mounted at the volume's path, so clients that only know
   the in-cluster paths do not find it;
-* the status (``pods/status``, strategic merge patch): ``Running`` with pod and host IP
-  127.0.0.1 and conditions ``PodScheduled``, ``Initialized``, ``ContainersReady`` and
+* the status (``pods/status``, strategic merge patch): ``Running`` with the pod's IP, host
+  IP 127.0.0.1 and conditions ``PodScheduled``, ``Initialized``, ``ContainersReady`` and
   ``Ready``, then ``Succeeded``/``Failed`` with the exit code (128+N for signal N, reason
   ``Completed`` or ``Error``); when the process ends, what is left of its process group is
   killed;
@@ -56,8 +64,9 @@ image would run), and isolated pods: each process in a mount namespace of its ow
 Not honoured: other containers and init containers, ``restartPolicy`` (a pod's process
 runs once), images, volumes (apart from the token above, and isolated pods' volumes),
 resources, probes (a running process is Ready), security contexts, ``hostNetwork``
-(every pod shares this machine's network), ``exec``/``attach``/``port-forward`` (the
-kubelet answers 501), ``previous``/``timestamps``/``since*`` in log requests, events.
+(every pod shares this machine's network; only its pod IP is its own),
+``exec``/``attach``/``port-forward`` (the kubelet answers 501),
+``previous``/``timestamps``/``since*`` in log requests, events.
 
 Thread-safety: the public methods may be called from any thread. The watch, the
 heartbeat and the log server run on threads of their own; each pod has one thread that
@@ -91,7 +100,8 @@ import yaml
 from tests.support.processes import Service, signal_group
 
 from .api import STRATEGIC_MERGE_PATCH, ApiClient, ApiError, WatchStream
-from .pod_env import POD_IP, EnvError, expand, resolve_command, resolve_env
+from .pod_env import HOST_IP, EnvError, expand, resolve_command, resolve_env
+from .pod_ips import LoopbackPool
 
 NODE_NAME = "gic-process-node"
 #: The API server's client certificate for kubelets (``--kubelet-client-certificate``).
@@ -111,6 +121,16 @@ def now_rfc3339() -> str:
 def now_micro() -> str:
     """The current UTC time as Kubernetes writes ``MicroTime`` fields."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def search_path(path: str) -> str:
+    """``path`` (a ``PATH`` value) with this interpreter's directory first, so pods find
+    the commands of the virtualenv the kubelet runs in (``gic-operator``, ``spark-submit``)
+    without it being activated. The directory is not resolved: a virtualenv's ``python``
+    is a link to the base interpreter, whose directory has none of them."""
+    here = str(Path(sys.executable).parent)
+    rest = [entry for entry in path.split(os.pathsep) if entry and entry != here]
+    return os.pathsep.join([here, *rest])
 
 
 def default_rewrite(command: list[str]) -> list[str]:
@@ -152,6 +172,7 @@ class _Pod:
     container: str
     rundir: Path
     log_path: Path
+    ip: str
     cancel: threading.Event = field(default_factory=threading.Event)
     process: subprocess.Popen[bytes] | None = None
     started_at: str = ""
@@ -199,6 +220,7 @@ class ProcessKubelet(Service):
         self._lock = threading.RLock()
         self._pods: dict[str, _Pod] = {}  # by uid
         self._latest: dict[tuple[str, str], _Pod] = {}  # (namespace, name) -> newest run
+        self._ips = LoopbackPool()
         self._stopping = threading.Event()
         self._stream: WatchStream | None = None
         self._threads: list[threading.Thread] = []
@@ -375,7 +397,7 @@ class ProcessKubelet(Service):
                 condition("Ready", "True", "KubeletReady", "process kubelet is posting ready"),
             ],
             "addresses": [
-                {"type": "InternalIP", "address": POD_IP},
+                {"type": "InternalIP", "address": HOST_IP},
                 {"type": "Hostname", "address": self.node_name},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
@@ -511,6 +533,7 @@ class ProcessKubelet(Service):
             container=container,
             rundir=rundir,
             log_path=rundir / f"{container}.log",
+            ip=self._ips.allocate(),
         )
         run.log_path.touch()
         with self._lock:
@@ -602,6 +625,7 @@ class ProcessKubelet(Service):
             run.exit_code = 128 - code if code < 0 else code
             self._report_terminated(run, container)
         finally:
+            self._ips.release(run.ip)
             run.done.set()
         if run.deleting:
             self._finish_deletion(run.namespace, run.name, run.uid)
@@ -617,7 +641,7 @@ class ProcessKubelet(Service):
             runtime = self._namespaces.get(run.namespace) or PodRuntime(self._rewrite)
         while not run.cancel.is_set() and not self._stopping.is_set():
             try:
-                defined = resolve_env(self._client, pod, container)
+                defined = resolve_env(self._client, pod, container, run.ip)
                 account = self._service_account(run, pod)
                 if runtime.isolated:  # in-cluster clients find the token where it is mounted
                     account = {}
@@ -651,12 +675,13 @@ class ProcessKubelet(Service):
         port = self._client.port
         kubelet_env = {
             "HOSTNAME": run.name,
-            "KUBERNETES_SERVICE_HOST": POD_IP,
+            "KUBERNETES_SERVICE_HOST": HOST_IP,
             "KUBERNETES_SERVICE_PORT": str(port),
             "KUBERNETES_SERVICE_PORT_HTTPS": str(port),
-            "KUBERNETES_PORT": f"tcp://{POD_IP}:{port}",
+            "KUBERNETES_PORT": f"tcp://{HOST_IP}:{port}",
         }
         inherited = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        inherited["PATH"] = search_path(inherited.get("PATH", os.defpath))
         return {
             **inherited,
             **self._extra_env,
@@ -694,7 +719,7 @@ class ProcessKubelet(Service):
             target = Path(os.path.realpath(mount["mountPath"]))
             binds.append((self._volume_dir(run, volume), target, bool(mount.get("readOnly"))))
         hosts = run.rundir / "hosts"
-        hosts.write_text(self._hosts_file(pod, runtime))
+        hosts.write_text(self._hosts_file(pod, runtime, run.ip))
         scratch = run.rundir / "scratch"
         scratch.mkdir(exist_ok=True)
         lines = ["set -e", f"mount -t tmpfs tmpfs {shlex.quote(str(scratch))}"]
@@ -764,19 +789,19 @@ class ProcessKubelet(Service):
             return target
         raise EnvError(f"volume {name!r}: only secret, configMap, emptyDir and token volumes")
 
-    def _hosts_file(self, pod: dict[str, Any], runtime: PodRuntime) -> str:
+    def _hosts_file(self, pod: dict[str, Any], runtime: PodRuntime, pod_ip: str) -> str:
         meta, spec = pod["metadata"], pod["spec"]
         namespace = meta["namespace"]
         hostname = spec.get("hostname") or meta["name"]
         names = [hostname]
         if spec.get("subdomain"):
             names.insert(0, f"{hostname}.{spec['subdomain']}.{namespace}.svc.cluster.local")
-        lines = [Path("/etc/hosts").read_text().rstrip("\n"), f"{POD_IP}\t{' '.join(names)}"]
+        lines = [Path("/etc/hosts").read_text().rstrip("\n"), f"{pod_ip}\t{' '.join(names)}"]
         services = self._client.get(f"/api/v1/namespaces/{namespace}/services")["items"]
         for service in services:
             svc = service["metadata"]["name"]
             aliases = [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc"]
-            lines.append(f"{POD_IP}\t{' '.join([*aliases, aliases[-1] + '.cluster.local'])}")
+            lines.append(f"{HOST_IP}\t{' '.join([*aliases, aliases[-1] + '.cluster.local'])}")
         lines += [f"{address}\t{name}" for name, address in runtime.hosts.items()]
         return "\n".join(lines) + "\n"
 
@@ -872,8 +897,8 @@ class ProcessKubelet(Service):
         state = {"waiting": {"reason": reason, "message": why}}
         status = {
             "phase": "Pending",
-            "hostIP": POD_IP,
-            "hostIPs": [{"ip": POD_IP}],
+            "hostIP": HOST_IP,
+            "hostIPs": [{"ip": HOST_IP}],
             "conditions": _conditions(ready=False),
             "containerStatuses": [self._container_status(container, state)],
         }
@@ -885,10 +910,10 @@ class ProcessKubelet(Service):
         status = {
             "phase": "Running",
             "startTime": run.started_at,
-            "hostIP": POD_IP,
-            "hostIPs": [{"ip": POD_IP}],
-            "podIP": POD_IP,
-            "podIPs": [{"ip": POD_IP}],
+            "hostIP": HOST_IP,
+            "hostIPs": [{"ip": HOST_IP}],
+            "podIP": run.ip,
+            "podIPs": [{"ip": run.ip}],
             "conditions": _conditions(ready=True),
             "containerStatuses": [
                 {

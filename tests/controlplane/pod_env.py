@@ -30,7 +30,8 @@ from .api import ApiClient, ApiError
 
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _BRACKETED = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
-POD_IP = "127.0.0.1"
+#: The node's address (``status.hostIP``; also where the API server listens).
+HOST_IP = "127.0.0.1"
 
 
 class EnvError(Exception):
@@ -67,7 +68,7 @@ def _source(
     return dict(obj.get("data") or {})
 
 
-def _field(pod: dict[str, Any], path: str) -> str:
+def _field(pod: dict[str, Any], path: str, pod_ip: str) -> str:
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     simple = {
         "metadata.name": meta.get("name", ""),
@@ -75,10 +76,10 @@ def _field(pod: dict[str, Any], path: str) -> str:
         "metadata.uid": meta.get("uid", ""),
         "spec.nodeName": spec.get("nodeName", ""),
         "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
-        "status.podIP": POD_IP,
-        "status.podIPs": POD_IP,
-        "status.hostIP": POD_IP,
-        "status.hostIPs": POD_IP,
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+        "status.hostIP": HOST_IP,
+        "status.hostIPs": HOST_IP,
     }
     if path in simple:
         return str(simple[path])
@@ -88,9 +89,10 @@ def _field(pod: dict[str, Any], path: str) -> str:
 
 
 def resolve_env(
-    client: ApiClient, pod: dict[str, Any], container: dict[str, Any]
+    client: ApiClient, pod: dict[str, Any], container: dict[str, Any], pod_ip: str = HOST_IP
 ) -> dict[str, str]:
-    """The variables a container's spec defines (not including the inherited ones)."""
+    """The variables a container's spec defines (not including the inherited ones);
+    ``pod_ip`` is what ``status.podIP`` gives."""
     namespace = pod["metadata"]["namespace"]
     env: dict[str, str] = {}
     for source in container.get("envFrom") or []:
@@ -107,7 +109,7 @@ def resolve_env(
             continue
         source = var["valueFrom"]
         if "fieldRef" in source:
-            env[name] = _field(pod, source["fieldRef"]["fieldPath"])
+            env[name] = _field(pod, source["fieldRef"]["fieldPath"], pod_ip)
             continue
         if "resourceFieldRef" in source:
             raise EnvError(f"env {name}: resourceFieldRef is not supported by this kubelet")

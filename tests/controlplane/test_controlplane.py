@@ -3,8 +3,11 @@ admission (PodSecurity), controllers, the scheduler, and a Node whose pods reall
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +18,7 @@ import pytest
 from .api import ApiClient, ApiError
 from .cluster import REPO, ControlPlane
 from .kubelet import NODE_NAME
+from .pod_ips import POD_NETWORK, LoopbackPool
 
 
 def _pod(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
@@ -166,7 +170,8 @@ def test_a_pod_is_scheduled_runs_and_succeeds(
     pod = _phase(control_plane, ns, "answer", "Succeeded", "Failed")
     assert pod["spec"]["nodeName"] == NODE_NAME
     assert pod["status"]["phase"] == "Succeeded"
-    assert pod["status"]["podIP"] == "127.0.0.1"
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in POD_NETWORK
+    assert pod["status"]["hostIP"] == "127.0.0.1"
     (container,) = pod["status"]["containerStatuses"]
     assert container["state"]["terminated"]["exitCode"] == 0
     assert container["state"]["terminated"]["reason"] == "Completed"
@@ -178,6 +183,65 @@ def test_a_pod_is_scheduled_runs_and_succeeds(
     path = control_plane.kubelet.log_path(ns, "answer")
     assert path is not None
     assert path.read_text() == "42\n"
+
+
+#: A pod that serves one port on its pod IP (from the downward API) until it is deleted.
+_SERVE_ON_POD_IP = """
+import http.server, os
+server = http.server.HTTPServer((os.environ["POD_IP"], int(os.environ["PORT"])),
+                                http.server.SimpleHTTPRequestHandler)
+print(os.environ["POD_IP"], os.environ["PATH"].split(os.pathsep)[0], flush=True)
+server.serve_forever()
+"""
+
+
+def test_pods_serve_the_same_port_on_their_own_pod_ips(
+    control_plane: ControlPlane, kube_namespace: str
+) -> None:
+    """Each pod has a loopback address of its own as its IP, given by the downward API,
+    so two pods bind the same port (as two replicas of a Deployment do); and pods find
+    the commands of the kubelet's virtualenv on their PATH."""
+    ns = kube_namespace
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "PORT", "value": str(port)},
+    ]
+    for name in ("web-1", "web-2"):
+        pod = _pod(name, ["python", "-c", _SERVE_ON_POD_IP])
+        pod["spec"]["containers"][0]["env"] = env
+        control_plane.client.create(_pod_path(ns), pod)
+    pods = [_phase(control_plane, ns, name, "Running") for name in ("web-1", "web-2")]
+    ips = [pod["status"]["podIP"] for pod in pods]
+    assert len(set(ips)) == 2 and all(ipaddress.ip_address(ip) in POD_NETWORK for ip in ips)
+    venv_bin = str(Path(sys.executable).parent)
+    for name, ip in zip(("web-1", "web-2"), ips, strict=True):
+        control_plane.wait_for(
+            f"pod {name} to log its address",
+            lambda name=name: control_plane.kubectl("-n", ns, "logs", name).stdout.strip(),
+            30,
+        )
+        assert control_plane.kubectl("-n", ns, "logs", name).stdout.split() == [ip, venv_bin]
+        with socket.create_connection((ip, port), timeout=10) as connection:
+            assert connection.getpeername() == (ip, port)
+    for name in ("web-1", "web-2"):
+        control_plane.client.delete(_pod_path(ns, name))
+    for name in ("web-1", "web-2"):
+        control_plane.wait_for(
+            f"pod {name} gone", lambda name=name: _gone(control_plane, _pod_path(ns, name)), 60
+        )
+
+
+def test_the_loopback_pool_never_hands_out_an_address_twice() -> None:
+    pool = LoopbackPool()
+    first = [pool.allocate() for _ in range(200)]
+    assert len(set(first)) == 200
+    assert all(ipaddress.ip_address(ip) in POD_NETWORK for ip in first)
+    assert all(ip.rsplit(".", 1)[1] not in ("0", "255") for ip in first)
+    pool.release(first[0])
+    assert pool.held() == frozenset(first[1:])
 
 
 def test_a_failing_pod_reports_its_exit_code(

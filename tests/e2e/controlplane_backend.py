@@ -77,12 +77,15 @@ def spark_rewrite(command: list[str]) -> list[str]:
     """Run ``spark-submit`` as the one beside this interpreter (the venv's PySpark), and
     the driver's entry process (``python3 -m ...``) with this interpreter.
 
-    The process kubelet runs every pod in the host's network namespace and file system,
-    where a real pod has its own: the driver's fixed metrics port (``GIC_METRICS_PORT``)
-    would collide between drivers on this machine, and its local directory (Spark's
-    checkpoint directory, the executor cache) would be shared between runs. So the
-    command runs with metrics on any free port and the local directory inside the pod's
-    own working directory.
+    The process kubelet runs every pod in the host's file system and network namespace,
+    where a real pod has its own: the driver's local directory (Spark's checkpoint
+    directory, the executor cache; by default ``<tmp>/gic-local``) would be shared with
+    other test runs on this machine that use the same namespace and job names, and the
+    driver's fixed metrics port, though bound on the pod's own IP, is refused while any
+    process of this machine listens on port 9090 of every interface (other work on a
+    shared machine). So the command runs with the local directory inside the pod's own
+    working directory and metrics on any free port. ``test_local_cluster.py`` runs the
+    drivers as they are, port 9090 on their pod IPs.
     """
     command = default_rewrite(command)
     if "spark-submit" in command:  # a driver: spark-submit, under the entry process

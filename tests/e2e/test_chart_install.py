@@ -19,11 +19,13 @@ test control plane:
    a job in team-b starts too, the one in team-a goes on;
 5. nothing the operator did was refused: no 403 in its log, no Event about one.
 
-What differs from a real cluster comes from the process kubelet, whose pods all share this
-machine's network: one replica, metrics and health ports that are free here (the upgrade
-moves them, as the old pod holds its ports while the new one starts), and no image (the
-kubelet runs ``gic-operator`` from this venv). The jobs are the suite's usual
-``rate_count.py`` on ``local[2]``.
+What differs from a real cluster: one replica (the upgrade's rollout is then one pod, which
+keeps this module short on two cores), metrics and health ports that are free on this
+machine (the operator binds them on its pod's own IP, but a process of this machine that
+listens on the same port of every interface would still take it: other work on a shared
+machine), and no image (the kubelet runs ``gic-operator`` from this venv).
+``test_local_cluster.py`` installs with the chart's defaults. The jobs are the suite's
+usual ``rate_count.py`` on ``local[2]``.
 
 Control-plane mode only (skipped with ``GIC_E2E_KUBECONFIG``).
 """
@@ -84,7 +86,7 @@ def operator_rewrite(command: list[str]) -> list[str]:
 
 
 def free_ports() -> dict[str, Any]:
-    """Metrics and health ports free on this machine (its pods share its network)."""
+    """Metrics and health ports no process of this machine listens on."""
     return {"metrics": {"port": free_port()}, "health": {"port": free_port()}}
 
 

@@ -28,6 +28,7 @@ COMMON_ARGS = [
     "--peering=gic-operator",
     "--metrics-port=8080",
     "--health-port=8081",
+    "--bind-address=$(POD_IP)",
     "--reconcile-interval=5",
     "--log-level=info",
 ]
@@ -616,3 +617,21 @@ def test_notes_by_default_and_cluster_wide(helm: ModuleType) -> None:
     listed = _notes(helm, {"clusterWide": True, "spark": {"namespaces": ["a", "b"]}})
     assert "kubectl -n a apply -f examples/k8s/gicjob-s3.yaml" in listed
     assert "--set 'spark.namespaces={a,b,team-b}'" in listed
+
+
+def test_notes_say_what_happens_to_jobs_in_other_namespaces(helm: ModuleType) -> None:
+    silent = _notes(helm, {"watchNamespaces": ["team-a"]})
+    assert "GICJobs in any other namespace are not run and get no status and no Event" in silent
+    assert "warnUnwatchedJobs=true posts a Warning Event on each" in silent
+    warned = _notes(helm, {"watchNamespaces": ["team-a"], "warnUnwatchedJobs": True})
+    assert "each gets a Warning Event NotWatched" in warned
+    assert "any other namespace" not in _notes(helm, {"clusterWide": True})
+
+
+def test_probes_and_metrics_listen_on_the_pod_ip(helm: ModuleType) -> None:
+    """Two replicas sharing a network namespace (the process kubelet) each bind their
+    own pod IP; on a cluster the pod IP is where probes and Services reach them."""
+    container = _one(_render(helm), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--bind-address=$(POD_IP)" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}

@@ -7,6 +7,9 @@ against what the operator's modules actually call, and the chart's Roles against
 * every KubeApi call in the operator's modules (with the custom resource it names, as a
   literal, a module constant, or the plural given to a reconcile pass) is in
   :data:`~gic_operator.permissions.OPERATOR_CALLS`, and every entry there is made somewhere;
+  those of :mod:`gic_operator.unwatched` (the opt-in, cluster-wide warning on GICJobs
+  outside the watched namespaces) are exactly
+  :data:`~gic_operator.permissions.UNWATCHED_CALLS`;
 * every kopf handler of :mod:`gic_operator.handlers` is in
   :data:`~gic_operator.permissions.OPERATOR_HANDLERS`;
 * the Roles the chart renders grant exactly :func:`~gic_operator.permissions.operator_rules`
@@ -55,7 +58,8 @@ _CLIENT_VERBS = {
     "replace": "update",
 }
 _CLIENT_CALL = re.compile(
-    r"^(?P<verb>read|get|list|create|delete|patch|replace)_namespaced_(?P<kind>[a-z_]+?)"
+    r"^(?P<verb>read|get|list|create|delete|patch|replace)_(?:namespaced|cluster)_"
+    r"(?P<kind>[a-z_]+?)"
     r"(?P<status>_status)?$"
 )
 
@@ -136,6 +140,10 @@ def test_every_kube_api_method_is_in_the_table() -> None:
 # --- the reconcilers' calls -----------------------------------------------------------------
 
 
+#: The module whose calls are :data:`~gic_operator.permissions.UNWATCHED_CALLS`.
+UNWATCHED_MODULE = "unwatched"
+
+
 def _modules() -> Iterator[tuple[str, ast.Module]]:
     for path in sorted(PACKAGE.glob("*.py")):
         if path.name not in ("kube.py", "kube_client.py", "permissions.py"):
@@ -172,8 +180,9 @@ def _plural(arg: ast.expr, constants: dict[str, str], pass_plurals: set[str]) ->
     raise AssertionError(f"cannot tell the resource of {ast.unparse(arg)}: extend this test")
 
 
-def operator_calls() -> set[tuple[str, str]]:
-    """Every ``(KubeApi method, plural or "")`` the operator's modules call."""
+def operator_calls(unwatched: bool = False) -> set[tuple[str, str]]:
+    """Every ``(KubeApi method, plural or "")`` the operator's modules call: all but
+    :data:`UNWATCHED_MODULE`, or (``unwatched``) that one alone."""
     methods = set(permissions.KUBE_API_GRANTS)
     plural_methods = {m for m, g in permissions.KUBE_API_GRANTS.items() if g[0][0] == GROUP}
     modules = dict(_modules())
@@ -189,7 +198,9 @@ def operator_calls() -> set[tuple[str, str]]:
                 pass_plurals |= _plural(node.args[1], constants, set())
     assert pass_plurals, "found no reconcile pass (Pass(kube, plural, ...))"
     calls: set[tuple[str, str]] = set()
-    for tree in modules.values():
+    for name, tree in modules.items():
+        if (name == UNWATCHED_MODULE) != unwatched:
+            continue
         constants = _constants(tree)
         for node in ast.walk(tree):
             if not (
@@ -210,6 +221,10 @@ def operator_calls() -> set[tuple[str, str]]:
 
 def test_operator_calls_table_matches_the_code() -> None:
     assert operator_calls() == set(permissions.OPERATOR_CALLS)
+
+
+def test_unwatched_calls_table_matches_the_code() -> None:
+    assert operator_calls(unwatched=True) == set(permissions.UNWATCHED_CALLS)
 
 
 def operator_handlers() -> set[tuple[str, str, str]]:
@@ -250,8 +265,8 @@ def test_operator_handlers_table_matches_handlers_py() -> None:
 
 
 def test_operator_rules_never_read_secrets_nor_use_wildcards() -> None:
-    for cluster_wide in (False, True):
-        for grants in permissions.operator_rules(cluster_wide):
+    for cluster_wide, warn in ((False, False), (True, False), (False, True)):
+        for grants in permissions.operator_rules(cluster_wide, warn):
             for group, resource, verb in grants:
                 assert "*" not in (group, resource, verb)
                 if resource == "secrets":
@@ -292,9 +307,11 @@ def rule_grants(role: dict[str, Any]) -> set[Grant]:
     }
 
 
-def check_operator_roles(docs: list[dict[str, Any]], cluster_wide: bool) -> None:
+def check_operator_roles(
+    docs: list[dict[str, Any]], cluster_wide: bool, warn_unwatched: bool = False
+) -> None:
     """The operator's Roles and ClusterRoles in ``docs`` grant exactly its table."""
-    namespaced, cluster = permissions.operator_rules(cluster_wide)
+    namespaced, cluster = permissions.operator_rules(cluster_wide, warn_unwatched)
     roles = [
         d
         for d in docs
@@ -327,20 +344,47 @@ def check_spark_roles(docs: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("values", "cluster_wide"),
+    ("values", "cluster_wide", "warn"),
     [
-        ({}, False),
-        ({"watchNamespaces": ["team-a", "team-b"]}, False),
-        ({"clusterWide": True}, True),
+        ({}, False, False),
+        ({"watchNamespaces": ["team-a", "team-b"]}, False, False),
+        ({"clusterWide": True}, True, False),
+        ({"watchNamespaces": ["team-a"], "warnUnwatchedJobs": True}, False, True),
+        ({"clusterWide": True, "warnUnwatchedJobs": True}, True, False),
     ],
-    ids=["release-namespace", "namespaces", "cluster-wide"],
+    ids=["release-namespace", "namespaces", "cluster-wide", "warn-unwatched", "cluster-warn"],
 )
 def test_chart_grants_exactly_the_table(
-    helm: ModuleType, values: dict[str, Any], cluster_wide: bool
+    helm: ModuleType, values: dict[str, Any], cluster_wide: bool, warn: bool
 ) -> None:
     docs = render(helm, values)
-    check_operator_roles(docs, cluster_wide)
+    check_operator_roles(docs, cluster_wide, warn)
     check_spark_roles(docs)
+
+
+def test_cluster_wide_gicjob_reads_are_opt_in(helm: ModuleType) -> None:
+    """By default no ClusterRole lets the operator read GICJobs or post Events outside
+    its namespaces; warnUnwatchedJobs adds exactly list on GICJobs and create/patch on
+    Events, and the operator's --warn-unwatched flag with it."""
+
+    def scan_grants(values: dict[str, Any]) -> set[Grant]:
+        [scan] = [d for d in render(helm, values) if d["kind"] == "ClusterRole"]
+        return rule_grants(scan)
+
+    def args(values: dict[str, Any]) -> list[str]:
+        [deploy] = [d for d in render(helm, values) if d["kind"] == "Deployment"]
+        return list(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    default, warn = scan_grants({}), scan_grants({"warnUnwatchedJobs": True})
+    assert not {g for g in default if g[1] in ("gicjobs", "events")}
+    assert warn - default == {
+        (GROUP, "gicjobs", "list"),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+    }
+    assert "--warn-unwatched" not in args({})
+    assert "--warn-unwatched" in args({"warnUnwatchedJobs": True})
+    assert "--warn-unwatched" not in args({"clusterWide": True, "warnUnwatchedJobs": True})
 
 
 def test_spark_driver_rights_match_the_operators_spark_settings() -> None:

@@ -316,6 +316,13 @@ class TestingKubeApi:
                 if p == plural and ns == namespace and _matches(obj, labels)
             ]
 
+    def list_objects_everywhere(self, plural: str) -> list[dict[str, Any]]:
+        with self._lock:
+            self._enter("list_objects_everywhere", plural)
+            return [
+                copy.deepcopy(obj) for (p, _, _), obj in sorted(self.objects.items()) if p == plural
+            ]
+
     def create_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> bool:
         with self._lock:
             name = body["metadata"]["name"]

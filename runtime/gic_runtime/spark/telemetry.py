@@ -63,7 +63,7 @@ class Telemetry:
         self.metrics.set_epoch(epoch)
         self.server: MetricsServer | None = None
         if settings.metrics_port is not None:
-            self.server = self.metrics.serve(settings.metrics_port)
+            self.server = self.metrics.serve(settings.metrics_port, settings.metrics_host)
         now = time.time()
         self.status = JobStatus(
             job_id=settings.job_id,

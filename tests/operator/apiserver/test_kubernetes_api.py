@@ -152,6 +152,9 @@ def test_custom_objects(api: KubernetesApi, kube_env: KubeEnv, owner: dict[str, 
     assert listed[0]["kind"] == "GICJob"
     names = {o["metadata"]["name"] for o in api.list_objects("gicjobs", ns)}
     assert names == {"wc", "other", "owner"}
+    everywhere = api.list_objects_everywhere("gicjobs")  # every namespace (a cluster list)
+    mine = {o["metadata"]["name"] for o in everywhere if o["metadata"]["namespace"] == ns}
+    assert mine == names and {o["kind"] for o in everywhere} == {"GICJob"}
 
     api.patch_status("gicjobs", ns, "wc", {"phase": "Running", "epoch": 1, "message": "x"})
     api.patch_status("gicjobs", ns, "wc", {"message": None, "epoch": 2})

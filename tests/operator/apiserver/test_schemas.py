@@ -215,6 +215,7 @@ def _chart_cases(namespace: str, other: str) -> dict[str, dict[str, Any]]:
     return {
         "defaults": {},
         "watch-namespaces": {"watchNamespaces": [namespace, other]},
+        "warn-unwatched": {"watchNamespaces": [other], "warnUnwatchedJobs": True},
         "cluster-wide": {"clusterWide": True, "spark": {"namespaces": [namespace, other]}},
         "metrics-service-monitor": {
             "metrics": {

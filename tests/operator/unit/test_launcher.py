@@ -190,6 +190,12 @@ def test_env_order_user_env_and_secret_refs() -> None:
     assert names[0] == "GIC_JOB_ID"
     assert names.index("GIC_METRICS_PORT") < names.index("TZ") < names.index("AWS_ACCESS_KEY_ID")
     by_name = {e["name"]: e for e in env}
+    # The driver's metrics endpoint binds its pod's IP (the downward API).
+    assert by_name["GIC_METRICS_HOST"] == {
+        "name": "GIC_METRICS_HOST",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    }
+    assert names.index("GIC_METRICS_HOST") < names.index("TZ")
     assert by_name["GIC_S3_ENDPOINT_URL"]["value"] == "http://seaweed:8333"
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert by_name[var] == {

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -82,6 +85,38 @@ def test_servers(argv: list[str], expected: list[tuple[int, bool]]) -> None:
     assert [(s.port, s.serves_metrics) for s in servers] == expected
 
 
+def test_servers_bind_the_given_address() -> None:
+    args = cli.parse_args(["-A", "--bind-address", "10.1.2.3"])
+    servers = cli.build_servers(args, threading.Event())
+    assert [s.addresses for s in servers] == [("10.1.2.3", "127.0.0.1")] * 2
+    args = cli.parse_args(["-A", "--bind-address", "127.130.0.7"])
+    assert [s.addresses for s in cli.build_servers(args, threading.Event())] == [
+        ("127.130.0.7",)
+    ] * 2
+    assert [s.addresses for s in cli.build_servers(cli.parse_args(["-A"]), threading.Event())] == [
+        ("0.0.0.0",)
+    ] * 2
+
+
+def test_warn_unwatched_is_for_a_namespaced_operator(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = cli.settings_from_args(cli.parse_args(["-n", "team-a", "--warn-unwatched"]))
+    assert settings.warn_unwatched and settings.namespaces == ("team-a",)
+    assert not cli.settings_from_args(cli.parse_args(["-n", "team-a"])).warn_unwatched
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args(["-A", "--warn-unwatched"])
+    assert exited.value.code == 2
+    assert "--warn-unwatched has nothing to warn about with --all-namespaces" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_bind_address_that_is_no_ip_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args(["-A", "--bind-address", "pod-ip"])
+    assert exited.value.code == 2
+    assert "--bind-address: 'pod-ip' is not an IP address" in capsys.readouterr().err
+
+
 def test_help_mentions_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.parse_args(["--help"])
@@ -97,5 +132,29 @@ def test_help_mentions_every_option(capsys: pytest.CaptureFixture[str]) -> None:
         "--reconcile-interval",
         "--log-level",
         "--verbose",
+        "--bind-address",
+        "--warn-unwatched",
     ):
         assert option in out
+
+
+def test_a_taken_port_exits_with_advice_that_works() -> None:
+    """A replica whose health port is taken on its address exits with 1 and says what to
+    change (the server starts before kopf, so no cluster is needed)."""
+    with socket.socket() as taken:
+        taken.bind(("127.133.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "gic_operator", "-n", "ns", "--standalone"]
+        command += ["--metrics-port", "-1", "--health-port", str(port)]
+        result = subprocess.run(
+            [*command, "--bind-address", "127.133.0.1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 1, result.stderr
+    assert f"127.133.0.1:{port}" in result.stderr
+    assert "give --metrics-port and --health-port free ports (0: any)" in result.stderr
+    assert "--bind-address (the Helm chart passes $(POD_IP))" in result.stderr

@@ -103,3 +103,18 @@ def test_health_server_without_metrics_and_with_a_failing_check() -> None:
         assert get(server.port, "/readyz")[0] == 503
         assert get(server.port, "/metrics")[0] == 404
         assert get(server.port, "/healthz")[0] == 200
+
+
+def test_two_servers_share_a_port_on_their_own_addresses() -> None:
+    """Two replicas sharing one network namespace (the process kubelet), each bound to
+    its own pod IP, serve the same port; a third on a taken address says which."""
+    metrics = default_metrics()
+    with HealthServer(0, metrics, lambda: True, host="127.131.0.1") as first:
+        port = first.port
+        with HealthServer(port, metrics, lambda: True, host="127.131.0.2") as second:
+            assert second.port == port and second.addresses == ("127.131.0.2",)
+            for host in ("127.131.0.1", "127.131.0.2"):
+                with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=10) as r:
+                    assert r.read() == b"ok\n"
+        with pytest.raises(OSError, match=f"127.131.0.1:{port}"):
+            HealthServer(port, None, lambda: True, host="127.131.0.1").start()

@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 
 from gic_runtime.errors import ConfigurationError
+from gic_runtime.listen import listen_addresses
 from gic_runtime.metrics import DriverMetrics
 
 SERIES = [
@@ -109,8 +110,26 @@ def test_serving_over_http() -> None:
 
 def test_a_busy_port_is_a_clear_error() -> None:
     m = DriverMetrics("job-a")
-    with (
-        m.serve(0, addr="127.0.0.1") as server,
-        pytest.raises(ConfigurationError, match=f"cannot serve metrics on 127.0.0.1:{server.port}"),
-    ):
-        m.serve(server.port, addr="127.0.0.1")
+    with m.serve(0, addr="127.0.0.1") as server:
+        with pytest.raises(ConfigurationError) as refused:
+            m.serve(server.port, addr="127.0.0.1")
+        message = str(refused.value)
+        assert message.startswith(f"cannot serve metrics on 127.0.0.1:{server.port}: ")
+        # The advice works: a free port, any free port (0), or another address.
+        assert "metrics_port (GIC_METRICS_PORT) to a free port, 0 for any free port" in message
+        assert "metrics_host (GIC_METRICS_HOST)" in message
+        with m.serve(0, addr="127.0.0.1") as other:
+            assert other.port != server.port
+        with m.serve(server.port, addr="127.132.0.1") as beside:
+            assert (beside.port, beside.addresses) == (server.port, ("127.132.0.1",))
+
+
+def test_a_pod_ip_is_served_with_the_loopback_address() -> None:
+    """A pod IP that is not a loopback address is served with 127.0.0.1 on the same port
+    (kubectl port-forward reaches a pod there); a loopback pod IP alone."""
+    assert listen_addresses("10.0.0.7") == ("10.0.0.7", "127.0.0.1")
+    assert listen_addresses("fd00::7") == ("fd00::7", "::1")
+    assert listen_addresses("127.140.0.9") == ("127.140.0.9",)
+    assert listen_addresses(None) == listen_addresses("") == ("0.0.0.0",)
+    with pytest.raises(ConfigurationError, match="'pod' is not an IP address"):
+        listen_addresses("pod")
