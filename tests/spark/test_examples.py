@@ -6,7 +6,7 @@ examples/...`` line of the README and the operations guide. They run one after a
 in one working directory (with ``examples/`` linked into it), the way a user would try
 them, on small inputs. Placeholders a reader fills in are the only substitutions
 (:data:`PLACEHOLDERS`). The ``gic run`` commands run in one process started in that
-directory (:data:`RUNNER`: one JVM for all of them, relative paths resolve as in a
+directory (:mod:`tests.spark.cli_runner`: one JVM for all of them, relative paths resolve as in a
 shell); ``spark-submit`` in a process of its own, with the environment's ``bin/`` first
 on ``PATH`` (what an activated virtual environment gives).
 """
@@ -30,6 +30,7 @@ from gic_runtime.sinks import read_file_sink
 from gic_runtime.spark import GICJob
 from gic_runtime.storage.uri import StoreResolver
 
+from .cli_runner import clean_env, run_steps
 from .words import write_text_batches
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,53 +110,12 @@ def test_the_documents_run_examples_that_exist() -> None:
             assert (REPO / script).is_file(), (doc, command)
 
 
-#: Runs ``gic`` commands one after another in one process (so one JVM, started in the
-#: working directory, where relative paths resolve as in a user's shell); a step's
-#: ``{savepoint}`` is the path the last ``gic savepoint`` printed.
-RUNNER = """
-import io, json, re, sys
-from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
-from gic_runtime.cli import main
-
-results, savepoint = [], ""
-for step in json.loads(Path(sys.argv[1]).read_text()):
-    for path, text in step["before"]:
-        Path(path).write_text(text)
-    argv = [arg.replace("{savepoint}", savepoint) for arg in step["argv"]]
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    found = re.search(r"path\\s+(\\S+)", out.getvalue())
-    if argv[0] == "savepoint" and found:
-        savepoint = found.group(1)
-    results.append({"argv": argv, "code": code, "stdout": out.getvalue(),
-                    "stderr": err.getvalue(), "savepoint": savepoint})
-    if code != 0:
-        break
-Path(sys.argv[2]).write_text(json.dumps(results))
-"""
-
-
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     directory = tmp_path / "work"
     directory.mkdir()
     (directory / "examples").symlink_to(REPO / "examples")
     return directory
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without GIC settings or Spark interpreter choices."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GIC_") and k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
-    }
-    return {**env, **extra}
 
 
 def plan(workdir: Path, tmp_path: Path) -> list[dict[str, Any]]:
@@ -183,18 +143,13 @@ def plan(workdir: Path, tmp_path: Path) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_the_documented_gic_run_commands_run_as_written(workdir: Path, tmp_path: Path) -> None:
     steps = plan(workdir, tmp_path)
-    (tmp_path / "plan.json").write_text(json.dumps(steps))
-    done = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(tmp_path / "plan.json"), str(tmp_path / "out.json")],
+    done, results = run_steps(
+        steps,
         cwd=workdir,
+        scratch=tmp_path,
         env=clean_env(GIC_LOCAL_DIR=str(tmp_path / "local")),  # machine-local scratch
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    results = json.loads((tmp_path / "out.json").read_text())
 
     started: dict[str, str] = {}
     for result in results:

@@ -11,10 +11,6 @@ documents' commands in ``test_examples.py``.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,53 +22,20 @@ from gic_runtime.sinks.ownership import read_generations
 from gic_runtime.status import read_status
 from gic_runtime.storage.uri import StoreResolver
 
+from .cli_runner import clean_env, run_steps
 from .words import write_text_batches
 
 REPO = Path(__file__).resolve().parents[2]
 
-RUNNER = """
-import io, json, re, sys
-from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
-from gic_runtime.cli import main
-
-results, savepoint = [], ""
-for argv in json.loads(Path(sys.argv[1]).read_text()):
-    argv = [arg.replace("{savepoint}", savepoint) for arg in argv]
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    found = re.search(r"path\\s+(\\S+)", out.getvalue())
-    if argv[0] == "savepoint" and found:
-        savepoint = found.group(1)
-    results.append({"argv": argv, "code": code, "stdout": out.getvalue(),
-                    "stderr": err.getvalue()})
-Path(sys.argv[2]).write_text(json.dumps(results))
-"""
-
 
 def run_commands(tmp_path: Path, work: Path, commands: list[list[str]]) -> list[dict[str, Any]]:
-    (tmp_path / "plan.json").write_text(json.dumps(commands))
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GIC_") and k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
-    }
-    env["GIC_LOCAL_DIR"] = str(tmp_path / "local")
-    done = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(tmp_path / "plan.json"), str(tmp_path / "out.json")],
+    done, results = run_steps(
+        [{"argv": argv} for argv in commands],
         cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+        scratch=tmp_path,
+        env=clean_env(GIC_LOCAL_DIR=str(tmp_path / "local")),
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    results: list[dict[str, Any]] = json.loads((tmp_path / "out.json").read_text())
     return results
 
 

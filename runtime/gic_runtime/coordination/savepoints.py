@@ -51,23 +51,37 @@ was taken. Native savepoints carry it inside their manifest."""
 _ENGINE_MAGIC = "GICN"
 
 
+def _write_beside(
+    resolver: StoreResolver, directory: str, name: str, magic: str, body: Mapping[str, Any]
+) -> None:
+    """Store record ``body`` (``magic`` v1) as ``name`` in ``directory`` (write-once)."""
+    store, key = resolver.resolve(join(directory, name))
+    create_once(store, key, encode_record(magic, 1, body, what=f"record {name}"))
+
+
+def _read_beside(
+    resolver: StoreResolver, directory: str, name: str, magic: str
+) -> dict[str, Any] | None:
+    """The ``magic`` v1 record ``name`` in ``directory`` (``None`` if there is none), read
+    with the manifests' size limit (it holds parts of a manifest)."""
+    uri = join(directory.rstrip("/"), name)
+    store, key = resolver.resolve(uri)
+    try:
+        data = read_bounded(store, key, MANIFEST_MAX_BYTES, what=f"record {name}")
+    except ObjectNotFoundError:
+        return None
+    _, body = decode_record(data, magic, frozenset({1}), what=f"record {name}", uri=uri)
+    return body
+
+
 def write_engine_record(resolver: StoreResolver, directory: str, engine: Mapping[str, Any]) -> None:
     """Store ``engine`` beside the canonical savepoint in ``directory`` (write-once)."""
-    store, key = resolver.resolve(join(directory, ENGINE_RECORD))
-    create_once(store, key, encode_record(_ENGINE_MAGIC, 1, engine, what="engine record"))
+    _write_beside(resolver, directory, ENGINE_RECORD, _ENGINE_MAGIC, engine)
 
 
 def read_engine_record(resolver: StoreResolver, directory: str) -> dict[str, Any] | None:
-    """The engine record beside a canonical savepoint (``None`` if it has none); read
-    with the manifests' size limit (it holds what a manifest's ``engine`` field holds)."""
-    uri = join(directory.rstrip("/"), ENGINE_RECORD)
-    store, key = resolver.resolve(uri)
-    try:
-        data = read_bounded(store, key, MANIFEST_MAX_BYTES, what="engine record")
-    except ObjectNotFoundError:
-        return None
-    _, body = decode_record(data, _ENGINE_MAGIC, frozenset({1}), what="engine record", uri=uri)
-    return body
+    """The engine record beside a canonical savepoint (``None`` if it has none)."""
+    return _read_beside(resolver, directory, ENGINE_RECORD, _ENGINE_MAGIC)
 
 
 SINK_RECORD = "_sink.json"
@@ -87,21 +101,13 @@ def write_canonical_extras(resolver: StoreResolver, directory: str, manifest: Ma
     if manifest.sink:
         body = {k: v for k, v in manifest.sink.items() if k != "staged"}
         body["job_id"] = manifest.job_id
-        store, key = resolver.resolve(join(directory, SINK_RECORD))
-        create_once(store, key, encode_record(_SINK_MAGIC, 1, body, what="sink record"))
+        _write_beside(resolver, directory, SINK_RECORD, _SINK_MAGIC, body)
 
 
 def read_sink_record(resolver: StoreResolver, directory: str) -> dict[str, Any] | None:
     """The sink record beside a canonical savepoint (``None`` if it has none, as in
-    savepoints written before it existed); read with the manifests' size limit."""
-    uri = join(directory.rstrip("/"), SINK_RECORD)
-    store, key = resolver.resolve(uri)
-    try:
-        data = read_bounded(store, key, MANIFEST_MAX_BYTES, what="sink record")
-    except ObjectNotFoundError:
-        return None
-    _, body = decode_record(data, _SINK_MAGIC, frozenset({1}), what="sink record", uri=uri)
-    return body
+    savepoints written before it existed)."""
+    return _read_beside(resolver, directory, SINK_RECORD, _SINK_MAGIC)
 
 
 def stops_job(request: ControlRequest) -> bool:
