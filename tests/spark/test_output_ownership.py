@@ -28,9 +28,9 @@ from .words import write_text_batches
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_commands(tmp_path: Path, work: Path, commands: list[list[str]]) -> list[dict[str, Any]]:
+def run_commands(tmp_path: Path, work: Path, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     done, results = run_steps(
-        [{"argv": argv} for argv in commands],
+        steps,
         cwd=work,
         scratch=tmp_path,
         env=clean_env(GIC_LOCAL_DIR=str(tmp_path / "local")),
@@ -62,15 +62,19 @@ def test_a_second_job_cannot_silently_take_an_output_path(tmp_path: Path) -> Non
     work.mkdir()
     (work / "examples").symlink_to(REPO / "examples")
     write_text_batches(work / "text", 2)
+    write_text_batches(tmp_path / "news", 1, start=2)  # arrives after the savepoint
+    news = [[str(work / "text" / f.name), f.read_text()] for f in (tmp_path / "news").iterdir()]
     results = run_commands(
         tmp_path,
         work,
         [
-            word_count("payments"),
-            word_count("payments2"),  # another job, same output: refused
-            ["savepoint", "--job-id", "payments", "--storage", "data"],
-            word_count("payments-v2", "--restore", "{savepoint}"),  # continues the state
-            word_count("payments3", "--take-over-output", "payments-v2"),  # on purpose
+            {"argv": word_count("payments")},
+            {"argv": word_count("payments2")},  # another job, same output: refused
+            {"argv": ["savepoint", "--job-id", "payments", "--storage", "data"]},
+            # restored from payments' savepoint: it continues that state and its output
+            {"argv": word_count("payments-v2", "--restore", "{savepoint}"), "before": news},
+            # another job taking the output over on purpose
+            {"argv": word_count("payments3", "--take-over-output", "payments-v2")},
         ],
     )
     first, refused, savepoint, restored, taken = results
@@ -96,28 +100,24 @@ def test_a_second_job_cannot_silently_take_an_output_path(tmp_path: Path) -> Non
     by_generation: dict[int, list[int]] = {}
     for batch in batches:
         by_generation.setdefault(batch.generation, []).append(batch.batch_id)
-    # payments wrote generation 0; payments-v2 continued it as generation 1 (a restore
-    # from a savepoint of payments' last checkpoint finds no new input, so it may have
-    # published nothing); payments3 took over as the next generation and published its
-    # own batches under names of their own.
+    # payments wrote generation 0 (batches 0-1); payments-v2 continued its state as
+    # generation 1 (batch 2, the new file); payments3 took over as generation 2 and
+    # counted all three files from scratch under names of its own.
     store, key = resolver.resolve(out)
     owners = [(g.job_id, g.continues_at) for g in read_generations(store, key + "/")]
-    assert owners[0] == ("payments", None)
-    assert owners[1][0] == "payments-v2" and owners[1][1] is not None  # it continues
-    assert owners[2] == ("payments3", None)  # it takes over, earlier output kept
-    assert sorted(by_generation[0]) == [0, 1], batches
-    assert sorted(by_generation[2]) == [0, 1], batches
-    # The same input counted from scratch twice: generation 2 holds what generation 0
-    # holds, and the reader returns both.
+    assert owners == [("payments", None), ("payments-v2", 2), ("payments3", None)]
+    assert by_generation == {0: [0, 1], 1: [2], 2: [0, 1, 2]}, batches
+    # The same input counted from scratch: generation 2 holds what generations 0 and 1
+    # hold together, and the reader returns all of it.
     rows = {
         g: sum(
             pq.read_table(work / "counts" / f).num_rows
             for b in batches
-            for f in b.files
             if b.generation == g
+            for f in b.files
         )
-        for g in (0, 2)
+        for g in (0, 1, 2)
     }
-    assert rows[0] == rows[2] > 0
+    assert rows[0] + rows[1] == rows[2] > 0
     table = read_file_sink(out, resolver)
-    assert table is not None and table.num_rows == rows[0] + rows[2]
+    assert table is not None and table.num_rows == rows[0] + rows[1] + rows[2]

@@ -9,8 +9,9 @@ directory and name them in their acks; the manifest of batch N records them (its
   writes the commit marker ``_gic_commits/<N>``. Output of a batch whose checkpoint
   never completed is never visible; publishing twice writes the same bytes under the
   same names (idempotent), so a replay never doubles output. The directory belongs to
-  one job at a time (:mod:`gic_runtime.sinks.ownership`): a job claims it before its
-  first batch and checks before every publish that nobody took it over; a job that
+  one job at a time (:mod:`gic_runtime.sinks.ownership`): a job checks its claim before
+  its first batch, records it with its first publish and checks before every publish
+  that nobody took it over; a job that
   took it over writes as a later *generation* under names of its own
   (``part-g<G>-<N>-<i>.parquet``, ``_gic_commits/g<G>-<N>``). Readers that want only
   whole batches use :func:`read_file_sink`, which reads batches with a marker and
@@ -46,6 +47,7 @@ from gic_runtime.formats import decode_text_record, encode_text_record
 from gic_runtime.sinks.ownership import (
     OutputClaim,
     OutputGeneration,
+    check_claim,
     claim_output,
     read_generations,
     superseded,
@@ -117,6 +119,7 @@ class FileSink:
     path: str
     resolver: StoreResolver
     _generation: OutputGeneration | None = field(default=None, init=False, repr=False)
+    _pending: OutputClaim | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.path:
@@ -128,25 +131,42 @@ class FileSink:
 
     @property
     def generation(self) -> OutputGeneration | None:
-        """The generation this sink writes as (``None`` before :meth:`claim`)."""
+        """The generation this sink writes as (``None`` before :meth:`claim`, and after
+        a claim that needs a record of its own until the first publish creates it)."""
         return self._generation
 
     def _prefix(self) -> tuple[Any, str]:
         store, key = self.resolver.resolve(self.path)
         return store, key.rstrip("/") + "/" if key else ""
 
-    def claim(self, claim: OutputClaim) -> None:
+    def _has_batches(self) -> bool:
         store, prefix = self._prefix()
-        commits = store.list(f"{prefix}{COMMITS_DIR}/")
-        has_batches = next(iter(commits), None) is not None
-        self._generation = claim_output(store, prefix, self.path, claim, has_batches=has_batches)
+        return next(iter(store.list(f"{prefix}{COMMITS_DIR}/")), None) is not None
+
+    def claim(self, claim: OutputClaim) -> None:
+        """Check ``claim`` now (refused: :class:`OutputOwnedError`, nothing written); its
+        owner record, when it needs one, is created by the first publish."""
+        store, prefix = self._prefix()
+        held = check_claim(store, prefix, self.path, claim, has_batches=self._has_batches())
+        self._generation, self._pending = held, (None if held is not None else claim)
+
+    def _recorded(self) -> OutputGeneration:
+        """The generation this sink holds, its owner record created now when the claim
+        needs one (raises :class:`OutputOwnedError` when another job recorded first)."""
+        if self._generation is None and self._pending is not None:
+            store, prefix = self._prefix()
+            self._generation = claim_output(
+                store, prefix, self.path, self._pending, has_batches=self._has_batches()
+            )
+            self._pending = None
+        if self._generation is None:
+            raise StateError(f"the file sink at {self.path} publishes only after a claim")
+        return self._generation
 
     def _held(self) -> int:
         """The generation this sink holds; raises unless its claim still holds."""
-        if self._generation is None:
-            raise StateError(f"the file sink at {self.path} publishes only after a claim")
+        current = self._recorded()
         store, prefix = self._prefix()
-        current = self._generation
         if taken_over(store, prefix, current.generation):
             latest = read_generations(store, prefix)[-1]
             raise OutputOwnedError(
@@ -160,7 +180,9 @@ class FileSink:
         return join(self.path, COMMITS_DIR, _batch_name(generation, batch_id))
 
     def published(self, batch_id: int) -> bool:
-        generation = self._generation.generation if self._generation is not None else 0
+        """Whether this sink's generation published ``batch_id`` (a claim not recorded
+        yet is recorded first: its generation names the marker)."""
+        generation = self._recorded().generation
         store, key = self.resolver.resolve(self._marker_uri(generation, batch_id))
         return store.exists(key)
 

@@ -30,6 +30,11 @@ restored or upgraded from a checkpoint or savepoint continues it. Claim rules
   owner as the job it takes over from (:attr:`OutputClaim.takeover`): then J becomes the
   next generation and the earlier output stays readable beside J's.
 
+A job checks its claim when it starts (:func:`check_claim`, which writes nothing) and
+creates its record when it first publishes (:func:`claim_output`): a refusal comes
+before the first batch, and a job that fails before its first checkpoint leaves no
+record that would refuse its own next start.
+
 Invariants: a generation's files and markers have names of their own (generation 0
 keeps the original names), so no generation's batch is ever skipped because of another
 generation's marker; records are only ever created, never changed or deleted; listing
@@ -54,6 +59,7 @@ __all__ = [
     "OWNERS_DIR",
     "OutputClaim",
     "OutputGeneration",
+    "check_claim",
     "claim_output",
     "read_generations",
     "superseded",
@@ -216,6 +222,37 @@ def _next(
     raise OutputOwnedError(_refusal(path, claim, current, displaced=displaced))
 
 
+def _legacy(path: str, claim: OutputClaim) -> OutputGeneration:
+    """Generation 0 of a directory with batches but no owner records: the batches of
+    :attr:`OutputClaim.legacy_owner`, whose checkpoint ``claim``'s job starts from (their
+    names are the original ones); refused when the claim names no such job."""
+    if claim.legacy_owner is None:
+        raise OutputOwnedError(
+            f"output {path} holds batches another job published before output owners "
+            f"were recorded, and job {claim.job_id} does not start from that job's "
+            f"checkpoints; give job {claim.job_id} an output path of its own"
+        )
+    return OutputGeneration(0, claim.legacy_owner, claim.lineage, None, time.time())
+
+
+def check_claim(
+    store: ObjectStore, prefix: str, path: str, claim: OutputClaim, *, has_batches: bool
+) -> OutputGeneration | None:
+    """Decide ``claim`` without writing: the generation the claiming job already holds,
+    or ``None`` when :func:`claim_output` would create one. Raises
+    :class:`~gic_runtime.errors.OutputOwnedError` when the claim would be refused.
+
+    A job checks at start and creates its record only when it first publishes: a job
+    that fails before its first checkpoint leaves no record behind, so its next start
+    (which draws a new state lineage) is not refused by its own earlier attempt."""
+    generations = read_generations(store, prefix)
+    if not generations and has_batches:
+        _next(claim, [_legacy(path, claim)], path)  # raises when refused
+        return None  # generation 0's record is still to be written
+    record = _next(claim, generations, path)
+    return generations[-1] if record is None else None
+
+
 def claim_output(
     store: ObjectStore, prefix: str, path: str, claim: OutputClaim, *, has_batches: bool
 ) -> OutputGeneration:
@@ -231,17 +268,7 @@ def claim_output(
     for _ in range(_CLAIM_ATTEMPTS):
         generations = read_generations(store, prefix)
         if not generations and has_batches:
-            owner = claim.legacy_owner
-            if owner is None:
-                raise OutputOwnedError(
-                    f"output {path} holds batches another job published before output "
-                    f"owners were recorded, and job {claim.job_id} does not start from "
-                    f"that job's checkpoints; give job {claim.job_id} an output path of "
-                    "its own"
-                )
-            # The earlier writer's batches stay generation 0 (their names are the
-            # original ones); a job restored from its checkpoint follows it.
-            first = OutputGeneration(0, owner, claim.lineage, None, time.time())
+            first = _legacy(path, claim)
             if not _create(store, _key(prefix, 0), first):
                 continue
             generations = [first]

@@ -36,6 +36,7 @@ def test_publish_after_a_partial_publish_completes_the_batch_once(tmp_path: Path
     staged = [stage(tmp_path, "a.parquet", [1, 2]), stage(tmp_path, "b.parquet", [3])]
     sink = claimed(tmp_path / "out", resolver)
     # A publish that died after copying the first file (no commit marker yet).
+    (tmp_path / "out").mkdir()
     first = Path(staged[0].uri.removeprefix("file://"))
     (tmp_path / "out" / "part-000000000007-00000.parquet").write_bytes(first.read_bytes())
     assert read_file_sink(sink.path, resolver) is None  # nothing committed: invisible
@@ -54,6 +55,7 @@ def test_a_foreign_file_under_the_batch_name_is_refused(tmp_path: Path) -> None:
     resolver = StoreResolver()
     staged = [stage(tmp_path, "a.parquet", [1, 2, 3, 4])]
     sink = claimed(tmp_path / "out", resolver)
+    (tmp_path / "out").mkdir()
     (tmp_path / "out" / "part-000000000001-00000.parquet").write_bytes(b"someone else's")
     with pytest.raises(ObjectExistsError, match="own output path"):
         sink.publish(1, staged)

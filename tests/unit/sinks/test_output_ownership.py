@@ -87,8 +87,9 @@ def test_an_explicit_takeover_keeps_the_old_output_and_fences_the_old_owner(
     old.publish(0, stage(tmp_path, "a.parquet", [1]))
     old.publish(1, stage(tmp_path, "b.parquet", [2]))
     new = sink_for(out, "payments2", "l-2", takeover="payments")
-    assert new.generation is not None and new.generation.generation == 1
+    assert new.generation is None and records(out) == ["g000000"]  # recorded on publish
     assert new.publish(0, stage(tmp_path, "c.parquet", [10, 11])) == 2
+    assert new.generation is not None and new.generation.generation == 1
     with pytest.raises(OutputOwnedError, match="taken over by job payments2"):
         old.publish(2, stage(tmp_path, "d.parquet", [3]))
     assert visible(out) == [(0, 0), (0, 1), (1, 0)]
@@ -100,7 +101,7 @@ def test_an_explicit_takeover_keeps_the_old_output_and_fences_the_old_owner(
 
 def test_a_takeover_naming_someone_else_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    sink_for(out, "payments", "l-1")
+    sink_for(out, "payments", "l-1").publish(0, stage(tmp_path, "a.parquet", [1]))
     with pytest.raises(OutputOwnedError):
         sink_for(out, "payments2", "l-2", takeover="orders")
     assert records(out) == ["g000000"]
@@ -113,8 +114,8 @@ def test_a_job_restored_from_the_owners_state_continues_and_supersedes(tmp_path:
         old.publish(batch, stage(tmp_path, f"a{batch}.parquet", [batch]))
     # Restored from the owner's checkpoint 1: it continues at batch 2, same lineage.
     new = sink_for(out, "payments-v2", "l-1", next_batch=2)
-    assert new.generation is not None and new.generation.continues_at == 2
     new.publish(2, stage(tmp_path, "b2.parquet", [20]))
+    assert new.generation is not None and new.generation.continues_at == 2
     # The old owner's batches 2 and 3 belong to the history the restore left behind.
     assert visible(out) == [(0, 0), (0, 1), (1, 2)]
     with pytest.raises(OutputOwnedError, match="taken over by job payments-v2"):
@@ -133,9 +134,34 @@ def test_output_written_before_owner_records_stays_with_its_job(tmp_path: Path) 
     with pytest.raises(OutputOwnedError, match="before output owners were recorded"):
         sink_for(out, "intruder", "l-9")
     resumed = sink_for(out, "payments", "job:payments", legacy_owner="payments")
-    assert resumed.generation is not None and resumed.generation.generation == 0
     assert resumed.publish(1, stage(tmp_path, "b.parquet", [2])) == 1
+    assert resumed.generation is not None and resumed.generation.generation == 0
+    assert records(out) == ["g000000"]
     assert visible(out) == [(0, 0), (0, 1)]
+
+
+def test_a_job_that_failed_before_publishing_is_not_refused_by_itself(tmp_path: Path) -> None:
+    """A start checks its claim but records it only with its first publish: a job that
+    crashed before its first checkpoint starts again (with a new state lineage, as it
+    has no checkpoint to continue) and is not refused by its own earlier attempt."""
+    out = tmp_path / "out"
+    sink_for(out, "payments", "l-first-attempt")  # crashed before publishing anything
+    assert records(out) == []
+    again = sink_for(out, "payments", "l-second-attempt")
+    assert again.publish(0, stage(tmp_path, "a.parquet", [1])) == 1
+    assert records(out) == ["g000000"] and visible(out) == [(0, 0)]
+
+
+def test_two_jobs_that_both_passed_the_check_do_not_both_publish(tmp_path: Path) -> None:
+    """Both start on an empty directory; the first to publish owns it, the other's first
+    publish is refused (nothing of its is published)."""
+    out = tmp_path / "out"
+    first = sink_for(out, "payments", "l-1")
+    second = sink_for(out, "payments2", "l-2")
+    assert first.publish(0, stage(tmp_path, "a.parquet", [1])) == 1
+    with pytest.raises(OutputOwnedError, match="belongs to job payments"):
+        second.publish(0, stage(tmp_path, "b.parquet", [2]))
+    assert visible(out) == [(0, 0)]
 
 
 def test_publishing_without_a_claim_is_refused(tmp_path: Path) -> None:
