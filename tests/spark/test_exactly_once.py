@@ -5,11 +5,9 @@ lost, nothing doubled (docs/architecture.md I3, I4)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing_changelog import TestingChangelogWriter
 
+from ..support.pod import PodLaunch
 from .words import reference_counts, write_text_batches
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,30 +45,17 @@ def state_counts(resolver: StoreResolver, root: str, words: set[str]) -> dict[st
     return {word: n for word, n in found.items() if n is not None}
 
 
-class Attempt:
-    """One driver launch in its own process group (driver, JVM and Python workers)."""
+class Attempt(PodLaunch):
+    """One driver launch: the driver, its JVM and PySpark's workers (which sit in a
+    process group of their own); a kill ends them all, as a pod's end does."""
 
     def __init__(self, env: dict[str, str], src: Path, out: Path, log: Path) -> None:
-        self.log = log.open("ab")
-        self.proc = subprocess.Popen(
+        super().__init__(
             [sys.executable, str(APP), "--input", str(src), "--output", str(out)],
-            env=env,
+            env,
+            log,
             cwd=REPO,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self.kill()  # nothing of a dead attempt may linger (a pod's processes die with it)
-            self.log.close()
 
 
 @pytest.mark.slow
