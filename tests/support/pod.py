@@ -63,6 +63,7 @@ class PodLaunch:
         self, argv: Sequence[str], env: dict[str, str], log: Path, *, cwd: Path | None = None
     ) -> None:
         self.log = log
+        self.argv = list(argv)
         self._mark = f"{MARK}={uuid.uuid4().hex}".encode()
         name, value = self._mark.decode().split("=", 1)
         with log.open("ab") as out:
@@ -134,7 +135,7 @@ class PodLaunch:
         except subprocess.TimeoutExpired:
             stacks = self.stacks()
             raise AssertionError(
-                f"{self.proc.args} did not end within {timeout:.0f} s.\n{stacks}\n"
+                f"{self.argv} did not end within {timeout:.0f} s.\n{stacks}\n"
                 f"--- log tail:\n{log_tail(self.log, 400)}"
             ) from None
         finally:
