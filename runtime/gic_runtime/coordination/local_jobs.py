@@ -40,6 +40,7 @@ from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.coordination.materialization_record import MaterializationRecord, write_record
 from gic_runtime.handles import SnapshotHandle
 from gic_runtime.layout import new_snapshot_uri
+from gic_runtime.materialization.markers import HeldMarker
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.state.backend import MaterializationView
 from gic_runtime.state.snapshot import upload_snapshot
@@ -218,7 +219,7 @@ class JobItem:
 
     view: MaterializationView
     token: str
-    marker: Path
+    marker: HeldMarker
     done: bool = False
 
 
@@ -235,7 +236,6 @@ class _Job:
         for item in self.items:
             key = (str(self.scope.directory), item.view.bucket)
             try:
-                _touch(item.marker)  # the marker's age counts from this bucket's start
                 handle = _materialize(self.scope, item.view, item.token)
             except Exception as exc:
                 pool.note_failure(self.scope, item.view.bucket, exc)
@@ -278,20 +278,11 @@ def submit_job(
     return scope.pool.submit(_Job(scope, items, lane))
 
 
-def _touch(marker: Path) -> None:
-    # gone or unwritable: at worst another process takes the bucket over
-    with contextlib.suppress(OSError):
-        os.utime(marker)
-
-
 def _release(item: JobItem) -> None:
     """Close the view and remove the marker of a bucket that is done (idempotent)."""
     item.done = True
     item.view.view.close()
-    try:
-        item.marker.unlink(missing_ok=True)
-    except OSError as exc:  # pragma: no cover - the marker goes stale instead
-        _log.warning("could not remove materialization marker %s: %s", item.marker, exc)
+    item.marker.release()
 
 
 def _materialize(

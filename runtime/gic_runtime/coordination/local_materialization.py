@@ -21,9 +21,10 @@ After a task's checkpoint (:func:`start_due_materializations`), on the task thre
     due time); without a record of this attempt the first due time is spread over one
     interval by a deterministic offset of the bucket, counted from when the pool first
     saw the attempt;
-* at most one materialization per bucket runs across processes: an ``O_EXCL`` marker
-  file ``bucket-NNNNN.inflight`` (a marker older than 10 minutes is stale: its process
-  died; a job refreshes a bucket's marker when it starts that bucket);
+* at most one materialization per bucket runs across processes: a marker file
+  ``bucket-NNNNN.inflight``, locked by its holder
+  (:mod:`~gic_runtime.materialization.markers`; a dead process's marker is stale at
+  once);
 * keeping up with growth (docs/architecture.md §13.5): the growth-due buckets of the
   task go into *one growth job* that snapshots them one after the other, highest growth
   pressure first. Each task range has its own growth lane per pool: a growth job
@@ -50,7 +51,7 @@ exists becomes the bucket's base.
 
 Time is a seam: due times, retry deadlines, record times and adoption ages use the
 scope's :class:`~gic_runtime.clock.Clock` (``wall()``; the system clock by default), so
-tests move time by hand. Only marker staleness uses the file system's clock.
+tests move time by hand.
 
 Failures are logged and counted, never raised into a later task; a failed bucket waits
 ``retry_delay_s`` (in its pool) before it is tried again, and beyond
@@ -70,11 +71,9 @@ process pool (inherited background threads do not exist in the child).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
 
 from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
 from gic_runtime.coordination.local_jobs import (
@@ -95,12 +94,12 @@ from gic_runtime.coordination.materialization_record import (
 )
 from gic_runtime.errors import FormatError, GICError
 from gic_runtime.handles import BucketState, SnapshotHandle
+from gic_runtime.materialization.markers import in_flight, take_marker
 from gic_runtime.materialization.scheduler import Due, Newest, due, pressure
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = [
-    "MARKER_STALE_S",
     "Due",
     "LocalMaterializationStats",
     "MaterializationPool",
@@ -116,11 +115,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-MARKER_STALE_S: Final = 600.0
-"""A marker this old (seconds, by the file system's clock) belongs to a process that died
-mid-upload."""
-
 
 # --- public API --------------------------------------------------------------------------
 
@@ -227,17 +221,10 @@ def wait_for_markers(
     uploads it."""
     deadline = time.monotonic() + timeout
     while True:
-        busy = [b for b in buckets if _in_flight(_marker_path(directory, b))]
+        busy = [b for b in buckets if in_flight(_marker_path(directory, b))]
         if not busy or time.monotonic() >= deadline:
             return busy
         time.sleep(poll_s)
-
-
-def _in_flight(marker: Path) -> bool:
-    try:
-        return time.time() - marker.stat().st_mtime < MARKER_STALE_S
-    except FileNotFoundError:
-        return False
 
 
 def _take(
@@ -250,9 +237,9 @@ def _take(
     process holds the marker, or taking it or the view failed)."""
     taken: list[JobItem] = []
     for bucket in buckets:
-        marker = _marker_path(scope.directory, bucket)
         try:
-            if not _take_marker(marker):
+            marker = take_marker(_marker_path(scope.directory, bucket))
+            if marker is None:
                 continue
         except OSError as exc:
             scope.pool.note_failure(scope, bucket, exc)
@@ -260,7 +247,7 @@ def _take(
         try:
             view = backend.materialization_view(bucket)
         except (GICError, OSError) as exc:
-            marker.unlink(missing_ok=True)
+            marker.release()
             scope.pool.note_failure(scope, bucket, exc)
             continue
         taken.append(JobItem(view, states[bucket].token, marker))
@@ -314,28 +301,3 @@ def _exists(resolver: StoreResolver, handle: SnapshotHandle) -> bool:
 
 def _marker_path(directory: Path, bucket: int) -> Path:
     return directory / f"bucket-{bucket:05d}.inflight"
-
-
-def _take_marker(marker: Path) -> bool:
-    """Create ``marker`` exclusively; a stale one (dead process) is replaced once. Ages
-    are judged by the file system's clock: markers coordinate processes, whatever clock
-    schedules them."""
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
-        try:
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            try:
-                age = time.time() - marker.stat().st_mtime
-            except FileNotFoundError:
-                continue  # released meanwhile: try again
-            if age < MARKER_STALE_S:
-                return False
-            marker.unlink(missing_ok=True)
-            continue
-        try:
-            os.write(fd, f"{os.getpid()} {time.time()}\n".encode())
-        finally:
-            os.close(fd)
-        return True
-    return False
