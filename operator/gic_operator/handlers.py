@@ -8,7 +8,7 @@ Every handler finds the resource to reconcile and calls :class:`JobReconciler` o
   is what makes crash recovery start within a second of the pod failing;
 * a Savepoint changes or its timer fires (until it reaches a final state) -> reconcile it;
 * with ``warn_unwatched``, GICJobs outside the watched namespaces get a Warning Event
-  (:mod:`gic_operator.unwatched`, on a thread started and stopped with kopf);
+  (:mod:`gic_operator.jobs.unwatched`, on a thread started and stopped with kopf);
 * a Savepoint is deleted -> dispose of its files when asked (kopf's finalizer holds the
   deletion until :meth:`SavepointReconciler.dispose` returns; while a job that restored
   from it has not released it, every :data:`HELD_RETRY_DELAY_S`).
@@ -29,16 +29,16 @@ from typing import Any
 
 import kopf
 
-from gic_operator.errors import SavepointHeldError
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.kube_client import KubernetesApi
-from gic_operator.metrics import OperatorMetrics, default_metrics
+from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.jobs.unwatched import UnwatchedJobsReporter
+from gic_operator.kube.kube_client import KubernetesApi
+from gic_operator.kube.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
 from gic_operator.models import FINAL_STATES, GROUP, VERSION, GICJobStatus, SavepointStatus
-from gic_operator.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
-from gic_operator.savepoint_reconciler import SavepointReconciler
-from gic_operator.settings import OperatorSettings
-from gic_operator.storage_view import open_job_storage
-from gic_operator.unwatched import UnwatchedJobsReporter
+from gic_operator.operator_errors import SavepointHeldError
+from gic_operator.operator_metrics import OperatorMetrics, default_metrics
+from gic_operator.operator_settings import OperatorSettings
+from gic_operator.savepoints.savepoint_controller import SavepointReconciler
+from gic_operator.storage.job_storage import open_job_storage
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from tests.operator.reconcile.test_job_lifecycle import NS, World
 
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.metrics import OperatorMetrics
-from gic_operator.storage_view import open_job_storage
+from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.operator_metrics import OperatorMetrics
+from gic_operator.storage.job_storage import open_job_storage
 from gic_runtime.checkpoint import catalog, sweep
 
 REASON = "TooManyObjects"

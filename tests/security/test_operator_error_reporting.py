@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from tests.operator.reconcile.test_job_lifecycle import NS, World
 
-from gic_operator.conditions import parse_time
-from gic_operator.errors import KubeError
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.metrics import OperatorMetrics
+from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.kube.conditions import parse_time
 from gic_operator.models import GICJobSpec
-from gic_operator.savepoint_reconciler import SavepointReconciler
-from gic_operator.storage_view import JobStorage, open_job_storage
+from gic_operator.operator_errors import KubeError
+from gic_operator.operator_metrics import OperatorMetrics
+from gic_operator.savepoints.savepoint_controller import SavepointReconciler
+from gic_operator.storage.job_storage import JobStorage, open_job_storage
 from gic_runtime.errors import StoragePermissionError
 from gic_runtime.fencing import highest_epoch
 from gic_runtime.storage import StoreResolver
@@ -155,7 +155,7 @@ def test_a_corrupt_manifest_during_recovery_claims_one_epoch(world: World, error
 
 
 def test_the_restart_backoff_never_overflows() -> None:
-    from gic_operator.job_policy import MAX_RESTART_DELAY_S, restart_delay
+    from gic_operator.jobs.job_policy import MAX_RESTART_DELAY_S, restart_delay
     from gic_operator.models.gicjob import RestartPolicySpec
 
     policy = RestartPolicySpec.model_construct(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tests.operator.reconcile.test_job_lifecycle import NS, World
 
-from gic_operator.storage_view import JobStorage
+from gic_operator.storage.job_storage import JobStorage
 from gic_runtime.fencing import highest_epoch
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.storage_view import open_job_storage
+from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.storage.job_storage import open_job_storage
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState
 from gic_runtime.errors import FencedError

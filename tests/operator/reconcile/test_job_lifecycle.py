@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from gic_operator.errors import TransientKubeError
-from gic_operator.job_reconciler import JobReconciler
+from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.kube.naming import ANNOTATION_SAVEPOINT, savepoint_dir, savepoint_request_id
 from gic_operator.models import API_VERSION
-from gic_operator.naming import ANNOTATION_SAVEPOINT, savepoint_dir, savepoint_request_id
-from gic_operator.savepoint_reconciler import MAX_DISPOSAL_ATTEMPTS, SavepointReconciler
-from gic_operator.storage_view import JobStorage, open_job_storage
+from gic_operator.operator_errors import TransientKubeError
+from gic_operator.savepoints.savepoint_controller import MAX_DISPOSAL_ATTEMPTS, SavepointReconciler
+from gic_operator.storage.job_storage import JobStorage, open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState

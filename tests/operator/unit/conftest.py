@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from tests.support.processes import free_port
 
-from gic_operator.kube_client import KubernetesApi
+from gic_operator.kube.kube_client import KubernetesApi
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gic_operator.errors import ConflictError, TransientKubeError
-from gic_operator.kube import KubeApi
+from gic_operator.kube.kube_api import KubeApi
+from gic_operator.operator_errors import ConflictError, TransientKubeError
 from gic_operator.testing.fake_kube import TestingKubeApi, merge_patch
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

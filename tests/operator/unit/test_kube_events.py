@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gic_operator.kube_events import (
+from gic_operator.kube.kube_events import (
     EVENT_MESSAGE_MAX,
     ErrorEventGate,
     EventCache,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gic_operator.errors import KubeError, TransientKubeError
-from gic_operator.kube import pod_info
-from gic_operator.kube_client import KubernetesApi, translate_error
+from gic_operator.kube.kube_api import pod_info
+from gic_operator.kube.kube_client import KubernetesApi, translate_error
+from gic_operator.operator_errors import KubeError, TransientKubeError
 
 
 def test_invalid_pod_manifest_is_a_clear_error(unreachable: KubernetesApi) -> None:

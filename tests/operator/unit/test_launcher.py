@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gic_operator import launch_config, launch_plan, launcher
-from gic_operator.launch_plan import LaunchPlan
+from gic_operator.launch import launch_config, launch_plan, launcher
+from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 from gic_runtime.config import GICSettings
 from gic_runtime.errors import ConfigurationError

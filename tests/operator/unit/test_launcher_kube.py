@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gic_operator import launch_plan, launcher
-from gic_operator.errors import KubeError
-from gic_operator.kube_client import KubernetesApi
+from gic_operator.kube.kube_client import KubernetesApi
+from gic_operator.launch import launch_plan, launcher
+from gic_operator.operator_errors import KubeError
 
 NS = "prod"
 
@@ -58,9 +58,9 @@ def test_a_launch_creates_the_secret_and_template_first(tmp_path: Path, master: 
     """A whole reconcile with the in-memory fake: with a k8s:// master the Secret and the
     ConfigMap the driver pod mounts exist before the pod does; a local driver needs
     neither."""
-    from gic_operator.job_reconciler import JobReconciler
+    from gic_operator.jobs.job_controller import JobReconciler
     from gic_operator.models import API_VERSION
-    from gic_operator.storage_view import open_job_storage
+    from gic_operator.storage.job_storage import open_job_storage
     from gic_operator.testing.fake_kube import TestingKubeApi
 
     kube = TestingKubeApi()

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from gic_operator import main as cli
-from gic_operator.settings import OperatorSettings
+from gic_operator.operator_settings import OperatorSettings
 
 
 def error_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

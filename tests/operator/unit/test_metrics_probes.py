@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from gic_operator.metrics import OperatorMetrics, default_metrics
+from gic_operator.operator_metrics import OperatorMetrics, default_metrics
 from gic_operator.probes import HealthServer
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gic_operator import naming
-from gic_operator.errors import InvalidSpecError
+from gic_operator.kube import naming
+from gic_operator.operator_errors import InvalidSpecError
 from gic_runtime.layout import validate_id
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gic_operator import launch_plan, launcher
-from gic_operator.launch_plan import LaunchPlan
+from gic_operator.launch import launch_plan, launcher
+from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 from gic_operator.validation import describe_validation_error
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gic_operator import spark_settings
-from gic_operator.job_reconciler import JobReconciler
+from gic_operator.jobs.job_controller import JobReconciler
 from gic_operator.models import API_VERSION
-from gic_operator.storage_view import open_job_storage
+from gic_operator.storage.job_storage import open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
 from gic_operator.validation import ALLOWED_SPARK_CONF, spark_conf_problem
 

@@ -8,9 +8,9 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from gic_operator import launch_config
 from gic_operator.crd_schema import CrdSchemaError, structural_schema
-from gic_operator.launch_plan import LaunchPlan
+from gic_operator.launch import launch_config
+from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.models import (
     CheckpointInfo,
     GICJobSpec,
@@ -29,7 +29,7 @@ from gic_operator.models import (
 )
 from gic_operator.models.base import MAX_STATUS_NUMBER, read_tolerantly
 from gic_operator.models.gicjob import runtime_default
-from gic_operator.reconcile_context import Pass, status_patch
+from gic_operator.reconcile.status_pass import Pass, status_patch
 from gic_operator.testing.fake_kube import TestingKubeApi
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
 from gic_runtime.checkpoint.manifest import SavepointType

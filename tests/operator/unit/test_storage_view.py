@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gic_operator.models import GICJobSpec
-from gic_operator.storage_view import JobStorage, open_job_storage, resolver_for
+from gic_operator.storage.job_storage import JobStorage, open_job_storage, resolver_for
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 from gic_runtime.control import ControlChannel, Outcome
@@ -97,7 +97,7 @@ def test_corrupt_status_reads_as_none_with_a_warning(
     storage: JobStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
     put(storage, status_uri(storage.root, JOB), b"GICT 1 garbage\n{")
-    with caplog.at_level(logging.WARNING, logger="gic_operator.storage_view"):
+    with caplog.at_level(logging.WARNING, logger="gic_operator.storage.job_storage"):
         assert storage.runtime_status() is None
     assert "unreadable" in caplog.text
 

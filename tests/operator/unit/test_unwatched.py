@@ -1,4 +1,4 @@
-"""Warning Events on GICJobs outside the watched namespaces (gic_operator.unwatched),
+"""Warning Events on GICJobs outside the watched namespaces (gic_operator.jobs.unwatched),
 against the in-memory API."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import threading
 
 import pytest
 
-from gic_operator.errors import KubeError
-from gic_operator.testing.fake_kube import TestingKubeApi
-from gic_operator.unwatched import (
+from gic_operator.jobs.unwatched import (
     NOT_WATCHED,
     UnwatchedJobsReporter,
     not_watched_message,
     report_unwatched,
 )
+from gic_operator.operator_errors import KubeError
+from gic_operator.testing.fake_kube import TestingKubeApi
 
 
 def job(name: str) -> dict[str, object]:

@@ -235,9 +235,9 @@ def test_operations_guide_lists_the_whole_allowlist() -> None:
 
 
 def test_reconciler_marks_a_refused_key_invalid_and_launches_nothing(tmp_path: Any) -> None:
-    from gic_operator.job_reconciler import JobReconciler
+    from gic_operator.jobs.job_controller import JobReconciler
     from gic_operator.models import API_VERSION
-    from gic_operator.storage_view import open_job_storage
+    from gic_operator.storage.job_storage import open_job_storage
     from gic_operator.testing.fake_kube import TestingKubeApi
 
     kube = TestingKubeApi()

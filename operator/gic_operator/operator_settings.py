@@ -177,7 +177,7 @@ class StorageAllowlist:
 class OperatorSettings:
     """How the operator runs: the period of its reconcile timers, its kopf peering
     (``None``: standalone), which namespaces it watches, the storage allowlist, and
-    whether it warns GICJobs outside its namespaces (:mod:`gic_operator.unwatched`)."""
+    whether it warns GICJobs outside its namespaces (:mod:`gic_operator.jobs.unwatched`)."""
 
     reconcile_interval_s: float = 5.0
     peering: str | None = "gic-operator"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from gic_operator.errors import InvalidSpecError
+from gic_operator.operator_errors import InvalidSpecError
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.layout import validate_id
 

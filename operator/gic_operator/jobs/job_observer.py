@@ -2,12 +2,11 @@
 in storage, the restore source's release, the checkpoint and savepoint shown in the status.
 
 :class:`JobView` reads (and records into the pass's status what it read);
-:class:`gic_operator.job_steps.JobSteps` builds on it to act.
+:class:`gic_operator.jobs.job_steps.JobSteps` builds on it to act.
 
 Trust: the job id and every savepoint directory are derived (``naming``), never read back
 from the status or from what a driver wrote; numbers copied from a status or a driver's
-report are bounded (the status model's integers, :func:`status_int`); a savepoint
-outcome naming another directory is refused (:func:`checked_outcome_path`); the restore
+report are bounded (:func:`gic_operator.storage.driver_reports.status_int`); the restore
 source's release is judged from the job's manifests; the pod named in
 ``status.driverPod`` counts only when it carries the job's driver labels; a driver's
 failure counts only for the epoch the current driver was launched with.
@@ -22,32 +21,22 @@ import math
 from collections.abc import Callable
 from enum import StrEnum
 
-from gic_operator.conditions import parse_time, rfc3339
-from gic_operator.errors import UntrustedInputError
-from gic_operator.job_policy import DriverFailure, reported_failure
-from gic_operator.kube import KubeApi, PodInfo
+from gic_operator.jobs.job_policy import DriverFailure, reported_failure
+from gic_operator.kube.conditions import parse_time, rfc3339
+from gic_operator.kube.kube_api import KubeApi, PodInfo
+from gic_operator.kube.naming import LABEL_EPOCH, job_id, job_selector, savepoint_dir
 from gic_operator.models import CheckpointInfo, GICJobSpec, RestoreMode, SavepointRef
-from gic_operator.models.base import MAX_STATUS_NUMBER, status_number
-from gic_operator.naming import LABEL_EPOCH, job_id, job_selector, savepoint_dir
-from gic_operator.reconcile_context import JobPass
-from gic_operator.settings import StorageAllowlist
-from gic_operator.storage_view import JobStorage, normalize_uri
-from gic_runtime.control.model import Outcome, OutcomeState
+from gic_operator.models.base import MAX_STATUS_NUMBER
+from gic_operator.operator_settings import StorageAllowlist
+from gic_operator.reconcile.status_pass import JobPass
+from gic_operator.storage.driver_reports import status_int
+from gic_operator.storage.job_storage import JobStorage, normalize_uri
+from gic_runtime.control.model import OutcomeState
 
 log = logging.getLogger(__name__)
 
 #: Largest number copied from a driver's report (larger ones read as 0).
 MAX_NUMBER = MAX_STATUS_NUMBER
-
-
-def status_int(value: object) -> int:
-    """A non-negative integer read from a driver's report or another resource's status
-    (a driver or anyone with status access may have written it): anything else reads
-    as 0."""
-    try:
-        return status_number(value)
-    except ValueError:
-        return 0
 
 
 class DriverState(StrEnum):
@@ -74,18 +63,6 @@ def job_storage_id(p: JobPass) -> str:
     return job_id(p.namespace, p.name, p.status.lineage)
 
 
-def checked_outcome_path(outcome: Outcome, target: str) -> str:
-    """The directory of completed ``outcome``: ``target`` (the derived directory the
-    request named). An outcome naming another directory is refused."""
-    if outcome.path is not None and normalize_uri(outcome.path) != target:
-        raise UntrustedInputError(
-            f"the driver reported savepoint {outcome.request_id} at {outcome.path}, but it "
-            f"was requested at {target}; the outcome is refused (nothing at that path is "
-            "used or deleted)"
-        )
-    return target
-
-
 class JobView:
     """One reconcile's view of a job (see the module doc)."""
 
@@ -103,7 +80,7 @@ class JobView:
         self.spec = spec
         self.kube = kube
         #: Posts a driver's failure (pass, reason, message): the reconciler's gated
-        #: :meth:`~gic_operator.problems.ProblemReporter.driver_failure`.
+        #: :meth:`~gic_operator.reconcile.problems.ProblemReporter.driver_failure`.
         self.warn = warn
         self.storage_for = storage_for
         self.allowlist = allowlist or StorageAllowlist()

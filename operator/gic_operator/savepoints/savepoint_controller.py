@@ -20,13 +20,13 @@ a Savepoint (and its disposal) at another savepoint's or job's files.
 
 Deletion (finalizer): with ``disposeOnDelete: true`` the files are deleted — only a
 Completed savepoint, only its derived directory
-(:func:`gic_operator.restore_sources.savepoint_place`), never one a job claimed
+(:func:`gic_operator.savepoints.restore_sources.savepoint_place`), never one a job claimed
 (``status.claimedBy``, or a job restored from it in Claim mode), and not while a job
 restored from it NoClaim has not released it (the deletion then waits). A disposal that
 keeps failing gives up after :data:`MAX_DISPOSAL_ATTEMPTS` with a Warning event, so
 deletion never hangs on a broken storage.
 
-Errors a pass meets are reported as for GICJobs (:mod:`gic_operator.problems`).
+Errors a pass meets are reported as for GICJobs (:mod:`gic_operator.reconcile.problems`).
 
 Thread-safety: one lock per savepoint.
 """
@@ -41,16 +41,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gic_operator.conditions import parse_time, rfc3339
-from gic_operator.errors import (
-    KubeError,
-    SavepointHeldError,
-    StorageNotAllowedError,
-    UntrustedInputError,
-)
-from gic_operator.job_view import checked_outcome_path, status_int
-from gic_operator.kube import KubeApi
-from gic_operator.metrics import OperatorMetrics
+from gic_operator.kube.conditions import parse_time, rfc3339
+from gic_operator.kube.kube_api import KubeApi
+from gic_operator.kube.naming import job_id, savepoint_dir, savepoint_request_id
 from gic_operator.models import (
     FINAL_STATES,
     GICJobSpec,
@@ -62,12 +55,19 @@ from gic_operator.models import (
     SavepointStatus,
 )
 from gic_operator.models.gicjob import SAVEPOINT_TIMEOUT_S
-from gic_operator.naming import job_id, savepoint_dir, savepoint_request_id
-from gic_operator.problems import ProblemReporter, describe
-from gic_operator.reconcile_context import KeyedLocks, Pass, SavepointPass
-from gic_operator.restore_sources import holders, savepoint_place
-from gic_operator.settings import StorageAllowlist
-from gic_operator.storage_view import JobStorage
+from gic_operator.operator_errors import (
+    KubeError,
+    SavepointHeldError,
+    StorageNotAllowedError,
+    UntrustedInputError,
+)
+from gic_operator.operator_metrics import OperatorMetrics
+from gic_operator.operator_settings import StorageAllowlist
+from gic_operator.reconcile.problems import ProblemReporter, describe
+from gic_operator.reconcile.status_pass import KeyedLocks, Pass, SavepointPass
+from gic_operator.savepoints.restore_sources import holders, savepoint_place
+from gic_operator.storage.driver_reports import checked_outcome_path, status_int
+from gic_operator.storage.job_storage import JobStorage
 from gic_operator.validation import describe_validation_error
 from gic_runtime.errors import FormatError
 
@@ -283,7 +283,7 @@ class SavepointReconciler:
         """On deletion: delete the files when asked to (see the module docstring).
 
         Returns what happened (for the log). Raises
-        :class:`~gic_operator.errors.SavepointHeldError` while a job still needs the
+        :class:`~gic_operator.operator_errors.SavepointHeldError` while a job still needs the
         files (the caller retries later, however long), and any other error of a failed
         disposal while attempts remain; after :data:`MAX_DISPOSAL_ATTEMPTS` failures it
         gives up with a Warning event and returns, so the resource can go.

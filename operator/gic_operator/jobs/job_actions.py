@@ -17,10 +17,9 @@ from __future__ import annotations
 import logging
 from typing import assert_never
 
-from gic_operator.conditions import parse_time, rfc3339
-from gic_operator.errors import UntrustedInputError
-from gic_operator.job_steps import JobSteps
-from gic_operator.job_view import checked_outcome_path
+from gic_operator.jobs.job_steps import JobSteps
+from gic_operator.kube.conditions import parse_time, rfc3339
+from gic_operator.kube.naming import job_id, request_id
 from gic_operator.models import (
     ActionKind,
     JobPhase,
@@ -33,7 +32,8 @@ from gic_operator.models import (
     UpgradeMode,
 )
 from gic_operator.models.gicjob import SAVEPOINT_TIMEOUT_S
-from gic_operator.naming import job_id, request_id
+from gic_operator.operator_errors import UntrustedInputError
+from gic_operator.storage.driver_reports import checked_outcome_path
 from gic_runtime.checkpoint.manifest import SavepointType
 from gic_runtime.errors import FormatError
 
@@ -51,7 +51,7 @@ StopAction = UpgradeAction | SuspendAction
 
 
 class JobActions(JobSteps):
-    """:class:`~gic_operator.job_steps.JobSteps` with the multi-step actions."""
+    """:class:`~gic_operator.jobs.job_steps.JobSteps` with the multi-step actions."""
 
     # --- multi-step actions -------------------------------------------------------------
 

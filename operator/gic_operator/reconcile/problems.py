@@ -7,8 +7,8 @@ for machines, a message for people) and reported by :class:`ProblemReporter`:
   (``True`` / ``Succeeded`` again after a pass without one), plus whatever the
   reconciler adds (the GICJob's ``status.message`` and ``Ready`` condition);
 * as a Warning Event with the reason, posted when the error is new or changed, or again
-  after :data:`~gic_operator.kube_events.ERROR_REPEAT_S` with how often it was met
-  (:class:`~gic_operator.kube_events.ErrorEventGate`);
+  after :data:`~gic_operator.kube.kube_events.ERROR_REPEAT_S` with how often it was met
+  (:class:`~gic_operator.kube.kube_events.ErrorEventGate`);
 * in the metric ``gic_operator_errors_total{resource,reason}``, once per pass.
 
 A listing stopped at its bound (``TooManyObjects``: a prefix a driver fills holds more
@@ -16,11 +16,11 @@ objects than the operator lists) has its own reason, ahead of the other storage 
 it is not a fault of the storage or of the operator's credentials, and the fix is in
 the job's files.
 
-A failure a job's driver reported (:func:`gic_operator.job_policy.reported_failure`) is
+A failure a job's driver reported (:func:`gic_operator.jobs.job_policy.reported_failure`) is
 no error of the reconcile: :meth:`ProblemReporter.driver_failure` posts it as a Warning
 Event with its reason through the same gate (under a key of its own, which a pass
 without error does not reset), so a driver failing the same way on every restart posts
-it once per :data:`~gic_operator.kube_events.ERROR_REPEAT_S` with how often it was met.
+it once per :data:`~gic_operator.kube.kube_events.ERROR_REPEAT_S` with how often it was met.
 
 Expected errors (storage, the Kubernetes API, files a driver wrote) are logged as one
 line; only an unexpected exception (``InternalError``, a bug) is logged with its
@@ -38,7 +38,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gic_operator.errors import (
+from gic_operator.kube.kube_events import ErrorEventGate
+from gic_operator.operator_errors import (
     GICOperatorError,
     InvalidSpecError,
     KubeError,
@@ -46,9 +47,8 @@ from gic_operator.errors import (
     TransientKubeError,
     UntrustedInputError,
 )
-from gic_operator.kube_events import ErrorEventGate
-from gic_operator.metrics import OperatorMetrics
-from gic_operator.reconcile_context import Pass
+from gic_operator.operator_metrics import OperatorMetrics
+from gic_operator.reconcile.status_pass import Pass
 from gic_runtime.errors import (
     ConfigurationError,
     FencedError,

@@ -10,7 +10,7 @@ Rules (the operator's trust boundary applied to restores):
   NoClaim only: a path may name anything, e.g. another job's live checkpoint.
 * **A Savepoint's directory is derived**, never read back:
   ``<root>/savepoints/<namespace>.<job>/gsp-<name>-<uid8>``
-  (:func:`gic_operator.naming.savepoint_dir`). ``root`` is its job's storage; when the job
+  (:func:`gic_operator.kube.naming.savepoint_dir`). ``root`` is its job's storage; when the job
   is gone (or its storage changed since), the root of the recorded ``status.path`` is
   used only if that path is exactly the derived directory under a root the allowlist
   admits for the namespace.
@@ -20,7 +20,7 @@ Rules (the operator's trust boundary applied to restores):
   job's manifests), or names it in ``spec.restore`` and has not launched yet. A held
   Savepoint is skipped by retention and its files are kept on deletion.
 
-Thread-safety: pure functions over the :class:`~gic_operator.kube.KubeApi`, which is
+Thread-safety: pure functions over the :class:`~gic_operator.kube.kube_api.KubeApi`, which is
 thread-safe.
 """
 
@@ -32,12 +32,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gic_operator.errors import UntrustedInputError
-from gic_operator.kube import KubeApi
+from gic_operator.kube.kube_api import KubeApi
+from gic_operator.kube.naming import job_id, savepoint_dir, savepoint_request_id
 from gic_operator.models import GICJobSpec, GICJobStatus, RestoreMode, SavepointStatus
-from gic_operator.naming import job_id, savepoint_dir, savepoint_request_id
-from gic_operator.settings import StorageAllowlist
-from gic_operator.storage_view import normalize_uri
+from gic_operator.operator_errors import UntrustedInputError
+from gic_operator.operator_settings import StorageAllowlist
+from gic_operator.storage.job_storage import normalize_uri
 from gic_runtime.errors import GICError
 
 
@@ -72,7 +72,7 @@ def savepoint_place(
     kube: KubeApi, allowlist: StorageAllowlist, namespace: str, body: Mapping[str, Any]
 ) -> SavepointPlace:
     """The derived place of Savepoint ``body`` (module docstring); raises
-    :class:`~gic_operator.errors.UntrustedInputError` when it cannot be derived."""
+    :class:`~gic_operator.operator_errors.UntrustedInputError` when it cannot be derived."""
     name, uid = str(_meta(body).get("name")), str(_meta(body).get("uid") or "")
     job = str((body.get("spec") or {}).get("job") or "")
     rid = savepoint_request_id(name, uid)

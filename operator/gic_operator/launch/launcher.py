@@ -1,7 +1,7 @@
 """Manifests of a job's driver: the pod, its headless service, the executors' pod template
 (in a ConfigMap) and the job's Spark authentication Secret (pure functions, but for the
-secret's random value). The plan is :mod:`gic_operator.launch_plan`, the driver's
-configuration :mod:`gic_operator.launch_config`.
+secret's random value). The plan is :mod:`gic_operator.launch.launch_plan`, the driver's
+configuration :mod:`gic_operator.launch.launch_config`.
 
 The driver runs ``spark-submit`` in client mode inside its own pod, under the runtime's
 entry process, which turns the pod's SIGTERM into a clean stop within the pod's
@@ -11,13 +11,13 @@ headless service whose DNS name is ``spark.driver.host``.
 
 Invariants:
 
-* the same :class:`~gic_operator.launch_plan.LaunchPlan` always gives the same manifests
+* the same :class:`~gic_operator.launch.launch_plan.LaunchPlan` always gives the same manifests
   (a relaunch after an operator crash creates the very pod it meant to create);
 * the pod, the service, the ConfigMap and the Secret are owned by the GICJob (controller
   reference), so deleting the job deletes them; executors are owned by the driver pod
   (Spark does that when ``spark.kubernetes.driver.pod.name`` is set);
 * every pod meets the Kubernetes "restricted" Pod Security Standard: non-root user
-  :data:`~gic_operator.launch_plan.SPARK_UID` (the image's), no privilege escalation,
+  :data:`~gic_operator.launch.launch_plan.SPARK_UID` (the image's), no privilege escalation,
   every capability dropped, the runtime's default seccomp profile, no host namespaces
   and no volumes but a Secret and a ConfigMap of the job and those of the job's
   ``podTemplate`` (of the types the standard allows). The driver pod gets that from
@@ -41,14 +41,23 @@ import json
 import secrets
 from typing import Any
 
-from gic_operator.kube import DRIVER_CONTAINER
-from gic_operator.launch_config import (
+from gic_operator.kube.kube_api import DRIVER_CONTAINER
+from gic_operator.kube.naming import (
+    ANNOTATION_GENERATION,
+    LABEL_JOB,
+    MANAGED_BY,
+    driver_labels,
+    driver_service_name,
+    job_selector,
+    label_value,
+)
+from gic_operator.launch.launch_config import (
     driver_command,
     driver_env,
     executor_env,
     termination_grace_s,
 )
-from gic_operator.launch_plan import (
+from gic_operator.launch.launch_plan import (
     ANNOTATION_JOB_ID,
     AUTH_DIR,
     AUTH_ENV_KEY,
@@ -71,15 +80,6 @@ from gic_operator.launch_plan import (
 )
 from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
 from gic_operator.models.pod_template import RESERVED_VOLUMES, PodTemplate
-from gic_operator.naming import (
-    ANNOTATION_GENERATION,
-    LABEL_JOB,
-    MANAGED_BY,
-    driver_labels,
-    driver_service_name,
-    job_selector,
-    label_value,
-)
 
 _AUTH_VOLUME, _TEMPLATE_VOLUME = RESERVED_VOLUMES
 

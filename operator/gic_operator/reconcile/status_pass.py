@@ -35,11 +35,11 @@ from typing import Any, Generic, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from gic_operator.conditions import set_condition
-from gic_operator.errors import ConflictError
-from gic_operator.kube import KubeApi
+from gic_operator.kube.conditions import set_condition
+from gic_operator.kube.kube_api import KubeApi
 from gic_operator.models import Condition, GICJobStatus, ResourceStatus, SavepointStatus
 from gic_operator.models.base import plain_json, read_tolerantly
+from gic_operator.operator_errors import ConflictError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Everything in that directory was written by the job's driver, which runs the ten
 code: it is input, not truth. So:
 
 * every read of a file a driver writes is bounded: the status record and control
-  records go through :func:`~gic_operator.storage_reads.read_bounded`, manifests (the
+  records go through :func:`~gic_operator.storage.bounded_reads.read_bounded`, manifests (the
   job's and a restore source's) through the runtime's readers, which bound them the
   same way; a larger object is refused instead of loaded;
 * every listing of a prefix a driver writes is bounded the same way: the job's
@@ -25,7 +25,7 @@ code: it is input, not truth. So:
   ``<storage>/savepoints/``, at a path the caller derived;
 * control requests are idempotent by id, and a request already stored under an id with
   another intent (e.g. another target) is refused, never adopted
-  (:mod:`gic_operator.control_requests`);
+  (:mod:`gic_operator.storage.control_files`);
 * S3 credentials come only from the operator's own environment
   (:meth:`gic_runtime.storage.S3Settings.from_env`), never from a job's Secret; a job
   may override only the endpoint, and only one the allowlist admits (checked by the
@@ -45,9 +45,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from gic_operator.control_requests import MAX_CONTROL_BYTES, ControlRequests
 from gic_operator.models.gicjob import GICJobSpec
-from gic_operator.storage_reads import normalize_uri, read_bounded
+from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
+from gic_operator.storage.control_files import MAX_CONTROL_BYTES, ControlRequests
 from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
 from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest

@@ -1,18 +1,18 @@
-"""The operator's :class:`~gic_operator.kube.KubeApi` on the official ``kubernetes``
+"""The operator's :class:`~gic_operator.kube.kube_api.KubeApi` on the official ``kubernetes``
 client: :class:`KubernetesApi`, and the translation of the client's errors into the
 operator's (:func:`translate_error`).
 
-It keeps the protocol's contract (see :mod:`gic_operator.kube`): repeated creates and
+It keeps the protocol's contract (see :mod:`gic_operator.kube.kube_api`): repeated creates and
 deletes are not errors, status patches are JSON merge patches with an optional
 ``resourceVersion`` precondition (a 409 becomes
-:class:`~gic_operator.errors.ConflictError`), every other failure a
-:class:`~gic_operator.errors.KubeError` naming the call (transient for 429, 409, 5xx,
+:class:`~gic_operator.operator_errors.ConflictError`), every other failure a
+:class:`~gic_operator.operator_errors.KubeError` naming the call (transient for 429, 409, 5xx,
 connection errors and timeouts), and ``event`` never raises. A manifest the client
 refuses never appears in an error message (a Secret's data would).
 
 Thread-safety: a :class:`KubernetesApi` may be shared between threads (the client's
 connection pool is thread-safe; so is the Event aggregation cache of
-:mod:`gic_operator.kube_events`).
+:mod:`gic_operator.kube.kube_events`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gic_operator.errors import ConflictError, KubeError, TransientKubeError
-from gic_operator.kube import PodInfo, label_selector, pod_info, rfc3339, with_kind
-from gic_operator.kube_events import EventCache, event_body, event_key
+from gic_operator.kube.kube_api import PodInfo, label_selector, pod_info, rfc3339, with_kind
+from gic_operator.kube.kube_events import EventCache, event_body, event_key
+from gic_operator.kube.naming import MANAGED_BY
 from gic_operator.models.base import GROUP, VERSION
-from gic_operator.naming import MANAGED_BY
+from gic_operator.operator_errors import ConflictError, KubeError, TransientKubeError
 
 _log = logging.getLogger(__name__)
 

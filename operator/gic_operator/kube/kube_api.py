@@ -5,8 +5,8 @@ protocol over plain JSON dicts: driver pods (read, list, create, delete), the dr
 service, the operator's own custom objects (``gic.io/v1alpha1``: ``gicjobs``,
 ``savepoints``), their status, and Events. ``list_objects_everywhere`` lists a custom
 resource in every namespace (a cluster-wide grant, used only by
-:mod:`gic_operator.unwatched`).
-:class:`gic_operator.kube_client.KubernetesApi` implements it on the official
+:mod:`gic_operator.jobs.unwatched`).
+:class:`gic_operator.kube.kube_client.KubernetesApi` implements it on the official
 ``kubernetes`` client; :class:`gic_operator.testing.fake_kube.TestingKubeApi` in memory,
 for unit tests of the reconcilers.
 
@@ -19,11 +19,11 @@ Contract of every implementation:
   object do nothing;
 * ``patch_status`` is a JSON merge patch of ``status`` (RFC 7386: a ``None`` value
   deletes the key, lists are replaced whole); with ``resource_version`` it applies only
-  to that version of the object and raises :class:`~gic_operator.errors.ConflictError`
+  to that version of the object and raises :class:`~gic_operator.operator_errors.ConflictError`
   when the object changed since (optimistic concurrency: a status derived from a read
   never overwrites a newer one);
-* every other failure raises :class:`~gic_operator.errors.KubeError` saying which call
-  failed and why; :class:`~gic_operator.errors.TransientKubeError` when a retry may
+* every other failure raises :class:`~gic_operator.operator_errors.KubeError` saying which call
+  failed and why; :class:`~gic_operator.operator_errors.TransientKubeError` when a retry may
   succeed (HTTP 429, 409 conflicts, 5xx, connection errors, timeouts);
 * ``event`` never raises: an Event that cannot be posted is logged as a warning.
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gic_operator.conditions import rfc3339 as format_time
+from gic_operator.kube.conditions import rfc3339 as format_time
 from gic_operator.models.base import API_VERSION
 
 _log = logging.getLogger(__name__)

@@ -4,8 +4,9 @@ every object of a launch shares.
 A :class:`LaunchPlan` is everything the operator decided for one launch: the GICJob, its
 job id in storage, the fencing epoch, the restore source. The constants here are the
 operator's own choices (ports, the Spark user, where the RPC secret and the executor pod
-template are mounted, which credentials keys travel), read by :mod:`gic_operator.launch_config`
-(the driver's configuration) and :mod:`gic_operator.launcher` (the manifests).
+template are mounted, which credentials keys travel), read by
+:mod:`gic_operator.launch.launch_config` (the driver's configuration) and
+:mod:`gic_operator.launch.launcher` (the manifests).
 
 Invariants: object names derived from a GICJob's name are valid DNS subdomains and
 distinct for distinct names (a hash shortens long ones); every Spark pod runs as
@@ -22,10 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gic_operator.models.base import API_VERSION
-from gic_operator.models.gicjob import GICJobSpec
-from gic_operator.models.pod_template import RESERVED_MOUNT_DIRS
-from gic_operator.naming import (
+from gic_operator.kube.naming import (
     DNS_SUBDOMAIN_MAX,
     LABEL_JOB,
     LABEL_ROLE,
@@ -33,6 +31,9 @@ from gic_operator.naming import (
     driver_service_name,
     label_value,
 )
+from gic_operator.models.base import API_VERSION
+from gic_operator.models.gicjob import GICJobSpec
+from gic_operator.models.pod_template import RESERVED_MOUNT_DIRS
 from gic_operator.validation import IN_CLUSTER_MASTER
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
 from gic_runtime.errors import ConfigurationError
@@ -78,7 +79,7 @@ SECRET_KEYS: tuple[tuple[str, bool], ...] = (
 #: Dockerfile's spark-runtime target runs as it too).
 SPARK_UID = 185
 SPARK_GID = 185
-#: Role label value of executor pods (drivers: :data:`gic_operator.naming.ROLE_DRIVER`).
+#: Role label value of executor pods (drivers: :data:`gic_operator.kube.naming.ROLE_DRIVER`).
 ROLE_EXECUTOR = "executor"
 #: Name of the executor container in the pod template.
 EXECUTOR_CONTAINER = "executor"

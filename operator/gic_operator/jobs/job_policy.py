@@ -8,7 +8,7 @@
 * ``spec.savepoints.retention``: deletes periodic Savepoints beyond ``maxCount`` (newest
   kept) or older than ``maxAgeSeconds`` — only ones the policy created, never one still
   in progress, never one a job still needs (claimed, or an unreleased restore source:
-  :func:`gic_operator.restore_sources.holders`).
+  :func:`gic_operator.savepoints.restore_sources.holders`).
 
 :func:`restart_delay` is the restart backoff, clamped so that no spec value (``1e300``)
 can overflow it.
@@ -43,8 +43,17 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from gic_operator.conditions import parse_time, rfc3339
-from gic_operator.kube import KubeApi
+from gic_operator.kube.conditions import parse_time, rfc3339
+from gic_operator.kube.kube_api import KubeApi
+from gic_operator.kube.naming import (
+    ANNOTATION_SAVEPOINT,
+    LABEL_CREATED_BY,
+    LABEL_JOB,
+    label_value,
+    savepoint_dir,
+    savepoint_request_id,
+    savepoint_resource_name,
+)
 from gic_operator.models import (
     API_VERSION,
     FINAL_STATES,
@@ -55,18 +64,9 @@ from gic_operator.models import (
     SavepointStatus,
 )
 from gic_operator.models.gicjob import RestartPolicySpec
-from gic_operator.naming import (
-    ANNOTATION_SAVEPOINT,
-    LABEL_CREATED_BY,
-    LABEL_JOB,
-    label_value,
-    savepoint_dir,
-    savepoint_request_id,
-    savepoint_resource_name,
-)
-from gic_operator.reconcile_context import JobPass
-from gic_operator.restore_sources import holders
-from gic_operator.storage_view import normalize_uri
+from gic_operator.reconcile.status_pass import JobPass
+from gic_operator.savepoints.restore_sources import holders
+from gic_operator.storage.job_storage import normalize_uri
 from gic_runtime.status import FailureReason, JobState, JobStatus
 
 CREATED_BY_ANNOTATION = "annotation"

@@ -1,8 +1,8 @@
 """The single steps of a GICJob's lifecycle: launch, running, driver failure.
 
 :class:`JobSteps` performs at most one step per reconcile over what
-:class:`~gic_operator.job_view.JobView` observed; the multi-step actions (recover,
-upgrade, suspend, in ``status.pending``) are :class:`gic_operator.job_actions.JobActions`.
+:class:`~gic_operator.jobs.job_observer.JobView` observed; the multi-step actions (recover,
+upgrade, suspend, in ``status.pending``) are :class:`gic_operator.jobs.job_actions.JobActions`.
 Each side effect is idempotent so a repeated step (after an operator restart) is harmless:
 
 * control requests have deterministic ids (``naming.request_id``) and are create-once;
@@ -12,16 +12,16 @@ Each side effect is idempotent so a repeated step (after an operator restart) is
   later steps fail and are retried.
 
 A driver that fails may have reported why in its status record
-(:func:`gic_operator.job_policy.reported_failure`): the reason and message are shown in
+(:func:`gic_operator.jobs.job_policy.reported_failure`): the reason and message are shown in
 ``status.message``, the ``Ready`` reason and a gated Warning Event; a refusal that a
 relaunch of the same spec meets again (a query mismatch, invalid settings) ends in phase
 ``Failed`` without a restart, waiting for a spec change; any other failure is restarted
 with backoff, like a driver that reported nothing.
 
-What a step acts on was read by :class:`gic_operator.job_view.JobView` (and trusted only
+What a step acts on was read by :class:`gic_operator.jobs.job_observer.JobView` (and trusted only
 as far as it says).
 
-Invariants: see :mod:`gic_operator.job_reconciler`.
+Invariants: see :mod:`gic_operator.jobs.job_controller`.
 
 Thread-safety: used by one reconcile at a time (the job's lock).
 """
@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import logging
 
-from gic_operator.conditions import parse_time, rfc3339
-from gic_operator.errors import ConflictError, UntrustedInputError
-from gic_operator.job_policy import DriverFailure, restart_delay
-from gic_operator.job_view import JobView
-from gic_operator.launch_config import validate_launch
-from gic_operator.launch_plan import LaunchPlan, on_kubernetes
-from gic_operator.launcher import (
+from gic_operator.jobs.job_observer import JobView
+from gic_operator.jobs.job_policy import DriverFailure, restart_delay
+from gic_operator.kube.conditions import parse_time, rfc3339
+from gic_operator.kube.naming import ROLE_DRIVER, job_id, job_selector
+from gic_operator.launch.launch_config import validate_launch
+from gic_operator.launch.launch_plan import LaunchPlan, on_kubernetes
+from gic_operator.launch.launcher import (
     auth_secret,
     driver_pod,
     driver_service,
@@ -50,8 +50,8 @@ from gic_operator.models import (
     SavepointState,
     SavepointStatus,
 )
-from gic_operator.naming import ROLE_DRIVER, job_id, job_selector
-from gic_operator.restore_sources import savepoint_place
+from gic_operator.operator_errors import ConflictError, UntrustedInputError
+from gic_operator.savepoints.restore_sources import savepoint_place
 from gic_runtime.errors import GICError
 
 log = logging.getLogger(__name__)

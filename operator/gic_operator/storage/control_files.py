@@ -1,7 +1,7 @@
 """Control requests the operator writes for a job's driver, and the outcomes it reads.
 
 :class:`ControlRequests` is the control-channel part of
-:class:`~gic_operator.storage_view.JobStorage` (mixed into it): asking the driver for a
+:class:`~gic_operator.storage.job_storage.JobStorage` (mixed into it): asking the driver for a
 savepoint or a stop (``<job>/control/requests/``), reading how a request ended
 (``<job>/control/outcomes/``), and abandoning a request no driver served. The records
 are the runtime's (:mod:`gic_runtime.control`).
@@ -11,17 +11,17 @@ id and intent returns the stored request, and a request already stored under the
 with another intent (e.g. another target) is refused, never adopted; an outcome is
 write-once, so the first one written (by a driver or by :meth:`abandon_request`)
 stands; every read of a request or outcome is bounded (:data:`MAX_CONTROL_BYTES`,
-:func:`~gic_operator.storage_reads.read_bounded`), and an outcome that names another
+:func:`~gic_operator.storage.bounded_reads.read_bounded`), and an outcome that names another
 request is corrupt.
 
-Thread-safety: as :class:`~gic_operator.storage_view.JobStorage` (no state of its own).
+Thread-safety: as :class:`~gic_operator.storage.job_storage.JobStorage` (no state of its own).
 """
 
 from __future__ import annotations
 
 import time
 
-from gic_operator.storage_reads import normalize_uri, read_bounded
+from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
 from gic_runtime.control.channel import outcome_uri, request_uri
 from gic_runtime.control.model import (
     ControlRequest,

@@ -6,12 +6,12 @@ no driver, no status and no Event from them: it just sits there. With
 GICJobs in every namespace every ``interval_s`` seconds and posts a Warning Event
 :data:`NOT_WATCHED` on each one outside its watched namespaces, naming the namespaces it
 watches and how to add this one. That takes a cluster-wide ``list`` of GICJobs and
-``create``/``patch`` of Events (:data:`gic_operator.permissions.UNWATCHED_CALLS`), which
+``create``/``patch`` of Events (:data:`gic_operator.kube.permissions.UNWATCHED_CALLS`), which
 the chart grants only when the value is on.
 
 Invariants: a GICJob is never written, only given an Event; a job in a watched namespace
 never gets one; repeats of the same Event within ten minutes raise its count
-(:mod:`gic_operator.kube_events`) instead of adding Events; a failed scan is logged and the
+(:mod:`gic_operator.kube.kube_events`) instead of adding Events; a failed scan is logged and the
 next one tries again. Every replica scans (peering pauses kopf's handlers, not this), so
 with two replicas a job may show two such Events.
 
@@ -27,8 +27,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from gic_operator.errors import KubeError
-from gic_operator.kube import KubeApi
+from gic_operator.kube.kube_api import KubeApi
+from gic_operator.operator_errors import KubeError
 
 _log = logging.getLogger(__name__)
 

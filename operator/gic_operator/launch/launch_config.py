@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gic_operator.launch_plan import (
+from gic_operator.launch.launch_plan import (
     AUTH_ENV_KEY,
     AUTH_FILE,
     BLOCK_MANAGER_PORT,
@@ -196,7 +196,7 @@ def spark_conf(plan: LaunchPlan) -> dict[str, str]:
 
 def driver_command(plan: LaunchPlan) -> list[str]:
     """``spark-submit`` in client mode with the job's configuration and main file, under
-    the runtime's entry process (:data:`~gic_operator.launch_plan.DRIVER_ENTRY`)."""
+    the runtime's entry process (:data:`~gic_operator.launch.launch_plan.DRIVER_ENTRY`)."""
     app = plan.spec.application
     command = [*DRIVER_ENTRY, "spark-submit", "--master", master(plan.spec)]
     command += ["--deploy-mode", "client"]
@@ -247,7 +247,7 @@ def driver_settings(plan: LaunchPlan) -> GICSettings:
 
 def termination_grace_s(plan: LaunchPlan) -> int:
     """The driver pod's ``terminationGracePeriodSeconds``: the driver's ``stop_timeout_s``
-    (rounded up) plus :data:`~gic_operator.launch_plan.STOP_GRACE_MARGIN_S`; settings
+    (rounded up) plus :data:`~gic_operator.launch.launch_plan.STOP_GRACE_MARGIN_S`; settings
     the runtime refuses fall back to its default (the launch is refused anyway)."""
     try:
         stop_timeout = driver_settings(plan).stop_timeout_s

@@ -1,7 +1,7 @@
 """The operator's exception tree.
 
 Every error the operator raises on purpose derives from :class:`GICOperatorError`.
-Errors of the Kubernetes client are translated at the API seam (:mod:`gic_operator.kube`,
+Errors of the Kubernetes client are translated at the API seam (:mod:`gic_operator.kube.kube_api`,
 ``raise ... from exc``) into :class:`KubeError`, and those worth retrying soon (HTTP 429,
 5xx, connection failures, timeouts) into :class:`TransientKubeError` (a stale
 ``resourceVersion`` into :class:`ConflictError`), so reconcilers

@@ -3,9 +3,9 @@ Helm chart grants is exactly this.
 
 Three tables, each checked against the code by ``tests/security/test_rbac_operator.py``:
 
-* :data:`KUBE_API_GRANTS`: the API calls each :class:`gic_operator.kube.KubeApi` method
+* :data:`KUBE_API_GRANTS`: the API calls each :class:`gic_operator.kube.kube_api.KubeApi` method
   makes (``{plural}`` stands for the custom resource it is called for); checked against
-  the client calls in :class:`gic_operator.kube_client.KubernetesApi`;
+  the client calls in :class:`gic_operator.kube.kube_client.KubernetesApi`;
 * :data:`OPERATOR_CALLS`: every ``KubeApi`` call the reconcilers make, with the custom
   resource; checked against the calls in the operator's modules;
 * :data:`KOPF_HANDLER_VERBS` and the ``KOPF_*`` grants: what kopf does for the handlers
@@ -74,7 +74,7 @@ OPERATOR_CALLS: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
-#: Every KubeApi call of :mod:`gic_operator.unwatched` (``--warn-unwatched``, the chart's
+#: Every KubeApi call of :mod:`gic_operator.jobs.unwatched` (``--warn-unwatched``, the chart's
 #: ``warnUnwatchedJobs``): GICJobs listed in all namespaces and a Warning Event on each one
 #: outside the watched namespaces, so these grants are cluster-wide and only given when
 #: that option is on.

@@ -16,18 +16,18 @@ dropped with a log line and an ``UnknownAction`` Warning Event; the next pass de
 afresh from the spec and the driver pod.
 
 Trust: the spec is trusted only as far as its schema and the administrator's storage
-allowlist (:class:`~gic_operator.settings.StorageAllowlist`) go: storage, restore path or
+allowlist (:class:`~gic_operator.operator_settings.StorageAllowlist`) go: storage, restore path or
 S3 endpoint outside it make the job ``Invalid`` (``Ready=False`` / ``StorageNotAllowed``
 naming the field) before any storage is opened. The job id is derived from the namespace
 and name (and lineage), never read back from ``status.jobId``.
 
 Errors: an error a step meets does not escape the pass: it is reported
-(:mod:`gic_operator.problems`: ``Reconciled=False`` and ``status.message``, a gated
+(:mod:`gic_operator.reconcile.problems`: ``Reconciled=False`` and ``status.message``, a gated
 Warning Event, ``gic_operator_errors_total``) and what the steps recorded before it is
 committed, so the next pass carries on. A failure the job's driver reported in its status
 record is no error of the pass: the steps show it (``status.message``, the ``Ready``
 reason, a gated Warning Event) and decide from it whether to relaunch
-(:meth:`gic_operator.job_steps.JobSteps.driver_failed`).
+(:meth:`gic_operator.jobs.job_steps.JobSteps.driver_failed`).
 
 Invariants:
 
@@ -51,22 +51,26 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gic_operator.conditions import parse_time
-from gic_operator.errors import GICOperatorError, KubeError
-from gic_operator.job_actions import JobActions
-from gic_operator.job_policy import SavepointPolicy
-from gic_operator.job_view import DriverState, job_storage_id
-from gic_operator.kube import KubeApi
-from gic_operator.launch_config import validate_launch
-from gic_operator.launch_plan import LaunchPlan
-from gic_operator.metrics import OperatorMetrics
+from gic_operator.jobs.job_actions import JobActions
+from gic_operator.jobs.job_observer import DriverState, job_storage_id
+from gic_operator.jobs.job_policy import SavepointPolicy
+from gic_operator.kube.conditions import parse_time
+from gic_operator.kube.kube_api import KubeApi
+from gic_operator.launch.launch_config import validate_launch
+from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec, GICJobStatus, JobPhase, JobState, RestoreMode
 from gic_operator.models.base import ConditionStatus
-from gic_operator.problems import RECONCILED, Problem, ProblemReporter, describe
-from gic_operator.reconcile_context import JobPass, KeyedLocks, Pass
-from gic_operator.restore_sources import restore_problem
-from gic_operator.settings import ENV_ALLOWED_S3_ENDPOINTS, ENV_ALLOWED_STORAGE, StorageAllowlist
-from gic_operator.storage_view import JobStorage
+from gic_operator.operator_errors import GICOperatorError, KubeError
+from gic_operator.operator_metrics import OperatorMetrics
+from gic_operator.operator_settings import (
+    ENV_ALLOWED_S3_ENDPOINTS,
+    ENV_ALLOWED_STORAGE,
+    StorageAllowlist,
+)
+from gic_operator.reconcile.problems import RECONCILED, Problem, ProblemReporter, describe
+from gic_operator.reconcile.status_pass import JobPass, KeyedLocks, Pass
+from gic_operator.savepoints.restore_sources import restore_problem
+from gic_operator.storage.job_storage import JobStorage
 from gic_operator.validation import describe_validation_error
 from gic_runtime.errors import GICError
 
