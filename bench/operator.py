@@ -163,7 +163,7 @@ def main() -> None:
             "JobStorage.sweep_orphans (it deletes every orphan among them in batches of "
             "1,000); sweep.deleted_per_s counts deletions over the same time",
             "reconcile_p99_ms": "p99 of steady-pass reconciles on the pool of threads, one "
-            "reconcile = JobReconciler.reconcile_named (read the GICJob, the pod and the "
+            "reconcile = JobController.reconcile_named (read the GICJob, the pod and the "
             "status record, patch the status if it changed, post events)",
             "latency": "per reconcile, wall time inside the worker thread (no queueing); "
             "percentiles by nearest rank",

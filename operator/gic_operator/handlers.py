@@ -1,7 +1,9 @@
-"""kopf handlers: thin adapters from Kubernetes events to the reconcilers.
+"""kopf handlers: thin adapters from Kubernetes events to the controllers.
 
-Every handler finds the resource to reconcile and calls :class:`JobReconciler` or
-:class:`SavepointReconciler`; all decisions live there. Triggers:
+Every handler finds the resource to reconcile and calls its kind's controller,
+:class:`~gic_operator.jobs.job_controller.JobController` or
+:class:`~gic_operator.savepoints.savepoint_controller.SavepointController` (observer,
+reconciler, recorder); all decisions live there. Triggers:
 
 * a GICJob changes (spec, annotations, status) or its timer fires -> reconcile the job;
 * a driver pod (label ``gic.io/role=driver``) changes -> reconcile its job at once, which
@@ -10,7 +12,7 @@ Every handler finds the resource to reconcile and calls :class:`JobReconciler` o
 * with ``warn_unwatched``, GICJobs outside the watched namespaces get a Warning Event
   (:mod:`gic_operator.jobs.unwatched`, on a thread started and stopped with kopf);
 * a Savepoint is deleted -> dispose of its files when asked (kopf's finalizer holds the
-  deletion until :meth:`SavepointReconciler.dispose` returns; while a job that restored
+  deletion until :meth:`SavepointController.dispose` returns; while a job that restored
   from it has not released it, every :data:`HELD_RETRY_DELAY_S`).
 
 Timers tick every second but a resource is reconciled by the timer at most once per
@@ -29,7 +31,7 @@ from typing import Any
 
 import kopf
 
-from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.jobs.unwatched import UnwatchedJobsReporter
 from gic_operator.kube.kube_client import KubernetesApi
 from gic_operator.kube.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
@@ -37,7 +39,7 @@ from gic_operator.models import FINAL_STATES, GROUP, VERSION, GICJobStatus, Save
 from gic_operator.operator_errors import SavepointHeldError
 from gic_operator.operator_metrics import OperatorMetrics, default_metrics
 from gic_operator.operator_settings import OperatorSettings
-from gic_operator.savepoints.savepoint_controller import SavepointReconciler
+from gic_operator.savepoints.savepoint_controller import SavepointController
 from gic_operator.storage.job_storage import open_job_storage
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,8 @@ class _Runtime:
     def __init__(self, settings: OperatorSettings, metrics: OperatorMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self._jobs: JobReconciler | None = None
-        self._savepoints: SavepointReconciler | None = None
+        self._jobs: JobController | None = None
+        self._savepoints: SavepointController | None = None
         self._last: dict[tuple[str, str, str], float] = {}
         self._states: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
@@ -64,22 +66,22 @@ class _Runtime:
     def build(self) -> None:
         kube = KubernetesApi()
         allowlist = self.settings.allowlist
-        self._jobs = JobReconciler(
+        self._jobs = JobController(
             kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
         )
-        self._savepoints = SavepointReconciler(
+        self._savepoints = SavepointController(
             kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
         )
 
     @property
-    def jobs(self) -> JobReconciler:
+    def jobs(self) -> JobController:
         if self._jobs is None:
             self.build()
         assert self._jobs is not None
         return self._jobs
 
     @property
-    def savepoints(self) -> SavepointReconciler:
+    def savepoints(self) -> SavepointController:
         if self._savepoints is None:
             self.build()
         assert self._savepoints is not None

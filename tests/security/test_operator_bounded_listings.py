@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.operator.reconcile.test_job_lifecycle import NS, World
 
-from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.operator_metrics import OperatorMetrics
 from gic_operator.storage.job_storage import open_job_storage
 from gic_runtime.checkpoint import catalog, sweep
@@ -33,7 +33,7 @@ def world(tmp_path: Path) -> World:
 @pytest.fixture
 def metrics(world: World) -> OperatorMetrics:
     metrics = OperatorMetrics()
-    world.jobs = JobReconciler(world.kube, open_job_storage, clock=world.clock, metrics=metrics)
+    world.jobs = JobController(world.kube, open_job_storage, clock=world.clock, metrics=metrics)
     return metrics
 
 

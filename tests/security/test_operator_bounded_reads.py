@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from tests.operator.reconcile.test_job_lifecycle import NS, World
 
-from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.models import GICJobSpec
-from gic_operator.savepoints.savepoint_controller import SavepointReconciler
+from gic_operator.savepoints.savepoint_controller import SavepointController
 from gic_operator.storage import job_storage
 from gic_operator.storage.job_storage import JobStorage
 from gic_runtime.checkpoint import catalog
@@ -57,8 +57,8 @@ def world(tmp_path: Path) -> Iterator[tuple[World, SpyStore]]:
     def storage_for(spec: GICJobSpec, job_id: str) -> JobStorage:
         return JobStorage(resolver, spec.checkpointing.storage, job_id)
 
-    w.jobs = JobReconciler(w.kube, storage_for, clock=w.clock)
-    w.savepoints = SavepointReconciler(w.kube, storage_for, clock=w.clock)
+    w.jobs = JobController(w.kube, storage_for, clock=w.clock)
+    w.savepoints = SavepointController(w.kube, storage_for, clock=w.clock)
     yield w, spy
 
 

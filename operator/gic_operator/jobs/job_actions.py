@@ -5,9 +5,12 @@ An action lives in ``status.pending`` (:data:`~gic_operator.models.PendingAction
 or :class:`~gic_operator.models.SuspendAction`, with when it started, the epoch a recovery
 claimed, whether a stop-with-savepoint request was written...), so it survives operator
 restarts; :meth:`JobActions.advance` moves it one step per reconcile, with one handler
-per kind. Each step is idempotent: control requests have deterministic ids and are
-create-once, a recovery claims one epoch however often its later steps are retried, and
-a savepoint outcome is trusted only for the directory the request named.
+per kind. The actions use the single steps (:class:`~gic_operator.jobs.job_steps.JobSteps`:
+clearing old drivers, the launch) and act on the same
+:class:`~gic_operator.jobs.job_steps.JobContext`. Each step is idempotent: control
+requests have deterministic ids and are create-once, a recovery claims one epoch however
+often its later steps are retried, and a savepoint outcome is trusted only for the
+directory the request named.
 
 Thread-safety: used by one reconcile at a time (the job's lock).
 """
@@ -17,9 +20,9 @@ from __future__ import annotations
 import logging
 from typing import assert_never
 
-from gic_operator.jobs.job_steps import JobSteps
+from gic_operator.jobs.job_steps import JobContext, JobSteps
 from gic_operator.kube.conditions import parse_time, rfc3339
-from gic_operator.kube.naming import job_id, request_id
+from gic_operator.kube.naming import job_id, request_id, savepoint_dir
 from gic_operator.models import (
     ActionKind,
     JobPhase,
@@ -50,14 +53,18 @@ ENDED_FIRST = "-"
 StopAction = UpgradeAction | SuspendAction
 
 
-class JobActions(JobSteps):
-    """:class:`~gic_operator.jobs.job_steps.JobSteps` with the multi-step actions."""
+class JobActions:
+    """The multi-step actions of one reconcile of a job, over its context and steps."""
+
+    def __init__(self, ctx: JobContext, steps: JobSteps) -> None:
+        self.ctx = ctx
+        self.steps = steps
 
     # --- multi-step actions -------------------------------------------------------------
 
     def begin_upgrade(self) -> None:
-        p = self.p
-        mode = self.spec.upgrade_mode
+        p = self.ctx.p
+        mode = self.ctx.spec.upgrade_mode
         rid = None
         if mode is UpgradeMode.SAVEPOINT:
             rid = self._request_id(ActionKind.UPGRADE, p.generation)
@@ -69,7 +76,7 @@ class JobActions(JobSteps):
         self.advance(pending)
 
     def begin_suspend(self) -> None:
-        p = self.p
+        p = self.ctx.p
         pending = SuspendAction(
             started=rfc3339(p.now),
             request_id=self._request_id(ActionKind.SUSPEND, p.generation),
@@ -92,20 +99,20 @@ class JobActions(JobSteps):
                 assert_never(pending)
 
     def _advance_recover(self, pending: RecoverAction) -> None:
-        p = self.p
+        p = self.ctx.p
         due = parse_time(pending.due) or p.now
         if p.now < due:
             p.update(phase=JobPhase.RECOVERING)
             return
-        if not self._clear_other_drivers():
+        if not self.steps.clear_other_drivers():
             p.update(phase=JobPhase.RECOVERING, message="waiting for the old driver to go")
-            self.waiting_for_launch = True
+            self.ctx.waiting_for_launch = True
             return
         epoch = pending.epoch or 0
-        if not epoch or self.storage.highest_epoch() != epoch:
+        if not epoch or self.ctx.storage.highest_epoch() != epoch:
             # One epoch per recovery: recorded before the sweep, so a sweep or a launch
             # that fails and is retried by later passes claims no further epochs.
-            epoch = self.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}")
+            epoch = self.ctx.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}")
             pending = pending.model_copy(update={"epoch": epoch})
             p.update(
                 pending=pending,
@@ -115,7 +122,7 @@ class JobActions(JobSteps):
             )
         sweep = p.status.last_sweep
         if sweep is None or sweep.epoch != epoch:
-            result = self.storage.sweep_orphans()
+            result = self.ctx.storage.sweep_orphans()
             p.update(
                 last_sweep=SweepInfo(
                     time=rfc3339(p.now),
@@ -128,42 +135,44 @@ class JobActions(JobSteps):
                 "Normal",
                 "OrphansSwept",
                 f"fenced at epoch {epoch}, then deleted {result.deleted} orphaned objects "
-                f"({result.deleted_bytes} bytes) of job {self.job_id}",
+                f"({result.deleted_bytes} bytes) of job {self.ctx.job_id}",
             )
-        self.launch(reason=f"recovery {p.status.restarts} after: {pending.reason}")
+        self.steps.launch(reason=f"recovery {p.status.restarts} after: {pending.reason}")
 
     def _stop_with_savepoint(self, pending: StopAction) -> str | None:
         """Drive a terminal savepoint; the savepoint path once the old driver is gone,
         :data:`ENDED_FIRST` when it ended before serving the request, ``""`` when it
         failed (recorded), ``None`` while in progress."""
-        p = self.p
+        p = self.ctx.p
         what = pending.kind
         rid = self._request_id(what, pending.target_generation or p.generation)
-        target = self.savepoint_target(rid)
+        target = savepoint_dir(self.ctx.storage.root, p.namespace, p.name, rid)
         if not pending.requested:
-            self.storage.request_savepoint(
+            self.ctx.storage.request_savepoint(
                 rid,
                 kind=SavepointType.TERMINAL,
-                format=self.spec.savepoints.format,
+                format=self.ctx.spec.savepoints.format,
                 requested_by=f"gic-operator {what} {p.namespace}/{p.name}",
                 target=target,
             )
             p.update(pending=pending.model_copy(update={"requested": True}))
         try:
-            outcome = self.storage.outcome(rid)
+            outcome = self.ctx.storage.outcome(rid)
         except FormatError as exc:  # write-once: it never becomes readable
             return self._savepoint_failed(what, f"its outcome is unreadable: {exc}")
         started = parse_time(pending.started) or p.now
-        alive = self.pod_state().alive
+        alive = self.ctx.view.driver_state.alive
         if outcome is None:
             if not alive:
                 # The driver ended without serving it: make sure no later driver does.
-                outcome = self.storage.abandon_request(rid, f"the driver ended before the {what}")
+                outcome = self.ctx.storage.abandon_request(
+                    rid, f"the driver ended before the {what}"
+                )
                 if outcome.error is not None:
                     return ENDED_FIRST
             elif p.now - started > STOP_SAVEPOINT_TIMEOUT_S:
                 error = f"no savepoint after {STOP_SAVEPOINT_TIMEOUT_S:.0f} s"
-                outcome = self.storage.abandon_request(rid, error)
+                outcome = self.ctx.storage.abandon_request(rid, error)
                 if outcome.error is not None:
                     return self._savepoint_failed(what, error)
             else:
@@ -176,19 +185,19 @@ class JobActions(JobSteps):
             return self._savepoint_failed(what, str(exc))
         p.update(last_savepoint=SavepointRef(path=path, time=rfc3339(outcome.finished_at)))
         if alive:
-            if p.now - outcome.finished_at > STOP_GRACE_S and self.pod is not None:
-                self.kube.delete_pod(p.namespace, self.pod.name, 30)
+            if p.now - outcome.finished_at > STOP_GRACE_S and self.ctx.view.pod is not None:
+                self.ctx.kube.delete_pod(p.namespace, self.ctx.view.pod.name, 30)
             return None
         return path
 
     def _request_id(self, what: ActionKind, generation: int) -> str:
         """The request id of an upgrade or suspend of ``generation``, derived (never taken
         from the status: it names a file in the job's control channel)."""
-        p = self.p
+        p = self.ctx.p
         return request_id(what.value, p.name, f"g{generation}", p.uid[:8])
 
     def _savepoint_failed(self, what: ActionKind, error: str) -> str:
-        p = self.p
+        p = self.ctx.p
         if what is ActionKind.UPGRADE:
             p.update(upgrade_failed_generation=p.generation)
         else:
@@ -198,7 +207,7 @@ class JobActions(JobSteps):
         return ""
 
     def _advance_upgrade(self, pending: UpgradeAction) -> None:
-        p = self.p
+        p = self.ctx.p
         mode = pending.mode
         if mode is UpgradeMode.SAVEPOINT:
             path = self._stop_with_savepoint(pending)
@@ -209,29 +218,32 @@ class JobActions(JobSteps):
             ended = path == ENDED_FIRST
             reason = "upgrade (driver ended first)" if ended else "upgrade from savepoint"
         else:
-            if not self._clear_other_drivers(grace=30):
+            if not self.steps.clear_other_drivers(grace=30):
                 p.update(phase=JobPhase.UPGRADING, message="waiting for the old driver to go")
                 return
             reason = f"upgrade ({mode})"
             if mode is UpgradeMode.STATELESS:
                 lineage = p.status.lineage + 1
-                self.job_id = job_id(p.namespace, p.name, lineage)
-                self.storage = self.storage_for(self.spec, self.job_id)
+                self.ctx.job_id = job_id(p.namespace, p.name, lineage)
+                self.ctx.storage = self.ctx.storage_for(self.ctx.spec, self.ctx.job_id)
                 p.update(
-                    lineage=lineage, job_id=self.job_id, restored_from=None, last_checkpoint=None
+                    lineage=lineage,
+                    job_id=self.ctx.job_id,
+                    restored_from=None,
+                    last_checkpoint=None,
                 )
-        if self.launch(reason=reason):
+        if self.steps.launch(reason=reason):
             p.event("Normal", "Upgraded", f"generation {p.generation} is deployed ({reason})")
 
     def _advance_suspend(self, pending: SuspendAction) -> None:
-        p = self.p
+        p = self.ctx.p
         path = self._stop_with_savepoint(pending)
         if path is None:
             p.update(phase=JobPhase.SUSPENDING)
             return
         if path == "":
             return
-        if not self._clear_other_drivers():
+        if not self.steps.clear_other_drivers():
             return
         p.update(
             phase=JobPhase.SUSPENDED,

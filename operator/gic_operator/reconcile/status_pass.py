@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import set_condition
 from gic_operator.kube.kube_api import KubeApi
 from gic_operator.models import Condition, GICJobStatus, ResourceStatus, SavepointStatus
@@ -83,8 +84,8 @@ class Pass(Generic[S]):
     conflicted: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        raw = self.body.get("status")
-        self._stored = plain_json(raw) if isinstance(raw, Mapping) else {}
+        raw = Body(self.body).status
+        self._stored = {} if raw is None else plain_json(raw)
         self._status, dropped = read_tolerantly(self.status_model, self._stored)
         if dropped:
             log.warning(
@@ -99,41 +100,41 @@ class Pass(Generic[S]):
     # --- identity ---------------------------------------------------------------------
 
     @property
-    def meta(self) -> Mapping[str, Any]:
-        return self.body.get("metadata") or {}
+    def resource(self) -> Body:
+        """The body read, typed (:class:`~gic_operator.kube.bodies.Body`)."""
+        return Body(self.body)
 
     @property
     def name(self) -> str:
-        return str(self.meta.get("name"))
+        return self.resource.name
 
     @property
     def namespace(self) -> str:
-        return str(self.meta.get("namespace") or "default")
+        return self.resource.namespace
 
     @property
     def uid(self) -> str:
-        return str(self.meta.get("uid") or "")
+        return self.resource.uid
 
     @property
     def generation(self) -> int:
-        return int(self.meta.get("generation") or 1)
+        return self.resource.generation
 
     @property
     def resource_version(self) -> str | None:
-        version = self.meta.get("resourceVersion")
-        return str(version) if version else None
+        return self.resource.resource_version
 
     @property
     def annotations(self) -> Mapping[str, str]:
-        return self.meta.get("annotations") or {}
+        return self.resource.annotations
 
     @property
     def labels(self) -> Mapping[str, str]:
-        return self.meta.get("labels") or {}
+        return self.resource.labels
 
     @property
     def deleting(self) -> bool:
-        return bool(self.meta.get("deletionTimestamp"))
+        return self.resource.deleting
 
     # --- the status ---------------------------------------------------------------------
 

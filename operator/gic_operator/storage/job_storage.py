@@ -43,7 +43,7 @@ import dataclasses
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gic_operator.models.gicjob import GICJobSpec
 from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
@@ -75,6 +75,7 @@ __all__ = [
     "MAX_SAVEPOINT_OBJECTS",
     "MAX_STATUS_BYTES",
     "JobStorage",
+    "StorageFactory",
     "normalize_uri",
     "open_job_storage",
     "read_bounded",
@@ -334,3 +335,8 @@ def open_job_storage(spec: GICJobSpec, job_id: str) -> JobStorage:
     checked ``spec`` against the storage allowlist."""
     cp = spec.checkpointing
     return JobStorage.open(cp.storage, job_id, endpoint_url=cp.s3_endpoint_url)
+
+
+#: Opens a job's storage: (spec, job id) -> :class:`JobStorage` (:func:`open_job_storage`,
+#: or a test's own).
+StorageFactory = Callable[[GICJobSpec, str], JobStorage]

@@ -253,7 +253,7 @@ def test_a_reconcile_that_meets_a_newer_version_writes_nothing_and_the_next_one_
 ) -> None:
     from kubernetes.config import new_client_from_config
 
-    from gic_operator.jobs.job_controller import JobReconciler
+    from gic_operator.jobs.job_controller import JobController
     from gic_operator.storage.job_storage import open_job_storage
 
     ns = kube_env.namespace
@@ -264,7 +264,7 @@ def test_a_reconcile_that_meets_a_newer_version_writes_nothing_and_the_next_one_
     client = new_client_from_config(config_file=str(kube_env.kubeconfig))  # type: ignore[no-untyped-call]
     try:
         api = WriterBetweenReadAndPatch(client, kube_env.raw, path)
-        jobs = JobReconciler(api, open_job_storage)
+        jobs = JobController(api, open_job_storage)
 
         assert jobs.reconcile_named(ns, "raced") == {}  # the patch conflicted: nothing sent
         stored = kube_env.raw.get(path)

@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.storage.job_storage import open_job_storage
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState
@@ -89,7 +89,7 @@ def _act(world: World, action: str) -> None:
     elif action == "time":
         world.clock.t += 120
     elif action == "restart_operator":
-        world.jobs = JobReconciler(kube, open_job_storage, clock=world.clock)
+        world.jobs = JobController(kube, open_job_storage, clock=world.clock)
     elif action == "slow_deletes":
         kube.hold_deletions = not kube.hold_deletions
         if not kube.hold_deletions:

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.kube.naming import ANNOTATION_SAVEPOINT, savepoint_dir, savepoint_request_id
 from gic_operator.models import API_VERSION
 from gic_operator.operator_errors import TransientKubeError
-from gic_operator.savepoints.savepoint_controller import MAX_DISPOSAL_ATTEMPTS, SavepointReconciler
+from gic_operator.savepoints.savepoint_controller import MAX_DISPOSAL_ATTEMPTS, SavepointController
 from gic_operator.storage.job_storage import JobStorage, open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
 from gic_runtime.control import ControlChannel, Outcome
@@ -54,8 +54,8 @@ class World:
         self.storage_uri = f"file://{root}"
         self.kube = TestingKubeApi()
         self.clock = Clock()
-        self.jobs = JobReconciler(self.kube, open_job_storage, clock=self.clock)
-        self.savepoints = SavepointReconciler(self.kube, open_job_storage, clock=self.clock)
+        self.jobs = JobController(self.kube, open_job_storage, clock=self.clock)
+        self.savepoints = SavepointController(self.kube, open_job_storage, clock=self.clock)
 
     def spec(self, **overrides: Any) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -456,7 +456,7 @@ def test_upgrade_through_savepoint(world: World) -> None:
     assert status["phase"] == "Upgrading"
     rid = status["pending"]["requestId"]
     # An operator restarted here finds the same intent and re-requests idempotently.
-    world.jobs = JobReconciler(world.kube, open_job_storage, clock=world.clock)
+    world.jobs = JobController(world.kube, open_job_storage, clock=world.clock)
     world.reconcile()
     path = world.complete(rid)
     status = world.reconcile()

@@ -58,7 +58,7 @@ def test_a_launch_creates_the_secret_and_template_first(tmp_path: Path, master: 
     """A whole reconcile with the in-memory fake: with a k8s:// master the Secret and the
     ConfigMap the driver pod mounts exist before the pod does; a local driver needs
     neither."""
-    from gic_operator.jobs.job_controller import JobReconciler
+    from gic_operator.jobs.job_controller import JobController
     from gic_operator.models import API_VERSION
     from gic_operator.storage.job_storage import open_job_storage
     from gic_operator.testing.fake_kube import TestingKubeApi
@@ -74,7 +74,7 @@ def test_a_launch_creates_the_secret_and_template_first(tmp_path: Path, master: 
         "spec": {"application": application, "checkpointing": {"storage": f"file://{tmp_path}"}},
     }
     kube.put_object("gicjobs", NS, body)
-    JobReconciler(kube, open_job_storage).reconcile_named(NS, "wc")
+    JobController(kube, open_job_storage).reconcile_named(NS, "wc")
     order = [
         call[0]
         for call in kube.calls

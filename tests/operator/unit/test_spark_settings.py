@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gic_operator import spark_settings
-from gic_operator.jobs.job_controller import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.models import API_VERSION
 from gic_operator.storage.job_storage import open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
@@ -35,7 +35,7 @@ def apply_and_reconcile(tmp_path: Path, spark_conf: dict[str, str]) -> dict[str,
             },
         },
     )
-    JobReconciler(kube, open_job_storage).reconcile_named("team", "wc")
+    JobController(kube, open_job_storage).reconcile_named("team", "wc")
     job = kube.get_object("gicjobs", "team", "wc")
     assert job is not None
     status: dict[str, object] = job["status"]

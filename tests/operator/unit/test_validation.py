@@ -235,7 +235,7 @@ def test_operations_guide_lists_the_whole_allowlist() -> None:
 
 
 def test_reconciler_marks_a_refused_key_invalid_and_launches_nothing(tmp_path: Any) -> None:
-    from gic_operator.jobs.job_controller import JobReconciler
+    from gic_operator.jobs.job_controller import JobController
     from gic_operator.models import API_VERSION
     from gic_operator.storage.job_storage import open_job_storage
     from gic_operator.testing.fake_kube import TestingKubeApi
@@ -254,7 +254,7 @@ def test_reconciler_marks_a_refused_key_invalid_and_launches_nothing(tmp_path: A
             "spec": body,
         },
     )
-    JobReconciler(kube, open_job_storage).reconcile_named("team", "wc")
+    JobController(kube, open_job_storage).reconcile_named("team", "wc")
     job = kube.get_object("gicjobs", "team", "wc")
     assert job is not None
     status = job["status"]
