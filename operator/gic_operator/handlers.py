@@ -33,6 +33,7 @@ import kopf
 
 from gic_operator.jobs.job_controller import JobController
 from gic_operator.jobs.unwatched import UnwatchedJobsReporter
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.kube_client import KubernetesApi
 from gic_operator.kube.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
 from gic_operator.models import FINAL_STATES, GROUP, VERSION, GICJobStatus, SavepointStatus
@@ -98,13 +99,13 @@ class _Runtime:
 
     def count_savepoint(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """Track each Savepoint's state for the ``gic_operator_savepoints`` gauge."""
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
+        sp = Body(body)
+        key = (sp.namespace, sp.name)
         with self._lock:
             if deleted:
                 self._states.pop(key, None)
             else:
-                self._states[key] = SavepointStatus.read(body.get("status")).state.value
+                self._states[key] = SavepointStatus.read(sp.status).state.value
             counts: dict[str, int] = {}
             for state in self._states.values():
                 counts[state] = counts.get(state, 0) + 1
@@ -147,15 +148,15 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
 
     @kopf.on.event(GROUP, VERSION, "gicjobs", id="gicjob-event")
     def job_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
-        meta = body.get("metadata") or {}
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        job = Body(body)
+        namespace, name = job.namespace, job.name
         if event.get("type") == "DELETED":
             rt.jobs.forget(namespace, name)
             rt.forget("gicjob", namespace, name)
             rt.metrics.set_job_phase(namespace, name, None)
             return
         rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, name))
-        status = body.get("status")
+        status = job.status
         phase = GICJobStatus.read(status).phase.value if status else None
         rt.metrics.set_job_phase(namespace, name, phase)
 
@@ -167,26 +168,26 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_ROLE: ROLE_DRIVER}, id="driver-pod-event")
     def pod_event(body: Mapping[str, Any], **_: Any) -> None:
-        meta = body.get("metadata") or {}
+        pod = Body(body)
         owners = [
             ref
-            for ref in meta.get("ownerReferences") or []
+            for ref in pod.owner_references
             if ref.get("kind") == "GICJob" and ref.get("controller")
         ]
-        name = owners[0].get("name") if owners else (meta.get("labels") or {}).get(LABEL_JOB)
+        name = owners[0].get("name") if owners else pod.labels.get(LABEL_JOB)
         if name:
-            namespace = str(meta.get("namespace"))
+            namespace = pod.namespace
             rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, str(name)))
 
     @kopf.on.event(GROUP, VERSION, "savepoints", id="savepoint-event")
     def savepoint_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
         if event.get("type") == "DELETED":
-            meta = body.get("metadata") or {}
-            rt.forget("savepoint", str(meta.get("namespace")), str(meta.get("name")))
+            sp = Body(body)
+            rt.forget("savepoint", sp.namespace, sp.name)
             rt.count_savepoint(body, deleted=True)
             return
         rt.count_savepoint(body)
-        if SavepointStatus.read(body.get("status")).state in FINAL_STATES:
+        if SavepointStatus.read(Body(body).status).state in FINAL_STATES:
             return
         rt.run("savepoint", lambda: rt.savepoints.reconcile(body))
 

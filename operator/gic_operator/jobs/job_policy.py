@@ -43,6 +43,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import parse_time, rfc3339
 from gic_operator.kube.kube_api import KubeApi
 from gic_operator.kube.naming import (
@@ -213,31 +214,29 @@ class SavepointPolicy:
         labels = {LABEL_JOB: label_value(p.name), LABEL_CREATED_BY: CREATED_BY_PERIODIC}
         owned = [
             sp
-            for sp in self.kube.list_objects("savepoints", p.namespace, labels)
-            if (sp.get("spec") or {}).get("job") == p.name
-            and not (sp.get("metadata") or {}).get("deletionTimestamp")
+            for sp in map(Body, self.kube.list_objects("savepoints", p.namespace, labels))
+            if sp.spec.get("job") == p.name and not sp.deleting
         ]
-        owned.sort(key=lambda sp: str((sp.get("metadata") or {}).get("creationTimestamp", "")))
+        owned.sort(key=lambda sp: sp.creation_timestamp)
         owned.reverse()  # newest first
         jobs = self.kube.list_objects("gicjobs", p.namespace) if owned else []
         root = normalize_uri(self.spec.checkpointing.storage)
         for index, sp in enumerate(owned):
-            status = SavepointStatus.read(sp.get("status"))
+            status = SavepointStatus.read(sp.status)
             if status.claimed_by or status.state not in FINAL_STATES:
                 continue
-            meta = sp.get("metadata") or {}
-            rid = savepoint_request_id(str(meta.get("name")), str(meta.get("uid") or ""))
+            rid = savepoint_request_id(sp.name, sp.uid)
             path = savepoint_dir(root, p.namespace, p.name, rid)
-            if holders(jobs, str(meta.get("name")), path):
+            if holders(jobs, sp.name, path):
                 continue
-            created = parse_time((sp.get("metadata") or {}).get("creationTimestamp")) or p.now
+            created = parse_time(sp.creation_timestamp) or p.now
             too_many = retention.max_count is not None and index >= retention.max_count
             too_old = (
                 retention.max_age_seconds is not None
                 and p.now - created > retention.max_age_seconds
             )
             if too_many or too_old:
-                name = str(sp["metadata"]["name"])
+                name = sp.required_name
                 self.kube.delete_object("savepoints", p.namespace, name)
                 why = "beyond maxCount" if too_many else "older than maxAgeSeconds"
                 p.event("Normal", "SavepointRetired", f"deleted periodic Savepoint {name} ({why})")

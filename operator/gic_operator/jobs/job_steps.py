@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from gic_operator.jobs.job_observer import JobView
 from gic_operator.jobs.job_policy import DriverFailure, restart_delay
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import parse_time, rfc3339
 from gic_operator.kube.kube_api import KubeApi
 from gic_operator.kube.naming import ROLE_DRIVER, job_id, job_selector
@@ -140,7 +141,7 @@ class JobSteps:
                 f"spec.restore.savepoint names Savepoint {restore.savepoint!r}, which does not "
                 f"exist in namespace {self.ctx.p.namespace}; create it or fix the name"
             )
-        status = SavepointStatus.read(body.get("status"))
+        status = SavepointStatus.read(Body(body).status)
         if status.state is not SavepointState.COMPLETED or not status.path:
             raise _NotReadyError(
                 f"Savepoint {restore.savepoint!r} is {status.state}, "
@@ -155,14 +156,14 @@ class JobSteps:
             )
         place = savepoint_place(self.ctx.kube, self.ctx.allowlist, self.ctx.p.namespace, body)
         if restore.mode is RestoreMode.CLAIM and claimed != me:
-            version = (body.get("metadata") or {}).get("resourceVersion")
+            version = Body(body).resource_version
             try:
                 self.ctx.kube.patch_status(
                     "savepoints",
                     self.ctx.p.namespace,
                     restore.savepoint,
                     {"claimedBy": me},
-                    resource_version=str(version) if version else None,
+                    resource_version=version,
                 )
             except ConflictError:
                 raise _NotReadyError(

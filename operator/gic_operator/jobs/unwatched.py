@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.kube_api import KubeApi
 from gic_operator.operator_errors import KubeError
 
@@ -57,10 +58,9 @@ def unwatched_jobs(kube: KubeApi, watched: Iterable[str]) -> list[dict[str, Any]
     found = [
         job
         for job in kube.list_objects_everywhere("gicjobs")
-        if (job.get("metadata") or {}).get("namespace") not in inside
-        and not (job.get("metadata") or {}).get("deletionTimestamp")
+        if Body(job).namespace not in inside and not Body(job).deleting
     ]
-    return sorted(found, key=lambda j: (j["metadata"]["namespace"], j["metadata"]["name"]))
+    return sorted(found, key=lambda j: (Body(j).namespace, Body(j).name))
 
 
 def report_unwatched(kube: KubeApi, watched: Iterable[str]) -> list[tuple[str, str]]:
@@ -69,7 +69,7 @@ def report_unwatched(kube: KubeApi, watched: Iterable[str]) -> list[tuple[str, s
     names = tuple(watched)
     reported = []
     for job in unwatched_jobs(kube, names):
-        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        namespace, name = Body(job).namespace, Body(job).name
         kube.event(job, "Warning", NOT_WATCHED, not_watched_message(namespace, names))
         reported.append((namespace, name))
     return reported

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import rfc3339 as format_time
 from gic_operator.models.base import API_VERSION
 
@@ -76,7 +77,7 @@ class PodInfo:
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     """The :class:`PodInfo` of a pod in its JSON form."""
-    meta = pod.get("metadata") or {}
+    meta = Body(pod).metadata
     status = pod.get("status") or {}
     statuses = status.get("containerStatuses") or []
     driver = next((c for c in statuses if c.get("name") == DRIVER_CONTAINER), None)

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.kube_api import PodInfo, label_selector, pod_info, rfc3339, with_kind
 from gic_operator.kube.kube_events import EventCache, event_body, event_key
 from gic_operator.kube.naming import MANAGED_BY
@@ -164,7 +165,7 @@ class KubernetesApi:
     def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         from kubernetes.client import V1Pod
 
-        name = (manifest.get("metadata") or {}).get("name")
+        name = Body(manifest).metadata.get("name")
         what = f"creating pod {namespace}/{name}"
         body = self._model(V1Pod, what, manifest)
         self._call(what, self._core.create_namespaced_pod, namespace, body, ok={409: None})
@@ -182,7 +183,7 @@ class KubernetesApi:
     def apply_service(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         from kubernetes.client import V1Service
 
-        name = (manifest.get("metadata") or {}).get("name")
+        name = Body(manifest).metadata.get("name")
         what = f"creating service {namespace}/{name}"
         body = self._model(V1Service, what, manifest)
         self._call(what, self._core.create_namespaced_service, namespace, body, ok={409: None})
@@ -190,7 +191,7 @@ class KubernetesApi:
     def apply_config_map(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         from kubernetes.client import V1ConfigMap
 
-        name = str((manifest.get("metadata") or {}).get("name"))
+        name = str(Body(manifest).metadata.get("name"))
         what = f"creating configmap {namespace}/{name}"
         body = self._model(V1ConfigMap, what, manifest)
         created = self._call(
@@ -208,7 +209,7 @@ class KubernetesApi:
     def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         from kubernetes.client import V1Secret
 
-        name = (manifest.get("metadata") or {}).get("name")
+        name = Body(manifest).metadata.get("name")
         what = f"creating secret {namespace}/{name}"
         try:
             body = V1Secret.model_validate(dict(manifest))
@@ -257,7 +258,7 @@ class KubernetesApi:
         return [with_kind(plural, item) for item in (data or {}).get("items") or []]
 
     def create_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> bool:
-        name = (body.get("metadata") or {}).get("name")
+        name = Body(body).metadata.get("name")
         created = self._call(
             f"creating {plural}/{name} in {namespace}",
             self._custom.create_namespaced_custom_object,
@@ -315,7 +316,7 @@ class KubernetesApi:
         try:
             self._post_event(obj, type, reason, message)
         except Exception as exc:
-            meta = obj.get("metadata") or {}
+            meta = Body(obj).metadata
             _log.warning(
                 "could not post event %s (%s) on %s %s/%s: %s",
                 reason,
@@ -346,7 +347,7 @@ class KubernetesApi:
                 self._events.remember(key, recent.name, recent.count + 1, recent.first)
                 return
         body = event_body(obj, type, reason, message, component=self._component, now=now)
-        name = (obj.get("metadata") or {}).get("name")
+        name = Body(obj).metadata.get("name")
         what = f"posting event {reason} on {obj.get('kind')} {namespace}/{name}"
         model = self._model(CoreV1Event, what, body)
         self._call(what, self._core.create_namespaced_event, namespace, model)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gic_operator.kube.bodies import Body
+
 #: Longest Event message posted (longer ones are cut).
 EVENT_MESSAGE_MAX = 1024
 #: Repeats within this many seconds raise the count of the Event already posted.
@@ -60,14 +62,14 @@ def event_message(message: str) -> str:
 
 
 def _namespace_and_name(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    body = Body(obj)
+    return body.namespace, body.name
 
 
 def event_key(obj: Mapping[str, Any], type: str, reason: str, message: str) -> EventKey:
     """What makes two Events the same (for aggregation)."""
     namespace, name = _namespace_and_name(obj)
-    uid = str((obj.get("metadata") or {}).get("uid") or name)
+    uid = Body(obj).uid or name
     return (namespace, uid, type, reason, event_message(message))
 
 
@@ -76,7 +78,7 @@ def event_body(
 ) -> dict[str, Any]:
     """A new Event (count 1, a fresh name) on ``obj``, posted by ``component`` at
     ``now`` (RFC 3339)."""
-    meta = obj.get("metadata") or {}
+    meta = Body(obj).metadata
     namespace, name = _namespace_and_name(obj)
     involved = {
         "apiVersion": obj.get("apiVersion"),

@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gic_operator.kube.bodies import Body
 from gic_operator.kube.kube_api import KubeApi
 from gic_operator.kube.naming import job_id, savepoint_dir, savepoint_request_id
 from gic_operator.models import GICJobSpec, GICJobStatus, RestoreMode, SavepointStatus
@@ -64,34 +65,31 @@ class SavepointPlace:
     endpoint: str | None
 
 
-def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    return body.get("metadata") or {}
-
-
 def savepoint_place(
     kube: KubeApi, allowlist: StorageAllowlist, namespace: str, body: Mapping[str, Any]
 ) -> SavepointPlace:
     """The derived place of Savepoint ``body`` (module docstring); raises
     :class:`~gic_operator.operator_errors.UntrustedInputError` when it cannot be derived."""
-    name, uid = str(_meta(body).get("name")), str(_meta(body).get("uid") or "")
-    job = str((body.get("spec") or {}).get("job") or "")
+    sp = Body(body)
+    name, uid = sp.name, sp.uid
+    job = str(sp.spec.get("job") or "")
     rid = savepoint_request_id(name, uid)
     suffix = f"/savepoints/{job_id(namespace, job)}/{rid}"
     endpoint: str | None = None
     found = kube.get_object("gicjobs", namespace, job) if job else None
-    if found is not None and not _meta(found).get("deletionTimestamp"):
+    if found is not None and not Body(found).deleting:
         try:
-            cp = GICJobSpec.model_validate(found.get("spec") or {}).checkpointing
+            cp = GICJobSpec.model_validate(Body(found).spec).checkpointing
         except ValidationError:
             cp = None
         if cp is not None and allowlist.storage_allowed(namespace, cp.storage):
             endpoint = cp.s3_endpoint_url
             root = normalize_uri(cp.storage)
             derived = savepoint_dir(root, namespace, job, rid)
-            recorded = SavepointStatus.read(body.get("status")).path
+            recorded = SavepointStatus.read(sp.status).path
             if not recorded or _normalized(recorded) == derived:
                 return SavepointPlace(derived, root, endpoint)
-    recorded = _normalized(SavepointStatus.read(body.get("status")).path or "")
+    recorded = _normalized(SavepointStatus.read(sp.status).path or "")
     root = recorded[: -len(suffix)] if recorded.endswith(suffix) else ""
     if not root or not allowlist.storage_allowed(namespace, root):
         raise UntrustedInputError(
@@ -116,10 +114,11 @@ def holders(
     files of Savepoint ``savepoint`` at ``path`` (module docstring), sorted."""
     held = []
     for job in jobs:
-        if _meta(job).get("deletionTimestamp"):
+        body = Body(job)
+        if body.deleting:
             continue
-        restored = GICJobStatus.read(job.get("status")).restored_from
-        name = str(_meta(job).get("name"))
+        restored = GICJobStatus.read(body.status).restored_from
+        name = body.name
         if restored is not None:
             source = _normalized(restored.path)
             uses = restored.savepoint == savepoint or (bool(path) and source == path)
@@ -138,7 +137,7 @@ def _wanted_restore(job: Mapping[str, Any]) -> tuple[str, RestoreMode] | None:
     """``(Savepoint name, mode)`` a GICJob's ``spec.restore`` names (before its launch),
     or ``None``. A spec that does not validate is read field by field, so a job whose
     spec is broken elsewhere still holds the Savepoint it names."""
-    restore = (job.get("spec") or {}).get("restore")
+    restore = Body(job).spec.get("restore")
     if not isinstance(restore, Mapping) or not isinstance(restore.get("savepoint"), str):
         return None
     try:
