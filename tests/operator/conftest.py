@@ -1,4 +1,4 @@
-"""Fixtures of the operator's unit tests."""
+"""Fixtures shared by the operator's tests."""
 
 from __future__ import annotations
 
