@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
 from gic_operator.jobs.job_controller import JobController
 from gic_operator.operator_metrics import OperatorMetrics

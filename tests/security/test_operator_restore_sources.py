@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
 from gic_operator.operator_errors import KubeError
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
