@@ -6,7 +6,7 @@ Writes ``bench/results/operator.json`` and ``operator.png``.
 Parts (each documented in its module):
 
 * :mod:`bench.operator_sweep` -- the crash-recovery orphan sweep
-  (:meth:`~gic_operator.storage_view.JobStorage.sweep_orphans`) over 100,000 orphaned
+  (:meth:`~gic_operator.storage.job_storage.JobStorage.sweep_orphans`) over 100,000 orphaned
   objects on SeaweedFS (2,000 in quick mode); ``sweep_objects_per_s`` is objects listed
   and classified per second of the sweep, which deletes every orphan it lists;
 * :mod:`bench.operator_reconcile` -- the GICJob reconciler over 200 jobs (20 in quick
@@ -34,7 +34,7 @@ from typing import Any
 
 from bench import operator_e2e, operator_reconcile, operator_sweep
 from bench.common import RESULTS, write_result
-from gic_operator.settings import OperatorSettings
+from gic_operator.operator_settings import OperatorSettings
 
 NAME = "operator"
 #: A crash leaves at most a few batches' uploads behind; this many must fit in the
@@ -163,7 +163,7 @@ def main() -> None:
             "JobStorage.sweep_orphans (it deletes every orphan among them in batches of "
             "1,000); sweep.deleted_per_s counts deletions over the same time",
             "reconcile_p99_ms": "p99 of steady-pass reconciles on the pool of threads, one "
-            "reconcile = JobReconciler.reconcile_named (read the GICJob, the pod and the "
+            "reconcile = JobController.reconcile_named (read the GICJob, the pod and the "
             "status record, patch the status if it changed, post events)",
             "latency": "per reconcile, wall time inside the worker thread (no queueing); "
             "percentiles by nearest rank",

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gic_operator.storage_view import JobStorage
+from gic_operator.storage.job_storage import JobStorage
 from gic_runtime.status import JobState
 from gic_runtime.storage.uri import StoreResolver
 

@@ -8,9 +8,9 @@ ServiceAccount the driver pods name, and ``jobs`` GICJobs in one namespace, each
 file storage under a temporary directory holding a driver's status record
 (:func:`gic_runtime.status.write_status`, with a recent checkpoint), so every reconcile
 reads real storage. The reconciler is the operator's own:
-:class:`~gic_operator.job_reconciler.JobReconciler` on
-:class:`~gic_operator.kube_client.KubernetesApi` with
-:func:`~gic_operator.storage_view.open_job_storage`.
+:class:`~gic_operator.jobs.job_controller.JobController` on
+:class:`~gic_operator.kube.kube_client.KubernetesApi` with
+:func:`~gic_operator.storage.job_storage.open_job_storage`.
 
 Passes, each reconciling every job once:
 
@@ -48,12 +48,12 @@ from typing import Any
 import yaml
 
 from bench.common import percentile, quick_mode
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.kube_client import KubernetesApi
+from gic_operator.jobs.job_controller import JobController
+from gic_operator.kube.kube_client import KubernetesApi
+from gic_operator.kube.naming import job_id
 from gic_operator.models import API_VERSION, GROUP, VERSION
 from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
-from gic_operator.naming import job_id
-from gic_operator.storage_view import open_job_storage
+from gic_operator.storage.job_storage import open_job_storage
 from gic_runtime.status import CheckpointStatus, JobState, JobStatus, write_status
 from gic_runtime.storage.uri import StoreResolver
 
@@ -222,7 +222,7 @@ def _write_statuses(root: Path, namespace: str, names: list[str]) -> None:
 
 
 def _run_pass(
-    reconciler: JobReconciler, namespace: str, names: list[str], pool: ThreadPoolExecutor | None
+    reconciler: JobController, namespace: str, names: list[str], pool: ThreadPoolExecutor | None
 ) -> tuple[list[float], float, int]:
     """Reconcile every job once; ``(latencies_s, wall_s, patches_sent)``."""
 
@@ -265,7 +265,7 @@ def run_mode(
     for name in names:
         cluster.create_job(namespace, name, root.as_uri())
     _write_statuses(root, namespace, names)
-    reconciler = JobReconciler(cluster.api, open_job_storage)
+    reconciler = JobController(cluster.api, open_job_storage)
     pool = ThreadPoolExecutor(threads, thread_name_prefix="bench-rec") if threads > 1 else None
     passes: list[dict[str, Any]] = []
     latencies: dict[str, list[float]] = {"launch": [], "running": [], "steady": []}

@@ -12,7 +12,7 @@ Measured, in this order:
     a dry run of the runtime's sweep (the same listing and classification, nothing
     deleted): the rate at which the job's directories are listed and classified;
 ``sweep``
-    :meth:`gic_operator.storage_view.JobStorage.sweep_orphans`, exactly what the operator
+    :meth:`gic_operator.storage.job_storage.JobStorage.sweep_orphans`, exactly what the operator
     runs during crash recovery (retained manifests read, listing, batched deletes).
 
 Invariant checked afterwards (a failure raises :class:`SweepBenchmarkError`): every
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import quick_mode
-from gic_operator.storage_view import JobStorage
+from gic_operator.storage.job_storage import JobStorage
 from gic_runtime.checkpoint.catalog import load_retained, write_manifest
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.sweep import sweep_orphans

@@ -1,16 +1,18 @@
-"""kopf handlers: thin adapters from Kubernetes events to the reconcilers.
+"""kopf handlers: thin adapters from Kubernetes events to the controllers.
 
-Every handler finds the resource to reconcile and calls :class:`JobReconciler` or
-:class:`SavepointReconciler`; all decisions live there. Triggers:
+Every handler finds the resource to reconcile and calls its kind's controller,
+:class:`~gic_operator.jobs.job_controller.JobController` or
+:class:`~gic_operator.savepoints.savepoint_controller.SavepointController` (observer,
+reconciler, recorder); all decisions live there. Triggers:
 
 * a GICJob changes (spec, annotations, status) or its timer fires -> reconcile the job;
 * a driver pod (label ``gic.io/role=driver``) changes -> reconcile its job at once, which
   is what makes crash recovery start within a second of the pod failing;
 * a Savepoint changes or its timer fires (until it reaches a final state) -> reconcile it;
 * with ``warn_unwatched``, GICJobs outside the watched namespaces get a Warning Event
-  (:mod:`gic_operator.unwatched`, on a thread started and stopped with kopf);
+  (:mod:`gic_operator.jobs.unwatched`, on a thread started and stopped with kopf);
 * a Savepoint is deleted -> dispose of its files when asked (kopf's finalizer holds the
-  deletion until :meth:`SavepointReconciler.dispose` returns; while a job that restored
+  deletion until :meth:`SavepointController.dispose` returns; while a job that restored
   from it has not released it, every :data:`HELD_RETRY_DELAY_S`).
 
 Timers tick every second but a resource is reconciled by the timer at most once per
@@ -29,16 +31,17 @@ from typing import Any
 
 import kopf
 
-from gic_operator.errors import SavepointHeldError
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.kube_client import KubernetesApi
-from gic_operator.metrics import OperatorMetrics, default_metrics
+from gic_operator.jobs.job_controller import JobController
+from gic_operator.jobs.unwatched import UnwatchedJobsReporter
+from gic_operator.kube.bodies import Body
+from gic_operator.kube.kube_client import KubernetesApi
+from gic_operator.kube.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
 from gic_operator.models import FINAL_STATES, GROUP, VERSION, GICJobStatus, SavepointStatus
-from gic_operator.naming import LABEL_JOB, LABEL_ROLE, ROLE_DRIVER
-from gic_operator.savepoint_reconciler import SavepointReconciler
-from gic_operator.settings import OperatorSettings
-from gic_operator.storage_view import open_job_storage
-from gic_operator.unwatched import UnwatchedJobsReporter
+from gic_operator.operator_errors import SavepointHeldError
+from gic_operator.operator_metrics import OperatorMetrics, default_metrics
+from gic_operator.operator_settings import OperatorSettings
+from gic_operator.savepoints.savepoint_controller import SavepointController
+from gic_operator.storage.job_storage import open_job_storage
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,8 @@ class _Runtime:
     def __init__(self, settings: OperatorSettings, metrics: OperatorMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self._jobs: JobReconciler | None = None
-        self._savepoints: SavepointReconciler | None = None
+        self._jobs: JobController | None = None
+        self._savepoints: SavepointController | None = None
         self._last: dict[tuple[str, str, str], float] = {}
         self._states: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
@@ -64,22 +67,22 @@ class _Runtime:
     def build(self) -> None:
         kube = KubernetesApi()
         allowlist = self.settings.allowlist
-        self._jobs = JobReconciler(
+        self._jobs = JobController(
             kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
         )
-        self._savepoints = SavepointReconciler(
+        self._savepoints = SavepointController(
             kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
         )
 
     @property
-    def jobs(self) -> JobReconciler:
+    def jobs(self) -> JobController:
         if self._jobs is None:
             self.build()
         assert self._jobs is not None
         return self._jobs
 
     @property
-    def savepoints(self) -> SavepointReconciler:
+    def savepoints(self) -> SavepointController:
         if self._savepoints is None:
             self.build()
         assert self._savepoints is not None
@@ -96,13 +99,13 @@ class _Runtime:
 
     def count_savepoint(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """Track each Savepoint's state for the ``gic_operator_savepoints`` gauge."""
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
+        sp = Body(body)
+        key = (sp.namespace, sp.name)
         with self._lock:
             if deleted:
                 self._states.pop(key, None)
             else:
-                self._states[key] = SavepointStatus.read(body.get("status")).state.value
+                self._states[key] = SavepointStatus.read(sp.status).state.value
             counts: dict[str, int] = {}
             for state in self._states.values():
                 counts[state] = counts.get(state, 0) + 1
@@ -145,15 +148,15 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
 
     @kopf.on.event(GROUP, VERSION, "gicjobs", id="gicjob-event")
     def job_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
-        meta = body.get("metadata") or {}
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        job = Body(body)
+        namespace, name = job.namespace, job.name
         if event.get("type") == "DELETED":
             rt.jobs.forget(namespace, name)
             rt.forget("gicjob", namespace, name)
             rt.metrics.set_job_phase(namespace, name, None)
             return
         rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, name))
-        status = body.get("status")
+        status = job.status
         phase = GICJobStatus.read(status).phase.value if status else None
         rt.metrics.set_job_phase(namespace, name, phase)
 
@@ -165,26 +168,26 @@ def configure(settings: OperatorSettings, metrics: OperatorMetrics | None = None
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_ROLE: ROLE_DRIVER}, id="driver-pod-event")
     def pod_event(body: Mapping[str, Any], **_: Any) -> None:
-        meta = body.get("metadata") or {}
+        pod = Body(body)
         owners = [
             ref
-            for ref in meta.get("ownerReferences") or []
+            for ref in pod.owner_references
             if ref.get("kind") == "GICJob" and ref.get("controller")
         ]
-        name = owners[0].get("name") if owners else (meta.get("labels") or {}).get(LABEL_JOB)
+        name = owners[0].get("name") if owners else pod.labels.get(LABEL_JOB)
         if name:
-            namespace = str(meta.get("namespace"))
+            namespace = pod.namespace
             rt.run("gicjob", lambda: rt.jobs.reconcile_named(namespace, str(name)))
 
     @kopf.on.event(GROUP, VERSION, "savepoints", id="savepoint-event")
     def savepoint_event(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
         if event.get("type") == "DELETED":
-            meta = body.get("metadata") or {}
-            rt.forget("savepoint", str(meta.get("namespace")), str(meta.get("name")))
+            sp = Body(body)
+            rt.forget("savepoint", sp.namespace, sp.name)
             rt.count_savepoint(body, deleted=True)
             return
         rt.count_savepoint(body)
-        if SavepointStatus.read(body.get("status")).state in FINAL_STATES:
+        if SavepointStatus.read(Body(body).status).state in FINAL_STATES:
             return
         rt.run("savepoint", lambda: rt.savepoints.reconcile(body))
 

@@ -8,7 +8,7 @@
   handler that failed, a retry) still show, as do the operator's own INFO lines.
 * **Events.** Only warnings and errors of kopf become Kubernetes Events
   (``settings.posting.level``); the operator posts its own Events
-  (:mod:`gic_operator.kube_events`).
+  (:mod:`gic_operator.kube.kube_events`).
 * **Diff base.** kopf keeps the last handled spec of every resource that has
   create/update/delete handlers, by default in the annotation
   ``kopf.zalando.org/last-handled-configuration`` (a JSON copy of the spec, which

@@ -25,14 +25,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gic_operator.metrics import default_metrics
-from gic_operator.probes import HealthServer
-from gic_operator.settings import (
+from gic_operator.operator_metrics import default_metrics
+from gic_operator.operator_settings import (
     ENV_ALLOWED_S3_ENDPOINTS,
     ENV_ALLOWED_STORAGE,
     OperatorSettings,
     StorageAllowlist,
 )
+from gic_operator.probes import HealthServer
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.listen import listen_addresses
 

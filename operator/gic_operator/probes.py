@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from gic_operator.metrics import CONTENT_TYPE_LATEST, OperatorMetrics
+from gic_operator.operator_metrics import CONTENT_TYPE_LATEST, OperatorMetrics
 from gic_runtime.listen import host_port, listen_addresses
 
 _log = logging.getLogger(__name__)

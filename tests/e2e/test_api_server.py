@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import launch_plan, launcher
-from gic_operator.errors import ConflictError
-from gic_operator.kube_client import KubernetesApi
+from gic_operator.kube.kube_client import KubernetesApi
+from gic_operator.launch import launch_plan, launcher
 from gic_operator.models import GICJobSpec
+from gic_operator.operator_errors import ConflictError
 from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 
 from .chart import OPERATOR_ACCOUNT, RELEASE_NAMESPACE

@@ -1,5 +1,5 @@
 """The gic-operator Helm chart: its plain files, its values and comments, the operator's
-command line, least-privilege RBAC (exactly :mod:`gic_operator.permissions`); and, where
+command line, least-privilege RBAC (exactly :mod:`gic_operator.kube.permissions`); and, where
 Helm's template engine is importable (``helm-python-sdk``), the rendered manifests in the
 default (release namespace), namespaced and cluster-wide modes."""
 
@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import crdgen, permissions
+from gic_operator import crdgen
+from gic_operator.kube import permissions
 from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
 
 ROOT = Path(__file__).resolve().parents[2]

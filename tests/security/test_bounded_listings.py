@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from gic_operator import storage_view
-from gic_operator.problems import describe
-from gic_operator.storage_view import JobStorage
+from gic_operator.reconcile.problems import describe
+from gic_operator.storage import job_storage
+from gic_operator.storage.job_storage import JobStorage
 from gic_runtime.checkpoint import catalog, claims, sweep
 from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained
 from gic_runtime.checkpoint.live_sweep import LiveSweeper
@@ -249,7 +249,7 @@ def test_the_live_sweep_is_bounded(
 def test_an_oversized_savepoint_is_not_disposed_of(
     store: SpyStore, resolver: StoreResolver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage_view, "MAX_SAVEPOINT_OBJECTS", 5)
+    monkeypatch.setattr(job_storage, "MAX_SAVEPOINT_OBJECTS", 5)
     storage = JobStorage(resolver, store.root_uri, JOB)
     path = f"{store.root_uri}/savepoints/{JOB}/gsp-a-0001"
     made = fill(store.root, f"savepoints/{JOB}/gsp-a-0001/files", 6)

@@ -15,11 +15,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.metrics import OperatorMetrics
-from gic_operator.storage_view import open_job_storage
+from gic_operator.jobs.job_controller import JobController
+from gic_operator.operator_metrics import OperatorMetrics
+from gic_operator.storage.job_storage import open_job_storage
 from gic_runtime.checkpoint import catalog, sweep
 
 REASON = "TooManyObjects"
@@ -33,7 +33,7 @@ def world(tmp_path: Path) -> World:
 @pytest.fixture
 def metrics(world: World) -> OperatorMetrics:
     metrics = OperatorMetrics()
-    world.jobs = JobReconciler(world.kube, open_job_storage, clock=world.clock, metrics=metrics)
+    world.jobs = JobController(world.kube, open_job_storage, clock=world.clock, metrics=metrics)
     return metrics
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
-from gic_operator import storage_view
-from gic_operator.job_reconciler import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.models import GICJobSpec
-from gic_operator.savepoint_reconciler import SavepointReconciler
-from gic_operator.storage_view import JobStorage
+from gic_operator.savepoints.savepoint_controller import SavepointController
+from gic_operator.storage import job_storage
+from gic_operator.storage.job_storage import JobStorage
 from gic_runtime.checkpoint import catalog
 from gic_runtime.storage import StoreResolver
 from gic_runtime.storage.local import LocalObjectStore
@@ -57,8 +57,8 @@ def world(tmp_path: Path) -> Iterator[tuple[World, SpyStore]]:
     def storage_for(spec: GICJobSpec, job_id: str) -> JobStorage:
         return JobStorage(resolver, spec.checkpointing.storage, job_id)
 
-    w.jobs = JobReconciler(w.kube, storage_for, clock=w.clock)
-    w.savepoints = SavepointReconciler(w.kube, storage_for, clock=w.clock)
+    w.jobs = JobController(w.kube, storage_for, clock=w.clock)
+    w.savepoints = SavepointController(w.kube, storage_for, clock=w.clock)
     yield w, spy
 
 
@@ -77,7 +77,7 @@ def test_an_oversized_status_record_is_not_loaded(world: tuple[World, SpyStore])
     write(w.root, f"jobs/{NS}.wc/status.json", BIG)
     status = w.reconcile()
     assert status["phase"] == "Running"
-    assert spy.largest_read("status.json") <= 1 + getattr(storage_view, "MAX_STATUS_BYTES", 0)
+    assert spy.largest_read("status.json") <= 1 + getattr(job_storage, "MAX_STATUS_BYTES", 0)
 
 
 def test_an_oversized_outcome_fails_the_savepoint(world: tuple[World, SpyStore]) -> None:
@@ -99,7 +99,7 @@ def test_an_oversized_outcome_fails_the_savepoint(world: tuple[World, SpyStore])
     rid = reconcile()["requestId"]
     write(w.root, f"jobs/{NS}.wc/control/outcomes/{rid}.out", BIG)
     status = reconcile()
-    limit = getattr(storage_view, "MAX_CONTROL_BYTES", 0)
+    limit = getattr(job_storage, "MAX_CONTROL_BYTES", 0)
     assert status["state"] == "Failed"
     assert f"more than the {limit} bytes" in status["error"]
     assert spy.largest_read(f"{rid}.out") <= 1 + limit
@@ -128,7 +128,7 @@ def test_read_bounded_reports_the_limit(tmp_path: Path) -> None:
     resolver = StoreResolver()
     small = write(tmp_path, "small", 10)
     large = write(tmp_path, "large", 11)
-    assert storage_view.read_bounded(resolver, small.as_uri(), 10, "thing") == b"\0" * 10
-    assert storage_view.read_bounded(resolver, (tmp_path / "none").as_uri(), 10, "x") is None
+    assert job_storage.read_bounded(resolver, small.as_uri(), 10, "thing") == b"\0" * 10
+    assert job_storage.read_bounded(resolver, (tmp_path / "none").as_uri(), 10, "x") is None
     with pytest.raises(Exception, match="more than the 10 bytes"):
-        storage_view.read_bounded(resolver, large.as_uri(), 10, "thing")
+        job_storage.read_bounded(resolver, large.as_uri(), 10, "thing")

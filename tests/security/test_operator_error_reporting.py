@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
-from gic_operator.conditions import parse_time
-from gic_operator.errors import KubeError
-from gic_operator.job_reconciler import JobReconciler
-from gic_operator.metrics import OperatorMetrics
+from gic_operator.jobs.job_controller import JobController
+from gic_operator.kube.conditions import parse_time
 from gic_operator.models import GICJobSpec
-from gic_operator.savepoint_reconciler import SavepointReconciler
-from gic_operator.storage_view import JobStorage, open_job_storage
+from gic_operator.operator_errors import KubeError
+from gic_operator.operator_metrics import OperatorMetrics
+from gic_operator.savepoints.savepoint_controller import SavepointController
+from gic_operator.storage.job_storage import JobStorage, open_job_storage
 from gic_runtime.errors import StoragePermissionError
 from gic_runtime.fencing import highest_epoch
 from gic_runtime.storage import StoreResolver
@@ -77,7 +77,7 @@ def world(tmp_path: Path) -> World:
 @pytest.fixture
 def errors(world: World) -> Errors:
     metrics = OperatorMetrics()
-    world.jobs = JobReconciler(world.kube, open_job_storage, clock=world.clock, metrics=metrics)
+    world.jobs = JobController(world.kube, open_job_storage, clock=world.clock, metrics=metrics)
     return Errors(metrics)
 
 
@@ -120,7 +120,7 @@ def test_a_savepoint_whose_storage_fails_still_times_out(world: World, errors: E
     def storage_for(spec: GICJobSpec, job_id: str) -> JobStorage:
         return JobStorage(denied, spec.checkpointing.storage, job_id)
 
-    world.savepoints = SavepointReconciler(
+    world.savepoints = SavepointController(
         world.kube, storage_for, clock=world.clock, metrics=errors.metrics
     )
     status = world.reconcile_savepoint("sp")
@@ -155,7 +155,7 @@ def test_a_corrupt_manifest_during_recovery_claims_one_epoch(world: World, error
 
 
 def test_the_restart_backoff_never_overflows() -> None:
-    from gic_operator.job_policy import MAX_RESTART_DELAY_S, restart_delay
+    from gic_operator.jobs.job_policy import MAX_RESTART_DELAY_S, restart_delay
     from gic_operator.models.gicjob import RestartPolicySpec
 
     policy = RestartPolicySpec.model_construct(

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
-from gic_operator.storage_view import JobStorage
+from gic_operator.storage.job_storage import JobStorage
 from gic_runtime.fencing import highest_epoch
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
-from gic_operator.errors import KubeError
+from gic_operator.operator_errors import KubeError
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
 from gic_runtime.fencing import highest_epoch
 from gic_runtime.status import RestoreStatus

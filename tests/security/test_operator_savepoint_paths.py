@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState

@@ -16,15 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
-from gic_operator.job_reconciler import JobReconciler
+from gic_operator.jobs.job_controller import JobController
 from gic_operator.main import parse_args, settings_from_args
 from gic_operator.models import GICJobSpec
-from gic_operator.savepoint_reconciler import SavepointReconciler
-from gic_operator.settings import StorageAllowlist
-from gic_operator.storage_view import MAX_RESOLVERS, JobStorage, open_job_storage, resolver_for
-from gic_operator.storage_view import _resolvers as resolvers
+from gic_operator.operator_settings import StorageAllowlist
+from gic_operator.savepoints.savepoint_controller import SavepointController
+from gic_operator.storage.job_storage import (
+    MAX_RESOLVERS,
+    JobStorage,
+    open_job_storage,
+    resolver_for,
+)
+from gic_operator.storage.job_storage import _resolvers as resolvers
 from gic_runtime.errors import ConfigurationError
 
 ATTACKER = "http://collector.attacker.example:9000"
@@ -51,8 +56,8 @@ def restricted(world: World, environ: dict[str, str]) -> Opened:
     """Reconcilers with the allowlist ``environ`` configures; returns the storage spy."""
     allowlist = StorageAllowlist.from_env(environ)
     opened = Opened()
-    world.jobs = JobReconciler(world.kube, opened, clock=world.clock, allowlist=allowlist)
-    world.savepoints = SavepointReconciler(
+    world.jobs = JobController(world.kube, opened, clock=world.clock, allowlist=allowlist)
+    world.savepoints = SavepointController(
         world.kube, opened, clock=world.clock, allowlist=allowlist
     )
     return opened

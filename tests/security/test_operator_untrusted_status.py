@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.operator.reconcile.test_job_lifecycle import NS, World
+from tests.operator.jobs.test_job_lifecycle import NS, World
 
 from gic_operator.models.base import MAX_STATUS_NUMBER
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from gic_operator.launch_plan import SPARK_UID
+from gic_operator.launch.launch_plan import SPARK_UID
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()

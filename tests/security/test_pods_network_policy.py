@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import launch_config, launch_plan, launcher
-from gic_operator.launch_plan import LaunchPlan
+from gic_operator.kube.naming import driver_labels
+from gic_operator.launch import launch_config, launch_plan, launcher
+from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
-from gic_operator.naming import driver_labels
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "gic-operator"
 RELEASE_NS = "gic-system"

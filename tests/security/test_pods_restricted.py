@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import launch_config, launch_plan, launcher
-from gic_operator.launch_plan import LaunchPlan
+from gic_operator.launch import launch_config, launch_plan, launcher
+from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 
 #: Volume types the restricted profile allows.

@@ -1,19 +1,19 @@
-"""Least-privilege RBAC, derived from the code: the tables of :mod:`gic_operator.permissions`
+"""Least-privilege RBAC, derived from the code: the tables of :mod:`gic_operator.kube.permissions`
 against what the operator's modules actually call, and the chart's Roles against the tables.
 
-* every Kubernetes client call in :class:`~gic_operator.kube_client.KubernetesApi` (found in
-  kube_client.py's syntax tree, its verb and resource read off the client method's name) is the
-  one :data:`~gic_operator.permissions.KUBE_API_GRANTS` lists for that KubeApi method;
+* every Kubernetes client call in :class:`~gic_operator.kube.kube_client.KubernetesApi` (found in
+  kube/kube_client.py's syntax tree, its verb and resource read off the client method's name) is the
+  one :data:`~gic_operator.kube.permissions.KUBE_API_GRANTS` lists for that KubeApi method;
 * every KubeApi call in the operator's modules (with the custom resource it names, as a
   literal, a module constant, or the plural given to a reconcile pass) is in
-  :data:`~gic_operator.permissions.OPERATOR_CALLS`, and every entry there is made somewhere;
-  those of :mod:`gic_operator.unwatched` (the opt-in, cluster-wide warning on GICJobs
+  :data:`~gic_operator.kube.permissions.OPERATOR_CALLS`, and every entry there is made somewhere;
+  those of :mod:`gic_operator.jobs.unwatched` (the opt-in, cluster-wide warning on GICJobs
   outside the watched namespaces) are exactly
-  :data:`~gic_operator.permissions.UNWATCHED_CALLS`;
+  :data:`~gic_operator.kube.permissions.UNWATCHED_CALLS`;
 * every kopf handler of :mod:`gic_operator.handlers` is in
-  :data:`~gic_operator.permissions.OPERATOR_HANDLERS`;
-* the Roles the chart renders grant exactly :func:`~gic_operator.permissions.operator_rules`
-  and :data:`~gic_operator.permissions.SPARK_DRIVER_GRANTS`, verb by verb.
+  :data:`~gic_operator.kube.permissions.OPERATOR_HANDLERS`;
+* the Roles the chart renders grant exactly :func:`~gic_operator.kube.permissions.operator_rules`
+  and :data:`~gic_operator.kube.permissions.SPARK_DRIVER_GRANTS`, verb by verb.
 
 The checks take plain Role dicts, so the same ones can run on Roles read back from a real
 API server.
@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gic_operator import permissions
+from gic_operator.kube import permissions
 from gic_operator.models.base import GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def _self_attr(node: ast.AST, owner: str) -> str | None:
 def kubernetes_api_grants() -> dict[str, set[Grant]]:
     """For each public method of KubernetesApi: the grants of the client calls it (and the
     private methods it calls) make."""
-    cls = _class(ast.parse((PACKAGE / "kube_client.py").read_text()), "KubernetesApi")
+    cls = _class(ast.parse((PACKAGE / "kube" / "kube_client.py").read_text()), "KubernetesApi")
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     direct: dict[str, set[Grant]] = {}
     helpers: dict[str, set[str]] = {}
@@ -132,7 +132,7 @@ def test_kube_api_table_matches_kubernetes_api() -> None:
 
 
 def test_every_kube_api_method_is_in_the_table() -> None:
-    protocol = _class(ast.parse((PACKAGE / "kube.py").read_text()), "KubeApi")
+    protocol = _class(ast.parse((PACKAGE / "kube" / "kube_api.py").read_text()), "KubeApi")
     methods = {n.name for n in protocol.body if isinstance(n, ast.FunctionDef)}
     assert methods == set(permissions.KUBE_API_GRANTS)
 
@@ -140,13 +140,15 @@ def test_every_kube_api_method_is_in_the_table() -> None:
 # --- the reconcilers' calls -----------------------------------------------------------------
 
 
-#: The module whose calls are :data:`~gic_operator.permissions.UNWATCHED_CALLS`.
+#: The module whose calls are :data:`~gic_operator.kube.permissions.UNWATCHED_CALLS`.
 UNWATCHED_MODULE = "unwatched"
 
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:
-    for path in sorted(PACKAGE.glob("*.py")):
-        if path.name not in ("kube.py", "kube_client.py", "permissions.py"):
+    seams = {"kube/kube_api.py", "kube/kube_client.py", "kube/permissions.py"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] != "testing" and relative.as_posix() not in seams:
             yield path.stem, ast.parse(path.read_text())
 
 
@@ -390,8 +392,8 @@ def test_cluster_wide_gicjob_reads_are_opt_in(helm: ModuleType) -> None:
 def test_spark_driver_rights_match_the_operators_spark_settings() -> None:
     """The driver's Role allows executor pods only because the operator turns off what
     else Spark would touch: its ConfigMap, the driver service's deletion, volume claims."""
-    from gic_operator.launch_config import spark_conf
-    from gic_operator.launch_plan import LaunchPlan
+    from gic_operator.launch.launch_config import spark_conf
+    from gic_operator.launch.launch_plan import LaunchPlan
     from gic_operator.models import GICJobSpec
 
     spec = GICJobSpec.model_validate(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from gic_operator import storage_view
+from gic_operator.storage import job_storage
 from gic_runtime.errors import StoragePermissionError
 from gic_runtime.storage import StoreResolver
 from gic_runtime.storage.s3 import S3ObjectStore, create_s3_client
@@ -84,9 +84,9 @@ def test_a_store_and_the_runtime_resolver_use_the_token(sts_env: None) -> None:
 def test_the_operator_resolver_uses_the_token(
     sts_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage_view, "_resolvers", OrderedDict())
+    monkeypatch.setattr(job_storage, "_resolvers", OrderedDict())
     for endpoint in (None, "https://minio.storage.svc:9000"):
-        store, _ = storage_view.resolver_for(endpoint).resolve("s3://bkt/jobs/a/status.json")
+        store, _ = job_storage.resolver_for(endpoint).resolve("s3://bkt/jobs/a/status.json")
         assert credentials(s3_client_of(store)) == (KEY_ID, SECRET, TOKEN)
 
 

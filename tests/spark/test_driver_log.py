@@ -2,7 +2,7 @@
 prints), Spark at WARN, no progress JSON.
 
 The driver runs here exactly as in its pod: the command and ``GIC_*`` variables the operator
-builds for a GICJob (:func:`gic_operator.launch_config.driver_command`, ``settings_env``),
+builds for a GICJob (:func:`gic_operator.launch.launch_config.driver_command`, ``settings_env``),
 ``spark-submit`` of ``examples/word_count.py`` under the entry process, with stdout and
 stderr in one stream as the kubelet keeps them. Only the master (``local[1]`` from the
 GICJob's ``sparkConf`` instead of executor pods), the local directory and the metrics port
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gic_operator import launch_config
-from gic_operator.launch_plan import LaunchPlan
+from gic_operator.launch import launch_config
+from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.models import GICJobSpec
 
 from .words import write_text_batches

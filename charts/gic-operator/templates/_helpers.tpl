@@ -88,7 +88,7 @@ gic-spark
 
 {{/*
 Rules the operator needs in every namespace it watches (a Role there, or the ClusterRole when
-it watches all namespaces): exactly what gic_operator/permissions.py lists (the chart tests
+it watches all namespaces): exactly what gic_operator/kube/permissions.py lists (the chart tests
 compare the two). Secrets: create only (each job's Spark authentication Secret); the
 operator reads none, pods get credentials by secretKeyRef.
 */}}

@@ -21,27 +21,20 @@ message and nothing is launched):
 * numbers are in range: every count, size, interval and timeout has a lower and an upper
   bound (buckets 1..32768, intervals up to a week, timeouts up to a day ...), so no value
   overflows what the operator computes from it (restart delays, deadlines);
-* ``application.sparkConf`` names only allowed Spark settings
-  (:mod:`gic_operator.validation`), and ``application.env`` takes each variable either
-  from a value or from a Secret key, a ConfigMap key or a field of the pod
-  (:mod:`gic_operator.models.env`);
-* ``application.driver.podTemplate`` and ``application.executor.podTemplate`` never
-  weaken pod security nor take over the operator's labels, volumes and mounts
-  (:mod:`gic_operator.models.pod_template`).
+* what to run (``application``: image, main file, Spark configuration, environment, the
+  driver's and executors' resources and pod templates) is checked where it is defined,
+  :mod:`gic_operator.models.application`.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from gic_operator.models.application import ApplicationSpec
 from gic_operator.models.base import KubeModel
-from gic_operator.models.env import EnvVar
 from gic_operator.models.output import OutputSpec
-from gic_operator.models.pod_template import PodTemplate
-from gic_operator.validation import SPARK_CONF_VALUE_MAX, check_spark_conf
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
 from gic_runtime.checkpoint.manifest import SavepointFormat
 from gic_runtime.config import GICSettings
@@ -52,15 +45,12 @@ from gic_runtime.config import GICSettings
 #: free choice would hand them any service account of the namespace.
 SPARK_SERVICE_ACCOUNT = "gic-spark"
 
-#: Upper bounds of numbers in the spec (the lower ones are at each field).
-MAX_CORES = 256
-MAX_EXECUTORS = 1000
+#: Upper bounds of numbers in the spec (the lower ones are at each field; the
+#: application's in :mod:`gic_operator.models.application`).
 MAX_SECONDS_DAY = 86_400
 MAX_SECONDS_WEEK = 7 * MAX_SECONDS_DAY
 MAX_SECONDS_YEAR = 366 * MAX_SECONDS_DAY
 MAX_SECONDS_10_YEARS = 10 * MAX_SECONDS_YEAR
-#: Spark memory sizes: a number of at most 9 digits and an optional unit.
-MEMORY_PATTERN = r"^[0-9]{1,9}[kmgtKMGT]?$"
 #: Seconds a savepoint may take: the default of ``spec.savepoints.timeoutSeconds``, and
 #: what upgrade and suspend savepoints always allow.
 SAVEPOINT_TIMEOUT_S = 600
@@ -109,99 +99,6 @@ class RestoreMode(StrEnum):
         if self is RestoreMode.CLAIM:
             return RuntimeRestoreMode.CLAIM
         return RuntimeRestoreMode.NO_CLAIM
-
-
-class ImagePullPolicy(StrEnum):
-    """Kubernetes image pull policy."""
-
-    ALWAYS = "Always"
-    IF_NOT_PRESENT = "IfNotPresent"
-    NEVER = "Never"
-
-
-class DriverSpec(KubeModel):
-    """Resources of the Spark driver pod."""
-
-    cores: int = Field(1, ge=1, le=MAX_CORES, description="CPU cores requested for the driver.")
-    memory: str = Field(
-        "1g",
-        pattern=MEMORY_PATTERN,
-        description="Driver JVM memory (Spark syntax: 512m, 2g).",
-    )
-    memory_overhead: str = Field(
-        "512m",
-        pattern=MEMORY_PATTERN,
-        description="Memory added to the pod's limit for Python workers and native memory.",
-    )
-    pod_template: PodTemplate | None = Field(
-        None,
-        description="Labels, annotations, scheduling, volumes and resources added to the "
-        "driver pod, under the operator's own fields (security settings are refused).",
-    )
-
-
-class ExecutorSpec(KubeModel):
-    """Spark executors (pods Spark itself creates on Kubernetes)."""
-
-    instances: int = Field(1, ge=1, le=MAX_EXECUTORS, description="Executor pods.")
-    cores: int = Field(1, ge=1, le=MAX_CORES, description="CPU cores per executor.")
-    memory: str = Field(
-        "1g", pattern=MEMORY_PATTERN, description="Executor JVM memory (Spark syntax)."
-    )
-    pod_template: PodTemplate | None = Field(
-        None,
-        description="Labels, annotations, scheduling, volumes and resources added to every "
-        "executor pod (through the executor pod template), under the operator's and "
-        "Spark's own fields (security settings are refused).",
-    )
-
-
-class ApplicationSpec(KubeModel):
-    """What to run: the driver's image, its main file and Spark's configuration."""
-
-    image: str = Field(
-        min_length=1,
-        description="Container image with Spark and the GIC runtime (the Dockerfile's "
-        "spark-runtime target), used for the driver and the executors.",
-    )
-    image_pull_policy: ImagePullPolicy = Field(
-        ImagePullPolicy.IF_NOT_PRESENT, description="Pull policy for the image."
-    )
-    main_file: str = Field(
-        min_length=1,
-        description="The job's Python file inside the image (local:///opt/app/job.py or an "
-        "absolute path); it uses gic_runtime.spark and reads its settings from GIC_* "
-        "variables the operator sets.",
-    )
-    arguments: list[str] = Field(
-        default_factory=list, max_length=256, description="Arguments for the main file."
-    )
-    spark_conf: Annotated[
-        dict[str, Annotated[str, Field(max_length=SPARK_CONF_VALUE_MAX)]],
-        AfterValidator(check_spark_conf),
-    ] = Field(
-        default_factory=dict,
-        max_length=256,
-        description="Extra Spark configuration, from an allowlist of settings (SQL and "
-        "streaming tuning, memory, scheduling, serialization, executor CPU requests and node "
-        "selectors ...; docs/operations.md lists it). Settings that would change the pods "
-        "Spark creates (volumes, pod templates, service accounts, images, secrets) or its "
-        "authentication are refused, as are those the operator sets itself, and keys Spark "
-        "does not define (misspellings; spark.hadoop.* is open). spark.master may be "
-        "local[...] or the cluster's API server (the default); spark.log.level is WARN unless set.",
-    )
-    driver: DriverSpec = Field(
-        default_factory=lambda: DriverSpec.model_validate({}), description="Driver resources."
-    )
-    executor: ExecutorSpec = Field(
-        default_factory=lambda: ExecutorSpec.model_validate({}), description="Executors."
-    )
-    env: list[EnvVar] = Field(
-        default_factory=list,
-        max_length=128,
-        description="Extra environment variables of the driver and the executors: a value, "
-        "or valueFrom a Secret key, a ConfigMap key or a field of the pod.",
-    )
 
 
 class ChangelogSpec(KubeModel):

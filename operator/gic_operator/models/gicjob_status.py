@@ -1,7 +1,7 @@
 """The ``GICJob`` status: what the operator observed and did, and the action in progress.
 
 The status is written only by the operator, one merge patch per reconcile pass
-(:class:`gic_operator.reconcile_context.Pass`), and read back with
+(:class:`gic_operator.reconcile.status_pass.Pass`), and read back with
 :meth:`~gic_operator.models.base.ResourceStatus.read`, which never fails: whoever may
 patch the status subresource may have written anything, and what does not validate reads
 as absent.

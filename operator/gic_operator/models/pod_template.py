@@ -5,7 +5,7 @@ take the pod fields users of the Spark and Flink operators expect to shape -- la
 annotations, node selector, tolerations, affinity, image pull secrets, priority class,
 extra volumes and volume mounts, container resources -- in a flat form (no
 ``containers`` list: mounts and resources go to the Spark container). The launcher
-(:mod:`gic_operator.launcher`) merges a template *under* its own fields: every label,
+(:mod:`gic_operator.launch.launcher`) merges a template *under* its own fields: every label,
 annotation, resource, volume and setting the operator sets wins, and the security
 settings are the operator's alone.
 

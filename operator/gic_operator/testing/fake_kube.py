@@ -1,13 +1,13 @@
-"""An in-memory :class:`~gic_operator.kube.KubeApi` for unit tests of the reconcilers.
+"""An in-memory :class:`~gic_operator.kube.kube_api.KubeApi` for unit tests of the reconcilers.
 
 :class:`TestingKubeApi` keeps pods, services, custom objects and Events in dicts and
-follows the contract of :mod:`gic_operator.kube` exactly: creating what exists and
+follows the contract of :mod:`gic_operator.kube.kube_api` exactly: creating what exists and
 deleting what is gone are no-ops, ``patch_status`` is a JSON merge patch (``None``
 deletes a key, lists are replaced) that, given a ``resource_version``, raises
-:class:`~gic_operator.errors.ConflictError` when the object has another one (every write
+:class:`~gic_operator.operator_errors.ConflictError` when the object has another one (every write
 of a custom object gives it a new ``metadata.resourceVersion``), reads return copies (a
 caller mutating a result never changes the store), and ``event`` never raises. Pods are
-read through the same :func:`~gic_operator.kube.pod_info` as the real implementation, so
+read through the same :func:`~gic_operator.kube.kube_api.pod_info` as the real implementation, so
 a test drives a pod by setting the fields a kubelet would
 (:meth:`TestingKubeApi.set_pod_phase`).
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gic_operator.errors import ConflictError
-from gic_operator.kube import DRIVER_CONTAINER, PodInfo, pod_info, rfc3339, with_kind
+from gic_operator.kube.kube_api import DRIVER_CONTAINER, PodInfo, pod_info, rfc3339, with_kind
+from gic_operator.operator_errors import ConflictError
 
 PodKey = tuple[str, str]
 ObjectKey = tuple[str, str, str]

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from gic_operator import launcher
-from gic_operator.errors import ConflictError, TransientKubeError
-from gic_operator.kube_client import KubernetesApi
-from gic_operator.launch_plan import LaunchPlan
-from gic_operator.launcher import driver_service
+from gic_operator.kube.kube_client import KubernetesApi
+from gic_operator.launch import launcher
+from gic_operator.launch.launch_plan import LaunchPlan
+from gic_operator.launch.launcher import driver_service
 from gic_operator.models import GICJobSpec
+from gic_operator.operator_errors import ConflictError, TransientKubeError
 
 from .support import KubeEnv
 
@@ -195,7 +195,7 @@ def test_a_status_patch_with_a_stale_resource_version_conflicts(
 def test_a_status_the_schema_refuses_is_a_clear_error(
     api: KubernetesApi, kube_env: KubeEnv
 ) -> None:
-    from gic_operator.errors import KubeError
+    from gic_operator.operator_errors import KubeError
 
     ns = kube_env.namespace
     api.create_object("gicjobs", ns, job("bad-status"))
@@ -253,8 +253,8 @@ def test_a_reconcile_that_meets_a_newer_version_writes_nothing_and_the_next_one_
 ) -> None:
     from kubernetes.config import new_client_from_config
 
-    from gic_operator.job_reconciler import JobReconciler
-    from gic_operator.storage_view import open_job_storage
+    from gic_operator.jobs.job_controller import JobController
+    from gic_operator.storage.job_storage import open_job_storage
 
     ns = kube_env.namespace
     path = f"/apis/gic.io/v1alpha1/namespaces/{ns}/gicjobs/raced"
@@ -264,7 +264,7 @@ def test_a_reconcile_that_meets_a_newer_version_writes_nothing_and_the_next_one_
     client = new_client_from_config(config_file=str(kube_env.kubeconfig))  # type: ignore[no-untyped-call]
     try:
         api = WriterBetweenReadAndPatch(client, kube_env.raw, path)
-        jobs = JobReconciler(api, open_job_storage)
+        jobs = JobController(api, open_job_storage)
 
         assert jobs.reconcile_named(ns, "raced") == {}  # the patch conflicted: nothing sent
         stored = kube_env.raw.get(path)
@@ -301,7 +301,7 @@ def test_the_typed_status_round_trips_through_the_server(
         UpgradeAction,
         UpgradeMode,
     )
-    from gic_operator.reconcile_context import status_patch
+    from gic_operator.reconcile.status_pass import status_patch
 
     ns = kube_env.namespace
     api.create_object("gicjobs", ns, job("typed"))
