@@ -151,7 +151,7 @@ def _task_parts(stage: StageTimes, commit_ms: float) -> dict[str, float]:
 def _manifest_bytes(stored: StoredManifest, measured: int | None) -> int:
     if measured is not None:
         return measured
-    from gic_runtime.checkpoint.codec import encode_manifest
+    from gic_runtime.checkpoint.manifest_codec import encode_manifest
 
     return len(encode_manifest(stored.manifest, stored.uri))
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gic_runtime.sinks import committed_batches, read_file_sink
-from gic_runtime.sinks.ownership import read_generations
+from gic_runtime.sinks.output_owners import read_generations
 from gic_runtime.status import read_status
 from gic_runtime.storage.uri import StoreResolver
 

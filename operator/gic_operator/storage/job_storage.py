@@ -49,8 +49,8 @@ from gic_operator.models.gicjob import GICJobSpec
 from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
 from gic_operator.storage.control_files import MAX_CONTROL_BYTES, ControlRequests
 from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
-from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
+from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import MAX_SWEPT_OBJECTS, SweepResult, policy_for, sweep_orphans
 from gic_runtime.errors import (

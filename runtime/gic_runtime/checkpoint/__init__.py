@@ -11,7 +11,6 @@ from gic_runtime.checkpoint.catalog import (
     read_manifest,
     write_manifest,
 )
-from gic_runtime.checkpoint.codec import decode_manifest, encode_manifest, manifest_base_dir
 from gic_runtime.checkpoint.manifest import (
     FORMAT_VERSION,
     Manifest,
@@ -23,6 +22,11 @@ from gic_runtime.checkpoint.manifest import (
     SavepointType,
     StoredManifest,
     map_uris,
+)
+from gic_runtime.checkpoint.manifest_codec import (
+    decode_manifest,
+    encode_manifest,
+    manifest_base_dir,
 )
 from gic_runtime.checkpoint.ownership import (
     Owner,

@@ -44,8 +44,8 @@ from typing import Final
 
 from gic_runtime import crashpoints
 from gic_runtime.checkpoint.claims import NO_CHECKPOINT, Claims
-from gic_runtime.checkpoint.codec import decode_manifest, encode_manifest
 from gic_runtime.checkpoint.manifest import FORMAT_VERSION, Manifest, StoredManifest
+from gic_runtime.checkpoint.manifest_codec import decode_manifest, encode_manifest
 from gic_runtime.errors import (
     CorruptFileError,
     FormatError,

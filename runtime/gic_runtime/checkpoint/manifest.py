@@ -12,7 +12,7 @@ written):
 * every key of ``buckets`` equals its value's ``bucket`` and lies in ``[0, num_buckets)``;
 * ``kind == SAVEPOINT`` exactly when ``savepoint`` is set.
 
-The serialized form lives in :mod:`gic_runtime.checkpoint.codec` (the JSON form of
+The serialized form lives in :mod:`gic_runtime.checkpoint.manifest_codec` (the JSON form of
 :class:`SavepointInfo` and :class:`RestoreLineage` is their fields, by
 :mod:`gic_runtime.codec`); reading and writing manifests on storage in
 :mod:`gic_runtime.checkpoint.catalog`.

@@ -31,8 +31,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import Manifest, RestoreLineage, RestoreMode
+from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
 from gic_runtime.errors import OwnershipError
 from gic_runtime.layout import job_dir
 from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore

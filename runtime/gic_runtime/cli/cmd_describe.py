@@ -27,8 +27,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from gic_runtime.checkpoint.catalog import list_checkpoints, read_manifest
-from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import Manifest
+from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
 from gic_runtime.checkpoint.ownership import Owner
 from gic_runtime.checkpoint.sweep import policy_for
 from gic_runtime.cli.common import (

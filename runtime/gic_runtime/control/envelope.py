@@ -7,7 +7,7 @@
 
 The header names the record kind (a 4-letter magic), its format version and the CRC32C
 of the body (every byte after the newline), the same shape as a checkpoint manifest
-(:mod:`gic_runtime.checkpoint.codec`), so ``cat`` shows a record and a reader rejects a
+(:mod:`gic_runtime.checkpoint.manifest_codec`), so ``cat`` shows a record and a reader rejects a
 foreign file, an unknown version or a damaged body with an error naming the file
 (docs/architecture.md I8). Control requests and outcomes, fencing-epoch markers and the job status
 record all use it.

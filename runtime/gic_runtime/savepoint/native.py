@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gic_runtime.checkpoint.catalog import read_manifest, write_manifest
-from gic_runtime.checkpoint.codec import manifest_base_dir
 from gic_runtime.checkpoint.manifest import (
     Manifest,
     ManifestKind,
@@ -44,6 +43,7 @@ from gic_runtime.checkpoint.manifest import (
     StoredManifest,
     map_uris,
 )
+from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.errors import (
     ConfigurationError,

@@ -2,8 +2,8 @@
 
 :mod:`gic_runtime.sinks.files` holds the :class:`Sink` protocol, the transactional
 :class:`FileSink`, its commit markers and :func:`read_file_sink`;
-:mod:`gic_runtime.sinks.ownership` decides which job may write an output directory.
-Sinks that need Spark live in :mod:`gic_runtime.spark.sinks`.
+:mod:`gic_runtime.sinks.output_owners` decides which job may write an output directory.
+Sinks that need Spark live in :mod:`gic_runtime.spark.spark_sinks`.
 """
 
 from gic_runtime.sinks.files import (
@@ -17,7 +17,7 @@ from gic_runtime.sinks.files import (
     read_file_sink,
     staged_from_manifest,
 )
-from gic_runtime.sinks.ownership import OutputClaim, OutputGeneration
+from gic_runtime.sinks.output_owners import OutputClaim, OutputGeneration
 
 __all__ = [
     "COMMITS_DIR",

@@ -9,14 +9,14 @@ directory and name them in their acks; the manifest of batch N records them (its
   writes the commit marker ``_gic_commits/<N>``. Output of a batch whose checkpoint
   never completed is never visible; publishing twice writes the same bytes under the
   same names (idempotent), so a replay never doubles output. The directory belongs to
-  one job at a time (:mod:`gic_runtime.sinks.ownership`): a job checks its claim before
+  one job at a time (:mod:`gic_runtime.sinks.output_owners`): a job checks its claim before
   its first batch, records it with its first publish and checks before every publish
   that nobody took it over; a job that
   took it over writes as a later *generation* under names of its own
   (``part-g<G>-<N>-<i>.parquet``, ``_gic_commits/g<G>-<N>``). Readers that want only
   whole batches use :func:`read_file_sink`, which reads batches with a marker and
   leaves out those a later generation of the same state superseded.
-* Any other sink (see ``gic_runtime.spark.sinks``) receives the batch with its batch id
+* Any other sink (see ``gic_runtime.spark.spark_sinks``) receives the batch with its batch id
   at least once; a done marker skips batches already delivered.
 
 Invariant: a sink publishes a batch only from what manifest N names, and records
@@ -44,7 +44,7 @@ from gic_runtime.errors import (
     StateError,
 )
 from gic_runtime.formats import decode_text_record, encode_text_record
-from gic_runtime.sinks.ownership import (
+from gic_runtime.sinks.output_owners import (
     OutputClaim,
     OutputGeneration,
     check_claim,
@@ -232,7 +232,7 @@ class CommittedBatch:
 def committed_batches(path: str, resolver: StoreResolver) -> list[CommittedBatch]:
     """Every batch visible in the file sink at ``path``, ordered by generation and batch
     id: batches with a commit marker, less those a later generation of the same state
-    superseded (:func:`gic_runtime.sinks.ownership.superseded`)."""
+    superseded (:func:`gic_runtime.sinks.output_owners.superseded`)."""
     store, key = resolver.resolve(path.rstrip("/"))
     prefix = key.rstrip("/") + "/" if key else ""
     generations = read_generations(store, prefix)

@@ -15,7 +15,7 @@ staging deletes only under the job's ``staging/`` directory.
 
 Before the first batch the driver claims the output (:meth:`BatchOutput.claim`): the
 job's *state lineage* (a token that travels with the state, see
-:mod:`gic_runtime.sinks.ownership`) is the one the checkpoint or savepoint it starts
+:mod:`gic_runtime.sinks.output_owners`) is the one the checkpoint or savepoint it starts
 from names (:func:`origin_lineage`; ``job:<id>`` for checkpoints written before tokens
 existed), or a new random one for a job that starts without state. Every manifest's
 ``sink`` section records it, so restores and upgrades continue it.

@@ -49,7 +49,7 @@ from gic_runtime.spark.fingerprint import query_fingerprint
 from gic_runtime.spark.placement import key_expression
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
 from gic_runtime.spark.session import REQUIRED_CONF, local_spark, submitted_spark
-from gic_runtime.spark.sinks import DiscardSink, ForeachBatchSink
+from gic_runtime.spark.spark_sinks import DiscardSink, ForeachBatchSink
 from gic_runtime.spark.telemetry import record_failure
 from gic_runtime.spark.termination import (
     SIGTERM_REASON,

@@ -2,7 +2,7 @@
 
 Two jobs publishing into one directory used to lose output without a word (the second
 job's batch N met the first one's commit marker N and was skipped). These tests pin the
-claim rules of :mod:`gic_runtime.sinks.ownership` on a real local directory.
+claim rules of :mod:`gic_runtime.sinks.output_owners` on a real local directory.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from gic_runtime.coordination.barrier import StagedFile
 from gic_runtime.errors import OutputOwnedError
 from gic_runtime.sinks import FileSink, OutputClaim, committed_batches, read_file_sink
-from gic_runtime.sinks.ownership import OWNERS_DIR, read_generations
+from gic_runtime.sinks.output_owners import OWNERS_DIR, read_generations
 from gic_runtime.storage.uri import StoreResolver
 
 
