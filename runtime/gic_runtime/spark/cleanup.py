@@ -8,7 +8,7 @@ attempt's unreferenced objects after a clean stop.
   stage placed like the state tasks waits until the background snapshots they started
   have finished (:func:`~gic_runtime.spark.stage.make_drain`), then the attempt's own
   segments and snapshots no retained checkpoint references are deleted
-  (:meth:`~gic_runtime.coordination.timeline.CheckpointTimeline.sweep_after_stop`,
+  (:meth:`~gic_runtime.driver.timeline.CheckpointTimeline.sweep_after_stop`,
   §13.10).
 
 Invariants: both run on the driver under its batch lock, never while a batch of the
@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from gic_runtime.checkpoint.live_sweep import LiveSweeper
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.coordination.barrier import Barrier
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.errors import GICError
 from gic_runtime.spark.locality import StickyPlacement
 from gic_runtime.spark.stage import DRAIN_SCHEMA, make_drain

@@ -3,7 +3,7 @@
 Requests arrive through the job's durable control channel
 (:class:`~gic_runtime.control.ControlChannel`); :func:`serve_pending` serves what is
 pending from the latest checkpoint
-(:func:`~gic_runtime.coordination.savepoints.serve_request`) and reports each outcome
+(:func:`~gic_runtime.driver.savepoint_requests.serve_request`) and reports each outcome
 to the driver's telemetry.
 
 Invariants: requests are served in order -- pending savepoints oldest first, then a
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.model import ControlRequest
-from gic_runtime.coordination.savepoints import serve_request, stops_job
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.driver.savepoint_requests import serve_request, stops_job
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.storage.uri import StoreResolver
 

@@ -49,7 +49,7 @@ from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings
 from gic_runtime.control import ControlChannel
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
+from gic_runtime.driver.timeline import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import StateError
 from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.handles import BucketState

@@ -32,8 +32,8 @@ from typing import Any
 from gic_runtime.checkpoint.catalog import find_latest_checkpoint
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.sweep import SweepResult
-from gic_runtime.coordination.savepoints import read_engine_record
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.driver.savepoint_requests import read_engine_record
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.layout import job_dir
 from gic_runtime.query import OVERRIDE_SETTING, QueryFingerprint, check_resume, differences
 from gic_runtime.spark import checkpoint_dir
