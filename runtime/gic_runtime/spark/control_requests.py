@@ -31,7 +31,7 @@ def serve_pending(
     resolver: StoreResolver,
     timeline: CheckpointTimeline,
     control: ControlChannel,
-    telemetry: Telemetry | None,
+    telemetry: Telemetry,
 ) -> str | None:
     """Serve the pending requests of ``control``; returns why the job stops once a
     served request ends it (``None``: keep running)."""
@@ -43,8 +43,7 @@ def serve_pending(
         outcome = serve_request(resolver, timeline, control, request)
         if outcome is None:
             break
-        if telemetry is not None:
-            telemetry.savepoint(request, outcome)
+        telemetry.savepoint(request, outcome)
         if stops_job(request):
             return f"stopped by request {request.request_id}"
     return None
