@@ -258,7 +258,7 @@ def run_gic(
 
             def on_batch(report: BatchReport) -> None:
                 driver = query.driver
-                stored = driver.timeline.latest() if driver and driver.timeline else None
+                stored = driver.timeline.latest() if driver is not None else None
                 if stored is None or stored.checkpoint_id != report.batch_id:
                     raise BenchmarkError(f"no manifest in memory for batch {report.batch_id}")
                 got.batches.append((report, stored))

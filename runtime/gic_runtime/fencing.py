@@ -8,7 +8,7 @@
 Claiming epoch ``E`` is creating its marker with create-if-absent, so two launches can
 never hold the same epoch. A driver holding ``E`` checks its :class:`Fence` before each
 batch, before it writes a manifest and again after the manifest landed
-(:class:`~gic_runtime.coordination.timeline.CheckpointTimeline`): as soon as any marker
+(:class:`~gic_runtime.driver.timeline.CheckpointTimeline`): as soon as any marker
 above ``E`` exists, it has been superseded, raises :class:`~gic_runtime.errors.FencedError`
 and stops -- after a manifest write, before registering, publishing or deleting
 anything for it.

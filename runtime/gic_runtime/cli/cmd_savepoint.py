@@ -40,7 +40,7 @@ from gic_runtime.cli.common import (
 from gic_runtime.cli.inventory import open_existing_job
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import new_request_id
-from gic_runtime.coordination.savepoints import directory_size, write_canonical_extras
+from gic_runtime.driver.savepoint_requests import directory_size, write_canonical_extras
 from gic_runtime.errors import GICError
 from gic_runtime.layout import SAVEPOINT_MANIFEST, savepoint_dir
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states

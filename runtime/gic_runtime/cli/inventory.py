@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gic_runtime.checkpoint.catalog import read_manifest, resolve_prefix
 from gic_runtime.cli.common import CLIError, JobContext, load_settings, make_resolver
-from gic_runtime.coordination.savepoints import directory_size
+from gic_runtime.driver.savepoint_requests import directory_size
 from gic_runtime.errors import GICError
 from gic_runtime.layout import SAVEPOINT_MANIFEST, job_dir, parse_checkpoint_id
 from gic_runtime.savepoint.canonical import INDEX_NAME, read_canonical_index

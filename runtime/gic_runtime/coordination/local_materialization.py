@@ -61,7 +61,7 @@ sweep deletes it). Snapshots never adopted are not deleted here: another process
 still adopt them, and a manifest may already reference them. After a clean stop the
 driver waits for the markers (:func:`wait_for_markers`) and then deletes the attempt's
 snapshots no retained manifest references
-(:meth:`~gic_runtime.coordination.timeline.CheckpointTimeline.sweep_after_stop`).
+(:meth:`~gic_runtime.driver.timeline.CheckpointTimeline.sweep_after_stop`).
 
 Thread-safety: every public function may be called from any thread; a pool's state is
 guarded by its condition variable. A process created by ``fork`` starts with an empty

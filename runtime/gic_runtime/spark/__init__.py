@@ -1,7 +1,8 @@
 """GIC for Spark Structured Streaming: keyed state with incremental checkpoints.
 
 The only part of the runtime that imports pyspark. See :mod:`gic_runtime.spark.job` for
-the API and :mod:`gic_runtime.spark.driver` for the per-batch protocol.
+the API, :mod:`gic_runtime.spark.driver` for the per-batch protocol and
+:mod:`gic_runtime.spark.startup` for the start-up that builds a driver.
 """
 
 from gic_runtime.processing import KeyState, StateAccess, count, max_, min_, sum_
@@ -15,6 +16,7 @@ from gic_runtime.spark.job import (
 )
 from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.spark.session import local_spark
+from gic_runtime.spark.startup import start_driver
 
 __all__ = [
     "BatchReport",
@@ -31,5 +33,6 @@ __all__ = [
     "local_spark",
     "max_",
     "min_",
+    "start_driver",
     "sum_",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 from gic_runtime import crashpoints
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.coordination.barrier import StagedFile
-from gic_runtime.coordination.savepoints import read_sink_record
+from gic_runtime.driver.savepoint_requests import read_sink_record
 from gic_runtime.layout import job_dir
 from gic_runtime.sinks import OutputClaim, Sink, staged_from_manifest
 from gic_runtime.storage.uri import StoreResolver, join

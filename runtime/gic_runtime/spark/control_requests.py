@@ -3,7 +3,7 @@
 Requests arrive through the job's durable control channel
 (:class:`~gic_runtime.control.ControlChannel`); :func:`serve_pending` serves what is
 pending from the latest checkpoint
-(:func:`~gic_runtime.coordination.savepoints.serve_request`) and reports each outcome
+(:func:`~gic_runtime.driver.savepoint_requests.serve_request`) and reports each outcome
 to the driver's telemetry.
 
 Invariants: requests are served in order -- pending savepoints oldest first, then a
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.model import ControlRequest
-from gic_runtime.coordination.savepoints import serve_request, stops_job
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.driver.savepoint_requests import serve_request, stops_job
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.storage.uri import StoreResolver
 
@@ -31,7 +31,7 @@ def serve_pending(
     resolver: StoreResolver,
     timeline: CheckpointTimeline,
     control: ControlChannel,
-    telemetry: Telemetry | None,
+    telemetry: Telemetry,
 ) -> str | None:
     """Serve the pending requests of ``control``; returns why the job stops once a
     served request ends it (``None``: keep running)."""
@@ -43,8 +43,7 @@ def serve_pending(
         outcome = serve_request(resolver, timeline, control, request)
         if outcome is None:
             break
-        if telemetry is not None:
-            telemetry.savepoint(request, outcome)
+        telemetry.savepoint(request, outcome)
         if stops_job(request):
             return f"stopped by request {request.request_id}"
     return None

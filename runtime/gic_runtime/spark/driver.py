@@ -1,12 +1,13 @@
 """The driver's side of the per-batch protocol (docs/architecture.md §13.1) for one job
 attempt.
 
-:meth:`Driver.prepare` runs once before the streaming query starts: refuse checkpoints
-a different query wrote (:mod:`gic_runtime.query`; before the job is claimed), claim a
-fencing epoch, open the checkpoint timeline (own latest checkpoint, else the restore
-source) and take it to the first batch (:func:`gic_runtime.spark.startup.resume`: Spark's
-checkpoint directory, the output's claim, republishing, staging, the orphan sweep). A
-start that fails records why in the job's status record before the error propagates.
+:func:`gic_runtime.spark.startup.start_driver` builds a :class:`Driver` complete, once
+before the streaming query starts: it refuses checkpoints a different query wrote
+(:mod:`gic_runtime.query`; before the job is claimed), claims a fencing epoch, opens the
+checkpoint timeline (own latest checkpoint, else the restore source) and takes it to the
+first batch (Spark's checkpoint directory, the output's claim, republishing, staging,
+the orphan sweep). A driver therefore always has its timeline, fence and telemetry; a
+start that fails records why in the job's status record and no driver exists.
 
 :meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N: check
 fencing (a batch at or below the last checkpoint is a replay: publish its output if
@@ -15,9 +16,10 @@ checkpoint's bucket states); run the stateful stage once on executors pinned to 
 local copies (:mod:`gic_runtime.spark.locality`) and merge one ack per task
 (:mod:`gic_runtime.spark.batch_acks`); write manifest N once, fenced before and after
 (a superseded driver stops before publishing or deleting anything); publish N's output
-(:mod:`gic_runtime.spark.batch_output`), subsume old checkpoints, sweep what failed task
-attempts left every ``orphan_sweep_interval_s`` (:mod:`gic_runtime.spark.cleanup`), and
-report metrics and status.
+(:mod:`gic_runtime.spark.batch_output`), subsume old checkpoints, let the timeline sweep
+what failed task attempts left every ``orphan_sweep_interval_s``
+(:meth:`~gic_runtime.driver.timeline.CheckpointTimeline.live_sweep`), and report metrics
+and status.
 
 Savepoint and stop requests are served between batches by :meth:`Driver.serve_control`
 (:mod:`gic_runtime.spark.control_requests`). SIGTERM stops the attempt through
@@ -33,38 +35,29 @@ query's control loop) serialize on one lock; everything else is for the owner th
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime import crashpoints
-from gic_runtime.checkpoint.live_sweep import LiveSweeper
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings
 from gic_runtime.control import ControlChannel
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.timeline import CheckpointTimeline, RestoreRequest
-from gic_runtime.errors import StateError
-from gic_runtime.fencing import Fence, claim_epoch
-from gic_runtime.handles import BucketState
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.processing import Processor
 from gic_runtime.query import QueryFingerprint
-from gic_runtime.sinks import Sink
 from gic_runtime.spark import checkpoint_dir
 from gic_runtime.spark.batch_acks import batch_report, collect_acks, merge_acks
 from gic_runtime.spark.batch_output import BatchOutput
-from gic_runtime.spark.cleanup import clean_up_after_stop, live_sweep, run_drain
+from gic_runtime.spark.cleanup import clean_up_after_stop, run_drain
 from gic_runtime.spark.control_requests import serve_pending
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
 from gic_runtime.spark.placement import partition_keys
 from gic_runtime.spark.reports import BatchReport, StartInfo
-from gic_runtime.spark.startup import check_resume_query, report_start_failure, resume
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.storage.uri import StoreResolver
 
@@ -84,12 +77,20 @@ class Driver:
         settings: GICSettings,
         key: str,
         processor: Processor,
-        sink: Sink,
         *,
         resolver: StoreResolver,
+        timeline: CheckpointTimeline,
+        telemetry: Telemetry,
+        output: BatchOutput,
+        placement: StickyPlacement,
+        start_info: StartInfo,
+        num_tasks: int,
         on_batch: Callable[[BatchReport], None] | None = None,
         query: QueryFingerprint | None = None,
     ) -> None:
+        """A driver over what :func:`~gic_runtime.spark.startup.start_driver` opened:
+        ``timeline`` taken to the first batch, ``telemetry`` that reported the start,
+        ``output`` claimed, and the ``start_info`` that says where the attempt starts."""
         self.spark = spark
         self.settings = settings
         self.key = key
@@ -99,30 +100,29 @@ class Driver:
         self.query = query
         self.root = settings.storage
         self.job_id = settings.job_id
-        local = Path(settings.resolved_local_dir)
-        self.spark_dir = str(local / self.job_id / "spark-checkpoint")  # Spark's own, laid down
-        self.num_tasks = settings.num_tasks or min(  # Spark's default is 200 partitions
-            int(spark.conf.get("spark.sql.shuffle.partitions") or "4"), settings.num_buckets
-        )
+        self.spark_dir = start_info.spark_checkpoint_dir
+        self.num_tasks = num_tasks
+        self.timeline = timeline
+        self.fence = timeline.fence
+        self.control = ControlChannel(resolver, self.root, self.job_id)
+        self.telemetry = telemetry
+        self.placement = placement
+        self.start_info = start_info
+        self.failure: BaseException | None = None
+        self._output = output
+        self._part_keys = partition_keys(num_tasks)
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._stop_deadline: float | None = None  # monotonic; a SIGTERM's bound
         self._abandoned: str | None = None  # why the running batch was abandoned
         self._batches = 0
-        self.timeline: CheckpointTimeline | None = None
-        self.fence: Fence | None = None
-        self.control = ControlChannel(resolver, self.root, self.job_id)
-        self._output = BatchOutput(resolver, self.root, self.job_id, sink)
-        self.telemetry: Telemetry | None = None
-        self._expected: dict[int, BucketState] = {}
-        self._canonical: str | None = None
-        self._last_id: int | None = None
-        self._part_keys: list[int] = []
-        self.placement: StickyPlacement | None = None
         self._placement_report = PlacementReport(pinned=False, executors=0)
-        self._sweeper: LiveSweeper | None = None
-        self.start_info: StartInfo | None = None
-        self.failure: BaseException | None = None
+        # The lineage the first batch builds on: the start manifest's bucket states, or
+        # a canonical savepoint to import (then no expected states), or empty state.
+        manifest = timeline.start.manifest
+        self._expected = dict(manifest.buckets) if manifest is not None else {}
+        self._canonical = timeline.start.canonical_uri
+        self._last_id = manifest.checkpoint_id if manifest is not None else start_info.resumed_after
 
     # --- start ----------------------------------------------------------------------
 
@@ -134,86 +134,6 @@ class Driver:
         if self.settings.local_dir or is_local_master(self.spark.sparkContext.master or ""):
             return self.settings.resolved_local_dir
         return ""
-
-    def prepare(self) -> StartInfo:
-        """Everything before the first batch (see the module docstring).
-
-        When it fails, the failure is recorded in the job's status record (under the
-        claimed epoch, else the one the settings give; without either nothing is
-        recorded) and what it opened is closed, then the error propagates."""
-        try:
-            return self._prepare()
-        except BaseException as exc:
-            report_start_failure(
-                exc,
-                resolver=self.resolver,
-                root=self.root,
-                job_id=self.job_id,
-                epoch=self.fence.epoch if self.fence is not None else self.settings.epoch,
-                telemetry=self.telemetry,
-                timeline=self.timeline,
-            )
-            raise
-
-    def _prepare(self) -> StartInfo:
-        s = self.settings
-        # Before the job is claimed (nothing written yet): refuse checkpoints a
-        # different query wrote.
-        check_resume_query(
-            self.resolver, self.root, self.job_id, self.query, allow_change=s.allow_query_change
-        )
-        owner = f"driver {socket.gethostname()}:{os.getpid()}"
-        epoch = claim_epoch(self.resolver, self.root, self.job_id, epoch=s.epoch, claimed_by=owner)
-        self.fence = Fence(self.resolver, self.root, self.job_id, epoch)
-        restore = RestoreRequest(s.restore_source, s.restore_mode) if s.restore_source else None
-        timeline = CheckpointTimeline(
-            self.resolver,
-            self.root,
-            self.job_id,
-            epoch=epoch,
-            num_buckets=s.num_buckets,
-            retain=s.retained_checkpoints,
-            restore=restore,
-            fence=self.fence,
-        )
-        self.timeline = timeline
-        self.telemetry = Telemetry(self.resolver, s, epoch)
-        start = resume(
-            self.resolver,
-            timeline,
-            self._output,
-            spark_dir=self.spark_dir,
-            query=self.query,
-            takeover=s.output_takeover,
-        )
-        if start.manifest is not None:
-            self._expected = dict(start.manifest.buckets)
-            self._last_id = start.manifest.checkpoint_id
-        elif start.resumed_after is not None:
-            self._last_id = start.resumed_after
-        self._canonical = timeline.start.canonical_uri
-        self._part_keys = partition_keys(self.num_tasks)
-        self.placement = StickyPlacement(self.spark, self.num_tasks)
-        self._sweeper = LiveSweeper(
-            self.resolver,
-            self.root,
-            self.job_id,
-            interval_s=s.orphan_sweep_interval_s,
-            epoch=epoch,
-        )
-        self._sweeper.due()  # starts its interval
-        lineage = timeline.lineage
-        self.start_info = StartInfo(
-            epoch=epoch,
-            resumed_after=start.resumed_after,
-            own=timeline.start.own,
-            restored_from=lineage.source_uri if lineage else None,
-            sweep=start.sweep,
-            republished=start.republished,
-            spark_checkpoint_dir=self.spark_dir,
-        )
-        self.telemetry.started(self.start_info, timeline)
-        return self.start_info
 
     # --- per batch ------------------------------------------------------------------
 
@@ -235,17 +155,15 @@ class Driver:
         with self._lock:
             if self._stop_reason is not None:
                 return
-            timeline, fence = self.timeline, self.fence
-            if timeline is None or fence is None:
-                raise StateError("Driver.prepare() must run before the query starts")
-            fence.check()
+            timeline = self.timeline
+            self.fence.check()
             if self._last_id is not None and batch_id <= self._last_id:
                 self._replay(batch_id)
                 return
             started = time.perf_counter()
             self_contained = timeline.must_be_self_contained or self.settings.full_snapshots
             barrier = self._barrier(
-                fence.epoch,
+                self.fence.epoch,
                 batch_id,
                 expected=self._expected if self._canonical is None else {},
                 self_contained=self_contained,
@@ -267,7 +185,7 @@ class Driver:
             crashpoints.hit("after_manifest", batch_id)
             published = self._output.publish(batch_id, sink_info)
             self._output.clear_staging(batch_id)
-            swept = live_sweep(self._sweeper, timeline, self.job_id)
+            swept = timeline.live_sweep()
             report = batch_report(
                 acks,
                 stored=stored,
@@ -280,8 +198,7 @@ class Driver:
                 swept=swept,
             )
             self._batches += 1
-            if self.telemetry is not None:
-                self.telemetry.batch(report, timeline)
+            self.telemetry.batch(report, timeline)
             if self.on_batch is not None:
                 self.on_batch(report)
             max_batches = self.settings.max_batches
@@ -291,9 +208,7 @@ class Driver:
     def _replay(self, batch_id: int) -> None:
         """Batch ``batch_id`` is already part of the state: never apply it again; only
         make sure its output was published (own timeline)."""
-        timeline = self.timeline
-        assert timeline is not None
-        for stored in timeline.retained():
+        for stored in self.timeline.retained():
             if stored.checkpoint_id == batch_id:
                 self._output.publish(batch_id, dict(stored.manifest.sink))
         _log.info("batch %d is already checkpointed; skipped (replay)", batch_id)
@@ -314,13 +229,13 @@ class Driver:
         if not self._lock.acquire(timeout=self.settings.control_poll_s):
             return None
         try:
-            timeline, fence = self.timeline, self.fence
-            if timeline is None or fence is None or self._stop_reason is not None:
+            if self._stop_reason is not None:
                 return self._stop_reason
-            fence.check()
-            if self.telemetry is not None:
-                self.telemetry.heartbeat()
-            self._stop_reason = serve_pending(self.resolver, timeline, self.control, self.telemetry)
+            self.fence.check()
+            self.telemetry.heartbeat()
+            self._stop_reason = serve_pending(
+                self.resolver, self.timeline, self.control, self.telemetry
+            )
             return self._stop_reason
         finally:
             self._lock.release()
@@ -333,15 +248,14 @@ class Driver:
         failure is logged, and whatever stays is the next start's (or ``gic gc``'s) to
         sweep."""
         with self._lock:
-            timeline, fence = self.timeline, self.fence
             timeout = self.settings.checkpoint_timeout_s
             if self._stop_deadline is not None:  # what is left of a SIGTERM's budget
                 timeout = min(timeout, self._stop_deadline - time.monotonic())
-            if timeline is None or fence is None or self._batches == 0 or timeout <= 0:
+            if self._batches == 0 or timeout <= 0:
                 return None
-            epoch = fence.epoch
+            epoch = self.fence.epoch
             return clean_up_after_stop(
-                timeline,
+                self.timeline,
                 job_id=self.job_id,
                 epoch=epoch,
                 drain=lambda: run_drain(
@@ -390,10 +304,8 @@ class Driver:
         # for it briefly, so that its status write cannot interleave with the final one.
         held = self._abandoned is not None and self._lock.acquire(timeout=_ABANDONED_WAIT_S)
         try:
-            if self.telemetry is not None:
-                self.telemetry.stopped(error, reason=self.stop_reason)
+            self.telemetry.stopped(error, reason=self.stop_reason)
         finally:
             if held:
                 self._lock.release()
-        if self.timeline is not None:
-            self.timeline.close()
+        self.timeline.close()

@@ -50,6 +50,7 @@ from gic_runtime.spark.placement import key_expression
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
 from gic_runtime.spark.session import REQUIRED_CONF, local_spark, submitted_spark
 from gic_runtime.spark.spark_sinks import DiscardSink, ForeachBatchSink
+from gic_runtime.spark.startup import start_driver
 from gic_runtime.spark.telemetry import record_failure
 from gic_runtime.spark.termination import (
     SIGTERM_REASON,
@@ -255,19 +256,21 @@ class GICQuery:
             if on_batch is not None:
                 on_batch(report)
 
-        driver = Driver(
-            job.spark,
-            settings,
-            self.stream.key,
-            self.processor,
-            self.sink,
-            resolver=job.resolver,
-            on_batch=collect,
-            query=query_fingerprint(self.stream.df, self.stream.processor),
-        )
-        self.driver = driver
+        fingerprint = query_fingerprint(self.stream.df, self.stream.processor)
         with TerminationSignal() as term:
-            return self._run(driver, trigger, reports, term)
+            started = time.perf_counter()
+            driver = start_driver(
+                job.spark,
+                settings,
+                self.stream.key,
+                self.processor,
+                self.sink,
+                resolver=job.resolver,
+                on_batch=collect,
+                query=fingerprint,
+            )
+            self.driver = driver
+            return self._run(driver, trigger, reports, term, started)
 
     def _run(
         self,
@@ -275,10 +278,10 @@ class GICQuery:
         trigger: str | None,
         reports: list[BatchReport],
         term: TerminationSignal,
+        started: float,
     ) -> RunSummary:
         settings = self.stream.job.settings
-        started = time.perf_counter()
-        start = driver.prepare()
+        start = driver.start_info
         _log.info("job %s started (epoch %d): %s", settings.job_id, start.epoch, _origin(start))
         summary = RunSummary(settings.job_id, start, reports)
         writer = (
@@ -291,7 +294,7 @@ class GICQuery:
         elif trigger:
             writer = writer.trigger(processingTime=trigger)
         error: BaseException | None = None
-        if term.received_at is not None:  # SIGTERM while preparing: stop before a batch
+        if term.received_at is not None:  # SIGTERM while starting: stop before a batch
             driver.stop_between_batches(SIGTERM_REASON, time.monotonic())
             driver.close()
             summary.stop_reason = SIGTERM_REASON

@@ -13,7 +13,7 @@ locations. PySpark cannot define an RDD, so a small JVM helper does it (sources 
   (``queryExecution().toRdd()``) in a ``PinnedRDD``, returning a DataFrame again.
 
 :class:`StickyPlacement` (one per driver attempt) asks for the live executors before
-each batch, keeps every task where it was (:func:`~gic_runtime.coordination.assignment.
+each batch, keeps every task where it was (:func:`~gic_runtime.spark.assignment.
 assign`: moves only when an executor is lost, the job is rescaled or executors join)
 and pins the routed DataFrame. "Where it was" is where the task last ran (each ack names
 its executor), so a task the scheduler ran elsewhere -- it stops waiting for a busy
@@ -51,9 +51,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from gic_runtime.coordination.assignment import assign
 from gic_runtime.coordination.barrier import TaskAck
 from gic_runtime.errors import ConfigurationError
+from gic_runtime.spark.assignment import assign
 
 _log = logging.getLogger(__name__)
 

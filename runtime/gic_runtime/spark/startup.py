@@ -1,6 +1,13 @@
-"""The driver's start-up (:meth:`gic_runtime.spark.driver.Driver.prepare`): the check
-of the query before anything is written, the way from the start point to the first
-batch, and the report of a start that failed.
+"""The driver's start-up: :func:`start_driver` does everything before the first batch
+and returns a complete :class:`~gic_runtime.spark.driver.Driver`; here also its steps,
+the check of the query before anything is written, the way from the start point to the
+first batch, and the report of a start that failed.
+
+:func:`start_driver`, in this order: refuse checkpoints a different query wrote, claim
+a fencing epoch, open the checkpoint timeline (own latest checkpoint, else the restore
+source; with the live orphan sweep), start the telemetry (status ``starting``), take the
+timeline to the first batch (:func:`resume`), report the start; a failure on the way
+is reported (:func:`report_start_failure`) and propagates, and no driver exists.
 
 :func:`check_resume_query` compares this query's fingerprint
 (:mod:`gic_runtime.query`) with the one recorded in the job's latest checkpoint and
@@ -25,19 +32,31 @@ effort and never replaces the start's own error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from pyspark.sql import SparkSession
 
 from gic_runtime.checkpoint.catalog import find_latest_checkpoint
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.sweep import SweepResult
-from gic_runtime.coordination.savepoints import read_engine_record
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.config import GICSettings
+from gic_runtime.driver.savepoint_requests import read_engine_record
+from gic_runtime.driver.timeline import CheckpointTimeline, RestoreRequest
+from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.layout import job_dir
+from gic_runtime.processing import Processor
 from gic_runtime.query import OVERRIDE_SETTING, QueryFingerprint, check_resume, differences
+from gic_runtime.sinks import Sink
 from gic_runtime.spark import checkpoint_dir
 from gic_runtime.spark.batch_output import BatchOutput, start_origin
+from gic_runtime.spark.driver import Driver
+from gic_runtime.spark.locality import StickyPlacement
+from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.spark.telemetry import Telemetry, record_failure
 from gic_runtime.storage.uri import StoreResolver
 
@@ -47,9 +66,114 @@ __all__ = [
     "note_restored_query",
     "report_start_failure",
     "resume",
+    "start_driver",
 ]
 
 _log = logging.getLogger(__name__)
+
+
+def start_driver(
+    spark: SparkSession,
+    settings: GICSettings,
+    key: str,
+    processor: Processor,
+    sink: Sink,
+    *,
+    resolver: StoreResolver,
+    on_batch: Callable[[BatchReport], None] | None = None,
+    query: QueryFingerprint | None = None,
+) -> Driver:
+    """Everything before the first batch (see the module docstring); returns the driver,
+    complete, whose :attr:`~gic_runtime.spark.driver.Driver.start_info` says where the
+    attempt starts.
+
+    When it fails, the failure is recorded in the job's status record (under the
+    claimed epoch, else the one the settings give; without either nothing is
+    recorded) and what it opened is closed, then the error propagates."""
+    s = settings
+    spark_dir = str(Path(s.resolved_local_dir) / s.job_id / "spark-checkpoint")
+    num_tasks = s.num_tasks or min(  # Spark's default is 200 partitions
+        int(spark.conf.get("spark.sql.shuffle.partitions") or "4"), s.num_buckets
+    )
+    output = BatchOutput(resolver, s.storage, s.job_id, sink)
+    opened = _Opened(s.epoch)
+    try:
+        # Before the job is claimed (nothing written yet): refuse checkpoints a
+        # different query wrote.
+        check_resume_query(resolver, s.storage, s.job_id, query, allow_change=s.allow_query_change)
+        owner = f"driver {socket.gethostname()}:{os.getpid()}"
+        epoch = claim_epoch(resolver, s.storage, s.job_id, epoch=s.epoch, claimed_by=owner)
+        opened.epoch = epoch
+        restore = RestoreRequest(s.restore_source, s.restore_mode) if s.restore_source else None
+        timeline = CheckpointTimeline(
+            resolver,
+            s.storage,
+            s.job_id,
+            epoch=epoch,
+            num_buckets=s.num_buckets,
+            retain=s.retained_checkpoints,
+            restore=restore,
+            fence=Fence(resolver, s.storage, s.job_id, epoch),
+            live_sweep_interval_s=s.orphan_sweep_interval_s,
+        )
+        opened.timeline = timeline
+        telemetry = opened.telemetry = Telemetry(resolver, s, epoch)
+        start = resume(
+            resolver,
+            timeline,
+            output,
+            spark_dir=spark_dir,
+            query=query,
+            takeover=s.output_takeover,
+        )
+        placement = StickyPlacement(spark, num_tasks)
+        lineage = timeline.lineage
+        start_info = StartInfo(
+            epoch=epoch,
+            resumed_after=start.resumed_after,
+            own=timeline.start.own,
+            restored_from=lineage.source_uri if lineage else None,
+            sweep=start.sweep,
+            republished=start.republished,
+            spark_checkpoint_dir=spark_dir,
+        )
+        telemetry.started(start_info, timeline)
+    except BaseException as exc:
+        report_start_failure(
+            exc,
+            resolver=resolver,
+            root=s.storage,
+            job_id=s.job_id,
+            epoch=opened.epoch,
+            telemetry=opened.telemetry,
+            timeline=opened.timeline,
+        )
+        raise
+    return Driver(
+        spark,
+        s,
+        key,
+        processor,
+        resolver=resolver,
+        timeline=timeline,
+        telemetry=telemetry,
+        output=output,
+        placement=placement,
+        start_info=start_info,
+        num_tasks=num_tasks,
+        on_batch=on_batch,
+        query=query,
+    )
+
+
+@dataclass
+class _Opened:
+    """What a start has opened so far: what a failed start reports through and closes
+    (the epoch is the claimed one once claimed, else the one the settings give)."""
+
+    epoch: int | None
+    timeline: CheckpointTimeline | None = None
+    telemetry: Telemetry | None = None
 
 
 def check_resume_query(

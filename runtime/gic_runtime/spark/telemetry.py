@@ -24,7 +24,7 @@ import time
 
 from gic_runtime.config import GICSettings
 from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.errors import GICError
 from gic_runtime.metrics import DriverMetrics, MetricsServer
 from gic_runtime.spark.reports import BatchReport, StartInfo

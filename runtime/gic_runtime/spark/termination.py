@@ -137,8 +137,7 @@ def stop_for_signal(driver: Driver, query: _Query, received_at: float) -> bool:
     between = driver.stop_between_batches(SIGTERM_REASON, deadline)
     if between:
         _log.info("SIGTERM: stopping job %s between batches", driver.job_id)
-        if driver.telemetry is not None:
-            driver.telemetry.stopping()
+        driver.telemetry.stopping()
     else:
         _log.warning(
             "SIGTERM: job %s's batch still runs after %.0f s; abandoning it (the next "
@@ -178,7 +177,6 @@ def control_loop(driver: Driver, query: _Query, term: TerminationSignal) -> str:
             continue
         reason = driver.serve_control()
         if reason is not None:
-            if driver.telemetry is not None:
-                driver.telemetry.stopping()
+            driver.telemetry.stopping()
             query.stop()
             return reason

@@ -42,7 +42,7 @@ from gic_runtime.checkpoint.live_sweep import LiveSweeper
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import sweep_orphans
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.errors import (
     CorruptFileError,
     FencedError,

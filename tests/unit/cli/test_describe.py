@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gic_runtime.checkpoint.manifest import RestoreMode
-from gic_runtime.coordination import RestoreRequest
+from gic_runtime.driver import RestoreRequest
 
 
 def _savepoint(gic: Any, storage: Any, job_id: str, *extra: str) -> str:

@@ -20,7 +20,7 @@ from gic_runtime.errors import (
 )
 from gic_runtime.fencing import claim_epoch, highest_epoch
 from gic_runtime.spark import GICJob
-from gic_runtime.spark.driver import Driver
+from gic_runtime.spark.startup import start_driver
 from gic_runtime.spark.telemetry import Telemetry, record_failure
 from gic_runtime.status import (
     CheckpointStatus,
@@ -102,9 +102,9 @@ def test_a_launch_reports_its_failure_unless_superseded(
     assert read_status(resolver, root, JOB) == running(4)
 
 
-def driver(resolver: StoreResolver, s: GICSettings) -> Driver:
-    """A driver whose start-up fails before it touches Spark."""
-    return Driver(None, s, "key", None, None, resolver=resolver)  # type: ignore[arg-type]
+def start(resolver: StoreResolver, s: GICSettings) -> None:
+    """Start a driver whose start-up fails before it touches Spark."""
+    start_driver(None, s, "key", None, None, resolver=resolver)  # type: ignore[arg-type]
 
 
 def test_a_refusal_before_the_claim_is_recorded_under_the_given_epoch(
@@ -116,9 +116,9 @@ def test_a_refusal_before_the_claim_is_recorded_under_the_given_epoch(
     def refuse(*args: object, **kwargs: object) -> None:
         raise refusal
 
-    monkeypatch.setattr("gic_runtime.spark.driver.check_resume_query", refuse)
+    monkeypatch.setattr("gic_runtime.spark.startup.check_resume_query", refuse)
     with pytest.raises(QueryMismatchError):
-        driver(resolver, settings(root, tmp_path, epoch=3)).prepare()
+        start(resolver, settings(root, tmp_path, epoch=3))
     status = read_status(resolver, root, JOB)
     assert status is not None and status.epoch == 3
     assert status.failure is not None and status.failure.reason == "QueryMismatch"
@@ -127,7 +127,7 @@ def test_a_refusal_before_the_claim_is_recorded_under_the_given_epoch(
     # Without an epoch of its own (a run by hand), nothing is recorded.
     write_status(resolver, root, JOB, running(1))
     with pytest.raises(QueryMismatchError):
-        driver(resolver, settings(root, tmp_path)).prepare()
+        start(resolver, settings(root, tmp_path))
     assert read_status(resolver, root, JOB) == running(1)
 
 
@@ -137,7 +137,7 @@ def test_an_epoch_that_cannot_be_claimed_is_recorded(
     for _ in range(2):
         claim_epoch(resolver, root, JOB, claimed_by="someone else")
     with pytest.raises(FencedError, match="cannot claim epoch 1"):
-        driver(resolver, settings(root, tmp_path, epoch=1)).prepare()
+        start(resolver, settings(root, tmp_path, epoch=1))
     status = read_status(resolver, root, JOB)
     assert status is not None and status.epoch == 1 and status.failure is not None
     assert status.failure.reason == "Fenced"

@@ -50,8 +50,9 @@ from hypothesis.stateful import (
 )
 
 from gic_runtime.checkpoint import RestoreMode, read_manifest
-from gic_runtime.coordination import CheckpointTimeline, RestoreRequest, StateTask, TaskSettings
+from gic_runtime.coordination import StateTask, TaskSettings
 from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.driver import CheckpointTimeline, RestoreRequest
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import job_dir, manifest_uri, savepoint_dir
 from gic_runtime.materialization import MaterializationSettings

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
+from gic_runtime.coordination import StateTask, TaskSettings
 from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.driver import CheckpointTimeline
 from gic_runtime.errors import BucketCountMismatchError, ConfigurationError, RestoreError
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import FailureReason, failure_reason

@@ -4,7 +4,10 @@ A :class:`CheckpointTimeline` decides where an attempt starts (the latest checkp
 its own timeline, else the requested restore source), commits checkpoints (manifest
 written once, registered with the shared-file registry, older checkpoints subsumed off
 the critical path), tracks the restore lineage until the source is released, and runs
-the orphan sweep.
+the orphan sweeps: the start's (:meth:`sweep`), the live one between batches when the
+timeline is given ``live_sweep_interval_s`` (:meth:`live_sweep`,
+:class:`~gic_runtime.checkpoint.live_sweep.LiveSweeper`, docs/architecture.md §13.9) and
+the one after a clean stop (:meth:`sweep_after_stop`).
 
 Invariants:
 
@@ -34,6 +37,7 @@ background thread.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +49,7 @@ from gic_runtime.checkpoint.catalog import (
     write_manifest,
 )
 from gic_runtime.checkpoint.claims import Claims
+from gic_runtime.checkpoint.live_sweep import LiveSweeper
 from gic_runtime.checkpoint.manifest import (
     Manifest,
     RestoreLineage,
@@ -62,6 +67,7 @@ from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.errors import (
     BucketCountMismatchError,
+    GICError,
     ManifestExistsError,
     ObjectNotFoundError,
     RestoreError,
@@ -79,6 +85,8 @@ from gic_runtime.layout import (
 from gic_runtime.savepoint.canonical import INDEX_NAME
 from gic_runtime.savepoint.native import NativeSavepoint, load_savepoint, write_native_savepoint
 from gic_runtime.storage.uri import StoreResolver, join
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +117,8 @@ class CheckpointTimeline:
     """The checkpoint timeline of attempt ``epoch`` of job ``job_id`` under ``root``.
 
     ``fence`` is checked around every manifest write (default: the fence of ``epoch``;
-    without any claimed epoch it never fires).
+    without any claimed epoch it never fires); ``live_sweep_interval_s`` enables
+    :meth:`live_sweep` (a running driver's).
     """
 
     def __init__(
@@ -124,6 +133,7 @@ class CheckpointTimeline:
         restore: RestoreRequest | None = None,
         clock: Clock | None = None,
         fence: Fence | None = None,
+        live_sweep_interval_s: float | None = None,
     ) -> None:
         self._resolver = resolver
         self.root = root
@@ -152,6 +162,11 @@ class CheckpointTimeline:
         self.registry = SharedFileRegistry.from_manifests(
             resolver, self.policy, retained, retain=retain
         )
+        self._live: LiveSweeper | None = None
+        if live_sweep_interval_s is not None:
+            self._live = LiveSweeper(
+                resolver, root, job_id, interval_s=live_sweep_interval_s, epoch=epoch
+            )
 
     # --- start -------------------------------------------------------------------------
 
@@ -301,9 +316,10 @@ class CheckpointTimeline:
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
     ) -> SweepResult:
         """Delete (or report) objects of the job's directory no retained checkpoint
-        references. Only call when no other attempt of the job can still write."""
+        references. Only call when no other attempt of the job can still write. With
+        live sweeps, the first is due one interval after this (the start's) sweep."""
         self.registry.drain()
-        return sweep_orphans(
+        result = sweep_orphans(
             self._resolver,
             self.root,
             self.job_id,
@@ -313,6 +329,31 @@ class CheckpointTimeline:
             progress=progress,
             epoch=self.epoch,
         )
+        if self._live is not None:
+            self._live.due()  # starts the live sweeps' interval
+        return result
+
+    def live_sweep(self) -> SweepResult | None:
+        """Delete what failed task attempts left, once ``live_sweep_interval_s`` has
+        passed since the last sweep; call between batches, under the driver's batch lock.
+        ``None``: not due, no live sweeps, or it failed (logged; retried at the next
+        interval: orphans cost storage, never correctness)."""
+        live = self._live
+        if live is None or not live.due():
+            return None
+        try:
+            result = live.sweep(self.retained(), self.policy)
+        except GICError as exc:
+            _log.warning("live orphan sweep of job %s failed: %s", self.job_id, exc)
+            return None
+        if result.deleted:
+            _log.info(
+                "live orphan sweep of job %s deleted %d objects (%d bytes)",
+                self.job_id,
+                result.deleted,
+                result.deleted_bytes,
+            )
+        return result
 
     def sweep_after_stop(self) -> SweepResult:
         """Delete what this attempt uploaded and no retained checkpoint references: its

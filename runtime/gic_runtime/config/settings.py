@@ -1,14 +1,13 @@
 """Job settings: one typed, validated object, loaded from arguments, environment and file.
 
-Kept whole on purpose, although longer than the other modules: it is one pydantic
-model, and its parts change together. A setting is a field declaration (type, bounds,
-default, and a description of what it tunes and why that default), its line in
+A setting is a field declaration (type, bounds, default, and a description of what it
+tunes and why that default) in :mod:`gic_runtime.config.fields`; here, its line in
 :data:`ACCEPTED` (the same bounds in words, for error messages), sometimes a validator,
-and an entry of :meth:`GICSettings.task_settings` when executors use it; splitting the
-fields, their validators, the table and the views into modules would scatter every new
-setting over them. What does not depend on the fields already lives apart: the
-sources and the error text in :mod:`gic_runtime.config_sources`, the settings of each
-component in its own module (e.g. :class:`~gic_runtime.changelog.writer.WriterSettings`).
+and an entry of :meth:`GICSettings.task_settings` when executors use it.
+:class:`GICSettings` adds to those fields what a settings object does: validation, the
+sources it is loaded from, and its views. The sources and the error text are
+:mod:`gic_runtime.config_sources`; the settings of each component live in its own module
+(e.g. :class:`~gic_runtime.changelog.writer.WriterSettings`).
 
 :class:`GICSettings` is the configuration boundary of a job (pydantic validates here, and
 only here): the ``gic`` CLI, the Spark driver and the operator all build one, and pass it
@@ -46,16 +45,16 @@ import os
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gic_runtime.changelog.segment import Codec
 from gic_runtime.changelog.upload_types import UploaderSettings
 from gic_runtime.changelog.writer import WriterSettings
 from gic_runtime.checkpoint.manifest import RestoreMode
-from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
+from gic_runtime.config.fields import SettingsFields
 from gic_runtime.config_sources import (
     CONFIG_FILE_ENV,
     ENV_PREFIX,
@@ -81,15 +80,10 @@ __all__ = [
     "env_var",
 ]
 
-_MiB = 1024 * 1024
 DRIVER_PID_FILE_ENV = "GIC_DRIVER_PID_FILE"
 """File where a driver process announces its pid while SIGTERM stops it cleanly (set by
 the driver pod's entry process, :mod:`gic_runtime.cli.driver_process`)."""
 _LOAD: ContextVar[LoadPlan | None] = ContextVar("gic_settings_load", default=None)
-
-
-def _default_storage() -> str:
-    return Path("gic-data").absolute().as_uri()
 
 
 def _normalize_uri(value: str) -> str:
@@ -102,12 +96,9 @@ def _normalize_uri(value: str) -> str:
         raise ValueError(str(exc)) from None
 
 
-_MATERIALIZATION: Final = MaterializationSettings()
-"""The materialization defaults are the scheduler's (one place)."""
-
-
-class GICSettings(BaseSettings):
-    """Settings of one GIC job (see the module docstring for sources and precedence)."""
+class GICSettings(SettingsFields):
+    """Settings of one GIC job (see the module docstring for sources and precedence;
+    the fields are :class:`~gic_runtime.config.fields.SettingsFields`)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -115,205 +106,6 @@ class GICSettings(BaseSettings):
         frozen=True,
         extra="forbid",
         validate_default=True,
-    )
-
-    job_id: str = Field(
-        "gic-job",
-        description="Job id: names the job's directory <storage>/jobs/<job_id>/. Lowercase "
-        "letters, digits, '.', '_', '-' (it becomes a path segment and a Kubernetes name).",
-    )
-    storage: str = Field(
-        default_factory=_default_storage,
-        description="Root URI of checkpoint storage: s3://bucket/prefix or file:///path (a "
-        "plain path is made absolute). Default ./gic-data, so a local run needs no setup.",
-    )
-    num_buckets: int = Field(
-        128,
-        ge=1,
-        le=32768,
-        description="Key buckets (units of rescaling), fixed for the life of the state. 128 "
-        "lets a job rescale up to 128 tasks while keeping per-bucket overhead small.",
-    )
-    num_tasks: int | None = Field(
-        None,
-        ge=1,
-        description="State tasks (each owns a contiguous bucket range), at most num_buckets. "
-        "None: the driver uses spark.sql.shuffle.partitions.",
-    )
-    retained_checkpoints: int = Field(
-        DEFAULT_RETAINED_CHECKPOINTS,
-        ge=1,
-        le=1000,  # the CRD's bound; far below the checkpoint listing limit
-        description="Completed checkpoints kept. 2 leaves one fallback if the newest is "
-        "damaged; each one more keeps the previous snapshot of every bucket materialized "
-        "since it and the changelog since (docs/architecture.md §7).",
-    )
-    materialization_interval_s: float = Field(
-        _MATERIALIZATION.interval_s,
-        gt=0,
-        allow_inf_nan=False,
-        description="Seconds between materializations of one bucket: bounds restore-time "
-        "replay to about two minutes of changes at 30 full uploads per bucket per hour.",
-    )
-    materialization_jitter: float = Field(
-        _MATERIALIZATION.jitter,
-        ge=0,
-        lt=1,
-        allow_inf_nan=False,
-        description="Relative jitter (0 <= j < 1) of the materialization interval so buckets "
-        "drift apart and never materialize all at once.",
-    )
-    materialization_max_in_flight: int = Field(
-        _MATERIALIZATION.max_in_flight,
-        ge=1,
-        description="Materializations running at once per task. 1 leaves upload bandwidth "
-        "for changelog segments, which are on the checkpoint's critical path.",
-    )
-    materialization_max_sections: int = Field(
-        _MATERIALIZATION.max_sections,
-        ge=1,
-        description="Changelog sections since its last snapshot that make a bucket due "
-        "whatever the interval. Bounds restore requests (about one object read per section "
-        "of the busiest bucket) and manifest size (every section is a row of every "
-        "manifest), while snapshotting a bucket at most about once per 32 checkpoints.",
-    )
-    materialization_changelog_ratio: float = Field(
-        _MATERIALIZATION.changelog_ratio,
-        gt=0,
-        allow_inf_nan=False,
-        description="Changelog bytes since its last snapshot, as a multiple of that "
-        "snapshot's size (at least 4 KiB), that make a bucket due whatever the interval. "
-        "1.0: a restore replays at most a snapshot's worth of changes, and with 2 retained "
-        "checkpoints the job keeps under 3x its state (docs/architecture.md §7).",
-    )
-    changelog_preemptive_upload_bytes: int = Field(
-        4 * _MiB,
-        ge=1,
-        description="Bytes of buffered changelog that trigger an upload before the "
-        "checkpoint. 4 MiB uploads in well under a second yet keeps objects few.",
-    )
-    changelog_codec: Literal["zstd", "none"] = Field(
-        "zstd",
-        description="Changelog section compression: zstd (default; used only where it saves "
-        "space) or none.",
-    )
-    max_hedges: int = Field(
-        1,
-        ge=0,
-        description="Extra upload attempts started when an attempt is slow (0 disables "
-        "hedging). One removes nearly all of a rare-straggler tail.",
-    )
-    hedge_after_s: float | None = Field(
-        None,
-        gt=0,
-        allow_inf_nan=False,
-        description="Fixed hedge delay in seconds; None: adaptive (a high quantile of recent "
-        "upload latencies).",
-    )
-    hedge_budget_ratio: float = Field(
-        0.05,
-        ge=0,
-        le=1,
-        allow_inf_nan=False,
-        description="Most hedges as a fraction of uploads: a hard bound (5%) on the extra "
-        "load hedging adds.",
-    )
-    full_snapshots: bool = Field(
-        False,
-        description="Make every checkpoint self-contained (each bucket materialized afresh). "
-        "Off: checkpoints are incremental, which is the point of GIC; on for comparisons.",
-    )
-    checkpoint_timeout_s: float = Field(
-        300.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="Seconds a checkpoint's uploads may take before the checkpoint fails; "
-        "retries and hedges run well inside it.",
-    )
-    restore_source: str | None = Field(
-        None,
-        description="Checkpoint or savepoint to restore from (URI or path); None: resume "
-        "from the job's latest checkpoint, or start empty.",
-    )
-    restore_mode: RestoreMode = Field(
-        RestoreMode.NO_CLAIM,
-        description="claim: the job owns the source's files from now on; no-claim "
-        "(default, safe): never deletes them and stops referencing them after the first "
-        "checkpoint.",
-    )
-    allow_query_change: bool = Field(
-        False,
-        description="Resume checkpoints written by a different query (another source, "
-        "processing or output schema). Off: such a resume is refused before anything is "
-        "written, so a job never reads another query's state by accident; on for a "
-        "deliberate upgrade of the job's query.",
-    )
-    output_takeover: str | None = Field(
-        None,
-        min_length=1,
-        max_length=128,
-        description="Job id whose transactional output this job takes over on purpose. "
-        "An output path belongs to one job's state: another job writing there is refused "
-        "before its first batch; naming the current owner here lets this job write there "
-        "from now on (the owner's committed batches stay readable, the owner can no "
-        "longer write). None: never take another job's output.",
-    )
-    epoch: int | None = Field(
-        None,
-        ge=1,
-        description="Fencing epoch of this launch (the operator assigns one); None: the "
-        "driver claims the next.",
-    )
-    local_dir: str | None = Field(
-        None,
-        min_length=1,
-        description="Directory for executor-local state copies (fast restarts of buckets on "
-        "the same executor). None: in local mode <root>-local next to a file:// storage "
-        "root, else <tmp>/gic-local-<user>, kept across restarts; on a "
-        "cluster each executor's own scratch directory (the first of SPARK_LOCAL_DIRS, e.g. "
-        "an executor pod's spark-local-dir volume). A relative path resolves against each "
-        "executor's working directory.",
-    )
-    orphan_sweep_interval_s: float = Field(
-        300.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="Seconds between live orphan sweeps: while the job runs, the driver "
-        "deletes (between batches) what failed task attempts left in storage. Five minutes "
-        "keeps the LIST requests rare while a lost executor's files live minutes, not weeks.",
-    )
-    max_batches: int | None = Field(
-        None,
-        ge=1,
-        description="Stop after this many micro-batches (local runs and tests); None: run "
-        "until stopped.",
-    )
-    metrics_port: int | None = Field(
-        None,
-        ge=0,
-        le=65535,
-        description="Port of the driver's Prometheus endpoint (0: any free port); None: off.",
-    )
-    metrics_host: str | None = Field(
-        None,
-        description="IP address the driver's Prometheus endpoint binds (the pod's IP, and "
-        "the loopback address too when that is not one); None: every interface. The "
-        "operator sets it to the driver pod's status.podIP.",
-    )
-    control_poll_s: float = Field(
-        1.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="Seconds between the driver's looks at control requests (savepoint, "
-        "stop); 1 s answers promptly at two LISTs per second.",
-    )
-    stop_timeout_s: float = Field(
-        20.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="Seconds a driver told to stop by SIGTERM waits for its running batch "
-        "before it abandons the batch (replayed by the next launch) and stops; the "
-        "operator gives driver pods this plus 20 s as their termination grace period.",
     )
 
     def __init__(self, **values: Any) -> None:

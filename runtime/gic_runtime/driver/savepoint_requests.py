@@ -3,7 +3,9 @@
 A savepoint request is served from the latest completed checkpoint (a batch boundary)
 into the request's own target directory, then its outcome is recorded write-once in
 the control channel. Native savepoints duplicate the checkpoint's files (server-side
-copy where the store has it); canonical ones export every bucket to Parquet.
+copy where the store has it); canonical ones export every bucket to Parquet, with the
+engine's progress (:data:`ENGINE_RECORD`) and the output's lineage (:data:`SINK_RECORD`)
+stored beside the index, which a start restored from the savepoint reads back.
 
 Invariants:
 
@@ -32,7 +34,7 @@ from gic_runtime.checkpoint.manifest import Manifest, SavepointFormat, Savepoint
 from gic_runtime.control import ControlChannel
 from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
-from gic_runtime.coordination.timeline import CheckpointTimeline
+from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.errors import GICError, ObjectNotFoundError
 from gic_runtime.layout import SAVEPOINT_MANIFEST
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states

@@ -1,11 +1,11 @@
-"""Sticky, balanced placement of state tasks on executors (coordination.assignment)."""
+"""Sticky, balanced placement of state tasks on executors (spark.assignment)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gic_runtime.coordination.assignment import assign, moved_tasks
+from gic_runtime.spark.assignment import assign, moved_tasks
 
 _names = st.lists(
     st.integers(0, 30).map(lambda i: f"executor_10.0.0.{i}_{i}"),
