@@ -3,7 +3,7 @@ run by ``python -m gic_runtime.demo`` without Spark, on the runtime core alone
 (:class:`~gic_runtime.coordination.task.StateTask` and
 :class:`~gic_runtime.driver.timeline.CheckpointTimeline`). ``make run`` runs
 ``gic demo`` instead (:mod:`gic_runtime.cli.cmd_demo`): a word count on local Spark,
-stopped with a savepoint and restored from it (:mod:`gic_runtime.spark.demo`).
+stopped with a savepoint and restored from it (:mod:`gic_runtime.spark.word_count_demo`).
 
 What it shows, end to end on the runtime core:
 

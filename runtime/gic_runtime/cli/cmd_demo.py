@@ -31,7 +31,7 @@ def demo(
     ] = Path("gic-demo"),
 ) -> int:
     with process_state(interpreter_env()):
-        from gic_runtime.spark.demo import run_demo, spark_log
+        from gic_runtime.spark.word_count_demo import run_demo, spark_log
 
         try:
             ok = run_demo(directory, stdout_console())
