@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import CheckpointTimeline, TaskSettings
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.s3_settings import S3Settings

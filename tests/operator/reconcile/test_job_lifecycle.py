@@ -23,7 +23,8 @@ from gic_operator.storage_view import JobStorage, open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState
-from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
+from gic_runtime.coordination import CheckpointTimeline, TaskSettings
+from gic_runtime.executor import StateTask
 from gic_runtime.fencing import highest_epoch
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import (

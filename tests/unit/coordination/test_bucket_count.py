@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import CheckpointTimeline, TaskSettings
 from gic_runtime.errors import BucketCountMismatchError, ConfigurationError, RestoreError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import FailureReason, failure_reason
 from gic_runtime.storage import LocalObjectStore, StoreResolver

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from gic_runtime.checkpoint.catalog import load_retained
-from gic_runtime.coordination import CheckpointTimeline, StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import CheckpointTimeline, TaskSettings
 from gic_runtime.errors import FencedError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.fencing import claim_epoch
 from gic_runtime.layout import job_dir, new_segment_uri, new_snapshot_uri
 from gic_runtime.materialization import MaterializationSettings
