@@ -10,7 +10,7 @@ to a :class:`~gic_runtime.storage.local.LocalObjectStore` under ``bench/scratch/
 fsyncs every object, so only the checkpoint strategy differs):
 
 ``changelog``
-    GIC as built: :class:`~gic_runtime.coordination.task.StateTask` (the task core of
+    GIC as built: :class:`~gic_runtime.executor.state_task.StateTask` (the task core of
     Spark's executors: keyed state backend, ``BatchingChangelogWriter``,
     ``HedgingUploader``). The load is one batch whose self-contained checkpoint
     materializes every bucket once (the base); background materialization is configured
@@ -54,8 +54,9 @@ from typing import Any
 
 from bench.common import RESULTS, SCRATCH, SeqOnlyWriter, percentile, write_result
 from gic_runtime.coordination.barrier import TaskAck
-from gic_runtime.coordination.executor import TaskContext
-from gic_runtime.coordination.task import StateTask, TaskSettings
+from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.executor.core import TaskContext
+from gic_runtime.executor.state_task import StateTask
 from gic_runtime.handles import BucketState, SnapshotHandle
 from gic_runtime.layout import new_snapshot_uri
 from gic_runtime.materialization.scheduler import MaterializationSettings

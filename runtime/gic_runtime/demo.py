@@ -1,6 +1,6 @@
 """The core-only demo: a local keyed word count with GIC checkpoints on local storage,
 run by ``python -m gic_runtime.demo`` without Spark, on the runtime core alone
-(:class:`~gic_runtime.coordination.task.StateTask` and
+(:class:`~gic_runtime.executor.state_task.StateTask` and
 :class:`~gic_runtime.driver.timeline.CheckpointTimeline`). ``make run`` runs
 ``gic demo`` instead (:mod:`gic_runtime.cli.cmd_demo`): a word count on local Spark,
 stopped with a savepoint and restored from it (:mod:`gic_runtime.spark.word_count_demo`).
@@ -31,11 +31,12 @@ from rich.console import Console
 from rich.table import Table
 
 from gic_runtime.checkpoint import RestoreMode, StoredManifest
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
-from gic_runtime.coordination.task import BatchFn
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import GICError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
+from gic_runtime.executor.state_task import BatchFn
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import savepoint_dir
 from gic_runtime.materialization.scheduler import MaterializationSettings

@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.s3_settings import S3Settings

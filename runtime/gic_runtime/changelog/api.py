@@ -1,4 +1,7 @@
-"""The changelog writer seam between the state backend and the DSTL."""
+"""The changelog's two seams: the writer between the state backend and the DSTL
+(:class:`ChangelogWriter`), and the uploader between writers and the store
+(:class:`Uploader`). Protocols only; the implementations are
+:mod:`~gic_runtime.changelog.writer` and :mod:`~gic_runtime.changelog.uploader`."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from concurrent.futures import Future
 from typing import Protocol
 
 from gic_runtime.changelog.records import Op
+from gic_runtime.changelog.upload_types import UploadResult
 from gic_runtime.handles import ChangelogHandle
 
 
@@ -55,4 +59,13 @@ class ChangelogWriter(Protocol):
 
     def close(self) -> None:
         """Wait for in-flight uploads and release resources."""
+        ...
+
+
+class Uploader(Protocol):
+    """The seam between changelog writers and the store: durable, fresh-named uploads."""
+
+    def submit(self, data: bytes) -> Future[UploadResult]:
+        """Upload ``data`` as a new object; the future names it (or fails with
+        :class:`~gic_runtime.errors.UploadError`). May block for back-pressure."""
         ...

@@ -13,11 +13,12 @@ request had landed. The name is fresh, so the attempt reads the object back (siz
 bytes) and counts as successful when it holds exactly the uploaded bytes; anything else
 is a name collision with a foreign object, which fails the upload and is never deleted.
 
-The value types (:class:`UploaderSettings`, :class:`UploadResult`,
-:class:`UploaderStats`) live in :mod:`gic_runtime.changelog.upload_types` and are
-re-exported here; the records of one upload and its attempts, with the decisions read
-off them and the read-back of a collision, in
-:mod:`gic_runtime.changelog.upload_attempts`.
+The seam it implements, :class:`~gic_runtime.changelog.api.Uploader`, lives in
+:mod:`gic_runtime.changelog.api` beside the writer's, and the value types
+(:class:`UploaderSettings`, :class:`UploadResult`, :class:`UploaderStats`) in
+:mod:`gic_runtime.changelog.upload_types`; all are re-exported here. The records of one
+upload and its attempts, with the decisions read off them and the read-back of a
+collision, are in :mod:`gic_runtime.changelog.upload_attempts`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
 
+from gic_runtime.changelog.api import Uploader
 from gic_runtime.changelog.retrying import Action, AdaptiveHedgeDelay
 from gic_runtime.changelog.upload_attempts import (
     PendingUpload,
@@ -55,15 +56,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-
-class Uploader(Protocol):
-    """The seam between changelog writers and the store: durable, fresh-named uploads."""
-
-    def submit(self, data: bytes) -> Future[UploadResult]:
-        """Upload ``data`` as a new object; the future names it (or fails with
-        :class:`~gic_runtime.errors.UploadError`). May block for back-pressure."""
-        ...
 
 
 _Action = Callable[[], None]

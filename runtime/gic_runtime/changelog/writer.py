@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from gic_runtime.changelog.api import Uploader
 from gic_runtime.changelog.records import Op
 from gic_runtime.changelog.segment import RECORD_HEADER, Codec, SectionInfo, SegmentBuilder
-from gic_runtime.changelog.uploader import Uploader, UploadResult
+from gic_runtime.changelog.upload_types import UploadResult
 from gic_runtime.errors import StateError, UploadError
 from gic_runtime.handles import ChangelogHandle
 

@@ -17,10 +17,10 @@ attempt):
   batch is over (or by a zombie attempt of one) and can never be named again.
 * **Snapshots.** A background snapshot is named by a manifest only once a later task
   adopts it, which can happen after any number of batches. Adoption refuses records
-  older than :data:`ADOPTION_MAX_AGE_S` (checked on the executor against the
-  executor's own clock, so no clocks are compared), and the sweeper deletes an
-  unreferenced snapshot only after it has seen it unreferenced for
-  :data:`SNAPSHOT_GRACE_S` by its own monotonic clock, which is longer. A snapshot
+  older than :data:`~gic_runtime.materialization.record.ADOPTION_MAX_AGE_S` (checked
+  on the executor against the executor's own clock, so no clocks are compared), and
+  the sweeper deletes an unreferenced snapshot only after it has seen it unreferenced
+  for :data:`SNAPSHOT_GRACE_S` by its own monotonic clock, which is longer. A snapshot
   deleted here can no longer be adopted.
 
 Only ``changelog/`` and ``snapshots/`` are listed, only objects the job owns are deleted
@@ -48,12 +48,11 @@ from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.layout import job_dir
+from gic_runtime.materialization.record import ADOPTION_MAX_AGE_S
 from gic_runtime.storage.uri import StoreResolver, join
 
-__all__ = ["ADOPTION_MAX_AGE_S", "LIVE_SWEPT_DIRS", "SNAPSHOT_GRACE_S", "LiveSweeper"]
+__all__ = ["LIVE_SWEPT_DIRS", "SNAPSHOT_GRACE_S", "LiveSweeper"]
 
-ADOPTION_MAX_AGE_S: Final = 600.0
-"""A background snapshot older than this (seconds, executor clock) is never adopted."""
 SNAPSHOT_GRACE_S: Final = 2 * ADOPTION_MAX_AGE_S
 """How long (seconds, driver's monotonic clock) the sweeper sees a snapshot unreferenced
 before deleting it: twice the adoption limit, a margin for clocks running at different

@@ -1,7 +1,8 @@
 """What the driver ships with a micro-batch's state tasks, and what each task answers.
 
-A :class:`Barrier` is built by the driver for checkpoint (batch) ``checkpoint_id`` and
-sent to every state task of that batch; each task answers with one :class:`TaskAck`.
+A :class:`Barrier` is built (:meth:`Barrier.build`) by the driver for checkpoint (batch)
+``checkpoint_id`` and sent to every state task of that batch; each task answers with one
+:class:`TaskAck`.
 
 Invariants:
 
@@ -67,7 +68,7 @@ class Barrier:
     local_dir: str
     """Executor-local directory for the shared state copy (LMDB) and its bookkeeping;
     "" is each executor's own scratch directory
-    (:func:`~gic_runtime.coordination.executor_env.resolve_local_dir`)."""
+    (:func:`~gic_runtime.executor.environment.resolve_local_dir`)."""
     expected: Mapping[int, BucketState] = field(default_factory=dict)
     self_contained: bool = False
     """Materialize every non-empty bucket into the job's own directory before acking, so
@@ -79,6 +80,42 @@ class Barrier:
     staging_uri: str | None = None
     """Directory where tasks stage this batch's output files (``None``: no output)."""
     settings: TaskSettings = field(default_factory=TaskSettings)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        job_id: str,
+        root: str,
+        epoch: int,
+        checkpoint_id: int,
+        num_buckets: int,
+        num_tasks: int,
+        local_dir: str,
+        settings: TaskSettings,
+        expected: Mapping[int, BucketState] | None = None,
+        self_contained: bool = False,
+        canonical_source: str | None = None,
+        staging_uri: str | None = None,
+    ) -> Barrier:
+        """THE way the runtime makes a barrier: the driver's for each batch, an in-process
+        task's template, and a barrier unpickled in a task. Every input is named and the
+        task settings are explicit (never the defaults by omission); the checks of the
+        inputs run on every barrier, built here or derived with ``dataclasses.replace``."""
+        return cls(
+            job_id=job_id,
+            root=root,
+            epoch=epoch,
+            checkpoint_id=checkpoint_id,
+            num_buckets=num_buckets,
+            num_tasks=num_tasks,
+            local_dir=local_dir,
+            expected={} if expected is None else expected,
+            self_contained=self_contained,
+            canonical_source=canonical_source,
+            staging_uri=staging_uri,
+            settings=settings,
+        )
 
     def __post_init__(self) -> None:
         if self.canonical_source is not None and self.expected:
@@ -112,7 +149,7 @@ class Barrier:
 
 
 def _rebuild_barrier(values: dict[str, Any]) -> Barrier:
-    return Barrier(**values)
+    return Barrier.build(**values)
 
 
 @json_record("staged file")
@@ -163,7 +200,7 @@ class TaskStats:
     pid: Int = 0
     """Process that ran the task (placement diagnostics)."""
     executor: Text = ""
-    """Executor that ran the task (:func:`~gic_runtime.coordination.executor_env.executor_id`;
+    """Executor that ran the task (:func:`~gic_runtime.executor.environment.executor_id`;
     placement diagnostics)."""
 
 

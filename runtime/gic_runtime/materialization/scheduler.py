@@ -1,9 +1,9 @@
 """When a bucket is due for materialization: the settings and the schedule rules.
 
 One scheduler serves every way the core runs a task (the Spark executors'
-:func:`~gic_runtime.coordination.executor.run_task` and the in-process
-:class:`~gic_runtime.coordination.task.StateTask`, which runs the same core): the
-executor-local :mod:`~gic_runtime.coordination.local_materialization` reads a bucket's
+:func:`~gic_runtime.executor.core.run_task` and the in-process
+:class:`~gic_runtime.executor.state_task.StateTask`, which runs the same core): the
+executor-local :mod:`~gic_runtime.materialization.local` reads a bucket's
 newest background snapshot record, describes it as a :class:`Newest`, and asks
 :func:`due` (docs/architecture.md §7, §13.5). A bucket is due by
 

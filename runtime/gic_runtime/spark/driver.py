@@ -267,7 +267,7 @@ class Driver:
     def _barrier(self, epoch: int, checkpoint_id: int, **options: Any) -> Barrier:
         """The barrier of ``checkpoint_id`` for this attempt's tasks (``options``: the
         batch's expected lineage, snapshot and staging options)."""
-        return Barrier(
+        return Barrier.build(
             job_id=self.job_id,
             root=self.root,
             epoch=epoch,

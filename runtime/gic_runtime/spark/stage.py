@@ -5,7 +5,7 @@ partition's record batches. Partition ``i`` is state task ``i`` of the barrier (
 :mod:`gic_runtime.spark.placement`); the function checks that, hands the processor the
 input without the routing columns plus each row's bucket (Spark computed it; processors
 that use it verify a sample against the runtime's own hash), runs the processor
-through :func:`gic_runtime.coordination.executor.run_task` (state restore or local
+through :func:`gic_runtime.executor.core.run_task` (state restore or local
 reuse, dual-written changes, staged output, durable changelog) and yields exactly one
 row: the task's ack. Output rows never travel back through Spark; they are staged
 files the driver publishes after the checkpoint.
@@ -26,10 +26,10 @@ import pyarrow as pa
 
 from gic_runtime import crashpoints, errors
 from gic_runtime.coordination.barrier import Barrier
-from gic_runtime.coordination.executor import TaskContext, run_task
-from gic_runtime.coordination.executor_cache import local_paths
-from gic_runtime.coordination.local_materialization import wait_for_markers
 from gic_runtime.errors import GICError, StateError
+from gic_runtime.executor.core import TaskContext, run_task
+from gic_runtime.executor.state_stack import local_paths
+from gic_runtime.materialization.local import wait_for_markers
 from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
 from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
 

@@ -19,6 +19,8 @@ Invariants:
   references that snapshot is reported to :meth:`notify_checkpoint_complete`
   (docs/architecture.md I7); a newer materialization alone never truncates.
 
+Keys are checked against the backend's range by :mod:`~gic_runtime.state.routing`.
+
 Thread-safety: one task thread owns the backend and calls every method. The future
 returned by :meth:`checkpoint` completes on an uploader thread and touches only values
 captured when ``checkpoint`` was called. Views from :meth:`materialization_view` may be
@@ -38,16 +40,14 @@ from gic_runtime.changelog.records import Op
 from gic_runtime.errors import RestoreError, StateError
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.state.fetch import ChangeReader, FetchSettings
-from gic_runtime.state.keys import KIND_NAMES, bucket_for
+from gic_runtime.state.keys import KIND_NAMES
 from gic_runtime.state.restore import RestoreSummary, check_coverage, restore_range
+from gic_runtime.state.routing import BUCKET_SPOT_CHECKS, check_routed_buckets, route_key
 from gic_runtime.state.states import ListState, MapState, StateBackend, ValueState
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = ["BUCKET_SPOT_CHECKS", "KeyedStateBackend", "MaterializationView", "RestoreSummary"]
-
-BUCKET_SPOT_CHECKS = 8
-"""Keys per :meth:`KeyedStateBackend.check_buckets` call whose given bucket is verified."""
 
 
 @dataclass
@@ -145,46 +145,16 @@ class KeyedStateBackend:
     # --- routing and the dual write ------------------------------------------------------
 
     def route(self, key: Any) -> int:
-        """Bucket of ``key``; raises StateError if this backend does not own it."""
-        bucket = bucket_for(key, self.num_buckets)
-        if not self._lo <= bucket < self._hi:
-            raise StateError(
-                f"key {key!r:.80} routes to bucket {bucket} of {self.num_buckets}, outside "
-                f"this backend's buckets [{self._lo}, {self._hi}); route rows with "
-                "bucket_for(key, num_buckets) before handing them to a task"
-            )
-        return bucket
+        """Bucket of ``key``; raises StateError if this backend does not own it
+        (:func:`~gic_runtime.state.routing.route_key`)."""
+        return route_key(key, self.bucket_range, self.num_buckets)
 
     def check_buckets(self, keys: Sequence[Any], buckets: Sequence[int]) -> None:
         """Raise StateError unless ``buckets`` (each key's bucket, computed outside the
         runtime, e.g. by Spark's ``pmod(xxhash64(key), B)``) are all in this backend's
-        range and agree with :func:`bucket_for` on a sample of the keys (the first, the
-        last and evenly spaced ones: :data:`BUCKET_SPOT_CHECKS` in all). A routing side
-        that hashes differently (another type, seed or bucket count) disagrees on
-        almost every key, so a sample catches it."""
-        n = len(keys)
-        if len(buckets) != n:
-            raise StateError(f"{len(buckets)} buckets given for {n} keys")
-        if n == 0:
-            return
-        lo, hi = min(buckets), max(buckets)
-        if lo < self._lo or hi >= self._hi:
-            raise StateError(
-                f"keys were routed to buckets [{lo}, {hi}], outside this backend's buckets "
-                f"[{self._lo}, {self._hi}); the routing side's placement is broken"
-            )
-        samples = min(n, BUCKET_SPOT_CHECKS)
-        for j in range(samples):
-            i = 0 if samples == 1 else j * (n - 1) // (samples - 1)
-            key, given = keys[i], buckets[i]
-            expected = bucket_for(key, self.num_buckets)
-            if given != expected:
-                raise StateError(
-                    f"key {key!r:.80} ({type(key).__name__}) came with bucket {given}, but "
-                    f"the runtime routes it to bucket {expected} of {self.num_buckets}: the "
-                    "routing side hashes keys differently (route with Spark's "
-                    "pmod(xxhash64(key), num_buckets) on a string or 64-bit integer key)"
-                )
+        range and agree with :func:`~gic_runtime.state.keys.bucket_for` on a sample of the keys
+        (:func:`~gic_runtime.state.routing.check_routed_buckets`)."""
+        check_routed_buckets(keys, buckets, self.bucket_range, self.num_buckets)
 
     def write(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
         """Apply one key-value change to the store and append it to the changelog;

@@ -23,8 +23,9 @@ from gic_operator.storage.job_storage import JobStorage, open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
 from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import OutcomeState
-from gic_runtime.coordination import StateTask, TaskSettings
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline
+from gic_runtime.executor import StateTask
 from gic_runtime.fencing import highest_epoch
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import (

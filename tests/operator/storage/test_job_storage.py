@@ -13,10 +13,11 @@ from gic_operator.storage.job_storage import JobStorage, open_job_storage, resol
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 from gic_runtime.control import ControlChannel, Outcome
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import ConfigurationError, RestoreError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import JobState, JobStatus, status_uri, write_status
 from gic_runtime.storage import StoreResolver

@@ -9,11 +9,8 @@ from typing import Any
 import pytest
 
 from gic_runtime.checkpoint import OwnershipPolicy
-from gic_runtime.checkpoint.live_sweep import (
-    ADOPTION_MAX_AGE_S,
-    SNAPSHOT_GRACE_S,
-    LiveSweeper,
-)
+from gic_runtime.checkpoint.live_sweep import SNAPSHOT_GRACE_S, LiveSweeper
+from gic_runtime.materialization.record import ADOPTION_MAX_AGE_S
 
 
 class TestingClock:

@@ -17,10 +17,11 @@ from typer.testing import CliRunner, Result
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.cli import app
 from gic_runtime.control import ControlChannel
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline, RestoreRequest
 from gic_runtime.driver.savepoint_requests import serve_request
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import FailureStatus, JobState, JobStatus, write_status
 from gic_runtime.storage import LocalObjectStore, StoreResolver

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline
 from gic_runtime.errors import BucketCountMismatchError, ConfigurationError, RestoreError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import FailureReason, failure_reason
 from gic_runtime.storage import LocalObjectStore, StoreResolver

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from gic_runtime.checkpoint.catalog import load_retained
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline
 from gic_runtime.errors import FencedError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.fencing import claim_epoch
 from gic_runtime.layout import job_dir, new_segment_uri, new_snapshot_uri
 from gic_runtime.materialization import MaterializationSettings

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # executor_helpers, also in spaw
 from executor_helpers import QUIET
 
 from gic_runtime.coordination.barrier import Barrier
-from gic_runtime.coordination.executor import close_local_executor
+from gic_runtime.executor.core import close_local_executor
 from gic_runtime.storage.local import LocalObjectStore
 
 

@@ -14,14 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.executor import (
+from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.executor.core import (
     TaskContext,
     close_local_executor,
     local_stats,
     run_task,
     wait_local_materializations,
 )
-from gic_runtime.coordination.task import TaskSettings
 from gic_runtime.handles import BucketState
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.state.keys import KIND_VALUE, bucket_for, decode_key, decode_value, state_prefix

@@ -8,11 +8,13 @@ from pathlib import Path
 
 from executor_helpers import EAGER, counts_from_storage, expected_counts, run_batch, states_of
 
-from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.executor import local_stats, wait_local_materializations
-from gic_runtime.coordination.local_jobs import LocalMaterializationStats
-from gic_runtime.coordination.materialization_record import (
+from gic_runtime.errors import CorruptFileError, UnsupportedVersionError
+from gic_runtime.executor.core import local_stats, wait_local_materializations
+from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.materialization.pool import LocalMaterializationStats
+from gic_runtime.materialization.record import (
+    ADOPTION_MAX_AGE_S,
     MaterializationRecord,
     decode_record,
     encode_record,
@@ -21,8 +23,6 @@ from gic_runtime.coordination.materialization_record import (
     usable_for,
     write_record,
 )
-from gic_runtime.errors import CorruptFileError, UnsupportedVersionError
-from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.storage.local import LocalObjectStore
 

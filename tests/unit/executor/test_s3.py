@@ -11,7 +11,7 @@ from executor_helpers import EAGER, counts_from_storage, expected_counts, run_ba
 from tests.support.testing_s3server import TestingS3Server
 
 from gic_runtime.coordination.barrier import Barrier
-from gic_runtime.coordination.executor import wait_local_materializations
+from gic_runtime.executor.core import wait_local_materializations
 from gic_runtime.storage.s3 import S3ObjectStore
 from gic_runtime.storage.uri import StoreResolver
 

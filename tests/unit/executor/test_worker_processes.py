@@ -13,7 +13,7 @@ import pytest
 from executor_helpers import EAGER
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.bucket_locks import BucketLocks, lock_path
+from gic_runtime.executor.bucket_locks import BucketLocks, lock_path
 
 MakeBarrier = Callable[..., Barrier]
 Workers = tuple[ProcessPoolExecutor, ProcessPoolExecutor]

@@ -29,10 +29,11 @@ from gic_runtime.changelog.writer import WriterSettings
 from gic_runtime.checkpoint.catalog import list_checkpoints, read_manifest
 from gic_runtime.checkpoint.manifest import Manifest, RestoreMode, StoredManifest
 from gic_runtime.clock import Clock
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import CorruptFileError, ManifestExistsError, UploadError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import job_dir, savepoint_dir
 from gic_runtime.materialization import MaterializationSettings

@@ -13,19 +13,20 @@ from typing import Any
 import pytest
 from tests.support.stores import TestingSnapshotFaults
 
-from gic_runtime.coordination import StateTask, TaskSettings
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.coordination.barrier import TaskAck
-from gic_runtime.coordination.executor import TaskContext
-from gic_runtime.coordination.local_materialization import (
+from gic_runtime.errors import ConfigurationError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
+from gic_runtime.handles import BucketState, ChangelogHandle
+from gic_runtime.materialization import MaterializationSettings
+from gic_runtime.materialization.growth import byte_limit, growth_pressure
+from gic_runtime.materialization.local import (
     MaterializationPool,
     MaterializationScope,
     adopt_materializations,
     start_due_materializations,
 )
-from gic_runtime.errors import ConfigurationError
-from gic_runtime.handles import BucketState, ChangelogHandle
-from gic_runtime.materialization import MaterializationSettings
-from gic_runtime.materialization.growth import byte_limit, growth_pressure
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
@@ -191,7 +192,7 @@ def test_a_growth_job_serves_the_buckets_furthest_over_the_limit_first(
         order.append(bucket)
         return layout.new_snapshot_uri(root, job, bucket, epoch=epoch)
 
-    monkeypatch.setattr("gic_runtime.coordination.local_jobs.new_snapshot_uri", recording)
+    monkeypatch.setattr("gic_runtime.materialization.snapshot_upload.new_snapshot_uri", recording)
     h = make(interval_s=1e9, changelog_floor_bytes=1000)
     sizes = {0: 100, 1: 1500, 2: 2000, 3: 3000}  # bytes of incompressible values
     ack = h.batch({b: os.urandom(n) for b, n in sizes.items()})

@@ -3,7 +3,7 @@
 materialization per bucket, ``max_in_flight``, failures tolerated and retried, and
 snapshots of a lineage that moved on never adopted.
 
-Batches run through :class:`~gic_runtime.coordination.task.StateTask` (the task core
+Batches run through :class:`~gic_runtime.executor.state_task.StateTask` (the task core
 Spark's executors run) with a hand-moved clock and a manual executor for the background
 jobs, so every test decides exactly when time passes and when a job runs.
 """
@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from tests.support.stores import TestingSnapshotFaults
 
-from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
-from gic_runtime.coordination import StateTask, TaskSettings
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.coordination.barrier import TaskAck
-from gic_runtime.coordination.executor import TaskContext
-from gic_runtime.coordination.materialization_record import read_record
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.handles import BucketState, ChangelogHandle
 from gic_runtime.materialization import MaterializationSettings, Newest, due
+from gic_runtime.materialization.record import ADOPTION_MAX_AGE_S, read_record
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore
@@ -251,7 +251,7 @@ def test_a_name_collision_is_a_failure_not_an_overwrite(
     objects = harness.objects
     objects.put("jobs/job/snapshots/fixed.snap", b"someone else's")
     monkeypatch.setattr(
-        "gic_runtime.coordination.local_jobs.new_snapshot_uri",
+        "gic_runtime.materialization.snapshot_upload.new_snapshot_uri",
         lambda root, job, bucket, *, epoch: objects.uri_for("jobs/job/snapshots/fixed.snap"),
     )
     harness.batch([0])

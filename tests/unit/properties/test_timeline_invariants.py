@@ -8,8 +8,8 @@ retention changes, and new jobs restored from savepoints or checkpoints in claim
 no-claim mode. The reference model is a plain dict per committed checkpoint.
 
 Every batch runs through the task core Spark's executors run
-(:class:`~gic_runtime.coordination.task.StateTask` ->
-:func:`~gic_runtime.coordination.executor.execute`): restore or reuse of the expected
+(:class:`~gic_runtime.executor.state_task.StateTask` ->
+:func:`~gic_runtime.executor.core.execute`): restore or reuse of the expected
 lineage, adoption of background snapshots through the executor-local records, durable
 changelog, due materializations started through the production scheduler. Time is a
 :class:`~gic_runtime.testing.TestingClock` and background jobs run only when a rule says
@@ -50,9 +50,10 @@ from hypothesis.stateful import (
 )
 
 from gic_runtime.checkpoint import RestoreMode, read_manifest
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline, RestoreRequest
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import job_dir, manifest_uri, savepoint_dir
 from gic_runtime.materialization import MaterializationSettings

@@ -14,7 +14,10 @@ Format (text header + JSON body, like a manifest)::
 ``crc32c`` covers every byte after the newline. A record says: the snapshot holds the
 bucket's state at ``seq`` of the lineage whose newest durable object at ``seq`` was
 ``token`` (a changelog segment URI), taken by attempt ``epoch`` of ``job_id`` under
-``root``; ``time`` (wall clock) is when it was written.
+``root``; ``time`` (wall clock) is when it was written. A record older than
+:data:`ADOPTION_MAX_AGE_S` (by the clock that wrote it) is never adopted; the driver's live
+sweep (:mod:`~gic_runtime.checkpoint.live_sweep`) derives its grace period from this
+limit, so a snapshot it deletes can no longer be adopted.
 
 Invariants: a record is replaced atomically (temporary file + ``os.replace``), so a
 reader sees an old or a new record, never a mix; a damaged file is a
@@ -38,6 +41,9 @@ from typing import Any, Final
 from gic_runtime.errors import CorruptFileError, UnsupportedVersionError
 from gic_runtime.formats import crc32c, verify_crc
 from gic_runtime.handles import BucketState, SnapshotHandle
+
+ADOPTION_MAX_AGE_S: Final = 600.0
+"""A background snapshot older than this (seconds, executor clock) is never adopted."""
 
 MAGIC: Final = "GICR"
 VERSION: Final = 1

@@ -1,10 +1,10 @@
-"""What a task learns from its executor's environment (coordination.executor_env)."""
+"""What a task learns from its executor's environment (executor.environment)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gic_runtime.coordination.executor_env import LOCAL_DIR_NAME, executor_id, resolve_local_dir
+from gic_runtime.executor.environment import LOCAL_DIR_NAME, executor_id, resolve_local_dir
 
 _LOG_URL = "http://127.0.0.1:4041/logPage/?appId=app-1&executorId=7&logType=stderr"
 

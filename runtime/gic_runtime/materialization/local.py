@@ -2,10 +2,10 @@
 
 Any Python worker of an executor may run a bucket's next task, so a snapshot uploaded
 in the background by one process must be usable by another. The hand-over is the
-per-bucket :mod:`~gic_runtime.coordination.materialization_record` file next to the
+per-bucket :mod:`~gic_runtime.materialization.record` file next to the
 executor-local state copy. This is the only materialization scheduler of the core: the
-in-process :class:`~gic_runtime.coordination.task.StateTask` runs the same task core
-(:func:`~gic_runtime.coordination.executor.execute`) and so the same code.
+in-process :class:`~gic_runtime.executor.state_task.StateTask` runs the same task core
+(:func:`~gic_runtime.executor.core.execute`) and so the same code.
 
 After a task's checkpoint (:func:`start_due_materializations`), on the task thread:
 
@@ -41,13 +41,13 @@ After a task's checkpoint (:func:`start_due_materializations`), on the task thre
   snapshot, so a range snapshotted together frees its segments together;
 * the views (LMDB read transactions, consistent with the lineage metadata just set)
   are taken on the task thread and the uploads run on the pool
-  (:class:`~gic_runtime.coordination.local_jobs.MaterializationPool`: one per executor
+  (:class:`~gic_runtime.materialization.pool.MaterializationPool`: one per executor
   process, one per in-process ``StateTask``); each success writes its record, and every
   marker is removed when its bucket is done.
 
 Before the next task processes (:func:`adopt_materializations`), a record whose
-snapshot fits the expected lineage (``materialization_record.usable_for``) and still
-exists becomes the bucket's base.
+snapshot fits the expected lineage (:func:`~gic_runtime.materialization.record.usable_for`)
+and still exists becomes the bucket's base.
 
 Time is a seam: due times, retry deadlines, record times and adoption ages use the
 scope's :class:`~gic_runtime.clock.Clock` (``wall()``; the system clock by default), so
@@ -75,8 +75,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from gic_runtime.checkpoint.live_sweep import ADOPTION_MAX_AGE_S
-from gic_runtime.coordination.local_jobs import (
+from gic_runtime.errors import FormatError, GICError
+from gic_runtime.handles import BucketState, SnapshotHandle
+from gic_runtime.materialization.markers import in_flight, take_marker
+from gic_runtime.materialization.pool import (
     JobItem,
     LocalMaterializationStats,
     MaterializationPool,
@@ -87,14 +89,12 @@ from gic_runtime.coordination.local_jobs import (
     submit_job,
     wait_local_materializations,
 )
-from gic_runtime.coordination.materialization_record import (
+from gic_runtime.materialization.record import (
+    ADOPTION_MAX_AGE_S,
     MaterializationRecord,
     read_record,
     usable_for,
 )
-from gic_runtime.errors import FormatError, GICError
-from gic_runtime.handles import BucketState, SnapshotHandle
-from gic_runtime.materialization.markers import in_flight, take_marker
 from gic_runtime.materialization.scheduler import Due, Newest, due, pressure
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.storage.uri import StoreResolver
@@ -132,7 +132,7 @@ def adopt_materializations(
 ) -> list[int]:
     """Make every usable record's snapshot the base of its bucket (call on the task
     thread right after the backend was restored to ``expected``). A record older than
-    :data:`~gic_runtime.checkpoint.live_sweep.ADOPTION_MAX_AGE_S` (by the scope's clock,
+    :data:`~gic_runtime.materialization.record.ADOPTION_MAX_AGE_S` (by the scope's clock,
     the one that wrote it) is never adopted: the driver's live sweep may have deleted its
     snapshot. Returns the buckets."""
     adopted: list[int] = []
@@ -144,7 +144,7 @@ def adopt_materializations(
         ):
             continue
         if scope.clock.wall() - record.time > ADOPTION_MAX_AGE_S:
-            continue  # the live sweep may delete it by now (checkpoint.live_sweep)
+            continue  # the live sweep may delete it by now (record.ADOPTION_MAX_AGE_S)
         if not _exists(scope.resolver, record.snapshot):
             continue
         if backend.on_materialized(bucket, record.snapshot):

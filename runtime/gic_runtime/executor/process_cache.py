@@ -2,7 +2,7 @@
 
 Spark reuses Python worker processes across tasks, and any worker of an executor may
 get any task. This module is the per-process cache :func:`run_task
-<gic_runtime.coordination.executor.run_task>` builds on:
+<gic_runtime.executor.core.run_task>` builds on:
 
 * one :class:`~gic_runtime.storage.uri.StoreResolver` per storage root;
 * one :class:`~gic_runtime.changelog.uploader.HedgingUploader` per attempt
@@ -13,9 +13,11 @@ get any task. This module is the per-process cache :func:`run_task
   background view never outlives its environment; instances on one directory share
   the LMDB environments (each bucket's environment is opened once per process), and
   an instance's ``flush`` only touches its own range;
-* one :class:`ExecutorEntry` per ``(local_dir, root, job, epoch, bucket range)``: a
-  changelog writer and keyed state backend, restored to the barrier's lineage by every
-  task (so state left by a failed or foreign history is never trusted).
+* one :class:`~gic_runtime.executor.state_stack.ExecutorEntry` per ``(local_dir, root,
+  job, epoch, bucket range)``: a changelog writer and keyed state backend over the shared
+  uploader and store, assembled by :func:`~gic_runtime.executor.state_stack.build_entry`
+  and restored to the barrier's lineage by every task (so state left by a failed or
+  foreign history is never trusted).
 
 Invariants: an attempt older than the newest one this process has seen for the same
 ``(root, job)`` gets :class:`~gic_runtime.errors.FencedError`; when a newer attempt
@@ -32,83 +34,27 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from gic_runtime.changelog.uploader import HedgingUploader, UploaderSettings, UploadResult
-from gic_runtime.changelog.writer import BatchingChangelogWriter
-from gic_runtime.clock import Clock, SystemClock
+from gic_runtime.changelog.uploader import HedgingUploader
 from gic_runtime.coordination.barrier import Barrier
-from gic_runtime.coordination.executor_env import resolve_local_dir
-from gic_runtime.coordination.local_jobs import (
-    MaterializationPool,
-    process_pool,
+from gic_runtime.errors import FencedError
+from gic_runtime.executor.state_stack import (
+    EntryKey,
+    ExecutorEntry,
+    LocalPaths,
+    attempt_uploader,
+    build_entry,
+    entry_key,
+    local_paths,
+)
+from gic_runtime.materialization.pool import (
     shutdown_local_materializations,
     wait_local_materializations,
 )
-from gic_runtime.coordination.settings import TaskSettings
-from gic_runtime.errors import FencedError
-from gic_runtime.layout import new_segment_uri, validate_id
-from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.lmdb_store import LmdbStore
 from gic_runtime.storage.uri import StoreResolver, open_store
 
-
-class CountingUploader:
-    """An :class:`~gic_runtime.changelog.uploader.Uploader` that counts the segment bytes
-    one writer submits (task thread only) before handing them to a shared uploader."""
-
-    def __init__(self, inner: HedgingUploader) -> None:
-        self.inner = inner
-        self.bytes_submitted = 0
-
-    def submit(self, data: bytes) -> Future[UploadResult]:
-        self.bytes_submitted += len(data)
-        return self.inner.submit(data)
-
-
-@dataclass(frozen=True, slots=True)
-class LocalPaths:
-    """An executor's local directory of one job."""
-
-    job: Path
-
-    @property
-    def state(self) -> Path:
-        return self.job / "state"
-
-    @property
-    def locks(self) -> Path:
-        return self.job / "locks"
-
-    @property
-    def materialized(self) -> Path:
-        return self.job / "materialized"
-
-
-EntryKey = tuple[str, str, str, int, int, int]
-"""(local job directory, root, job, epoch, first bucket, end bucket)."""
-
-
-@dataclass(eq=False)
-class ExecutorEntry:
-    """The keyed state of one bucket range for one attempt, and what the task core
-    (:func:`~gic_runtime.coordination.executor.execute`) runs it with: the local
-    directory, the materialization pool and the clock of background materialization.
-    The executor's entries come from this cache (process pool, system clock); an
-    in-process :class:`~gic_runtime.coordination.task.StateTask` builds its own."""
-
-    key: EntryKey
-    settings: TaskSettings
-    paths: LocalPaths
-    resolver: StoreResolver
-    uploader: CountingUploader
-    writer: BatchingChangelogWriter
-    backend: KeyedStateBackend
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    clock: Clock = field(default_factory=SystemClock)
-    pool: MaterializationPool = field(default_factory=process_pool)
+__all__ = ["close_local_executor", "discard", "entry_for"]
 
 
 class _Cache:
@@ -132,23 +78,11 @@ def _cache() -> _Cache:
     return _CACHE[0]
 
 
-def local_paths(barrier: Barrier) -> LocalPaths:
-    """The executor-local directory of the barrier's job."""
-    return LocalPaths(resolve_local_dir(barrier.local_dir) / validate_id("job id", barrier.job_id))
-
-
 def entry_for(barrier: Barrier, task_index: int) -> ExecutorEntry:
     """The cached entry for task ``task_index`` of ``barrier`` (created on first use)."""
     owned = barrier.bucket_range(task_index)
     paths = local_paths(barrier)
-    key: EntryKey = (
-        str(paths.job),
-        barrier.root,
-        barrier.job_id,
-        barrier.epoch,
-        owned.start,
-        owned.stop,
-    )
+    key = entry_key(barrier, paths, owned)
     retired: list[Callable[[], None]] = []
     try:
         with _LOCK:
@@ -157,7 +91,7 @@ def entry_for(barrier: Barrier, task_index: int) -> ExecutorEntry:
             entry = cache.entries.get(key)
             if entry is not None and entry.settings == barrier.settings:
                 return entry
-            entry = _build(cache, barrier, key, paths, owned)
+            entry = _build(cache, barrier, paths, owned)
             cache.entries[key] = entry
             return entry
     finally:
@@ -232,28 +166,30 @@ def _resolver(cache: _Cache, root: str) -> StoreResolver:
     return resolver
 
 
-def _uploader(
-    cache: _Cache, barrier: Barrier, resolver: StoreResolver, settings: UploaderSettings
-) -> HedgingUploader:
+def _uploader(cache: _Cache, barrier: Barrier, resolver: StoreResolver) -> HedgingUploader:
     key = (barrier.root, barrier.job_id, barrier.epoch)
     uploader = cache.uploaders.get(key)
     if uploader is None:
-        root, job_id, epoch = key
-        uploader = HedgingUploader(resolver, lambda: new_segment_uri(root, job_id, epoch), settings)
+        uploader = attempt_uploader(resolver, barrier, barrier.settings.uploader)
         cache.uploaders[key] = uploader
     return uploader
 
 
-def _build(
-    cache: _Cache, barrier: Barrier, key: EntryKey, paths: LocalPaths, owned: range
-) -> ExecutorEntry:
-    settings = barrier.settings
-    resolver = _resolver(cache, barrier.root)
-    uploader = CountingUploader(_uploader(cache, barrier, resolver, settings.uploader))
+def _store(cache: _Cache, paths: LocalPaths, owned: range) -> LmdbStore:
     store_key = (str(paths.state), owned.start, owned.stop)
     store = cache.stores.get(store_key)
     if store is None:
         store = cache.stores[store_key] = LmdbStore(paths.state)
-    writer = BatchingChangelogWriter(owned, uploader, settings.writer)
-    backend = KeyedStateBackend(owned, barrier.num_buckets, store, writer)
-    return ExecutorEntry(key, settings, paths, resolver, uploader, writer, backend)
+    return store
+
+
+def _build(cache: _Cache, barrier: Barrier, paths: LocalPaths, owned: range) -> ExecutorEntry:
+    resolver = _resolver(cache, barrier.root)
+    return build_entry(
+        barrier,
+        owned,
+        paths=paths,
+        resolver=resolver,
+        uploader=_uploader(cache, barrier, resolver),
+        store=_store(cache, paths, owned),
+    )

@@ -2,20 +2,20 @@
 
 :func:`execute` is THE way the core runs a task, whoever drives it: Spark's stateful
 stage calls :func:`run_task` (which takes this process's cached
-:class:`~gic_runtime.coordination.executor_cache.ExecutorEntry`), and the in-process
-:class:`~gic_runtime.coordination.task.StateTask` calls :func:`execute` with an entry of
+:class:`~gic_runtime.executor.state_stack.ExecutorEntry`), and the in-process
+:class:`~gic_runtime.executor.state_task.StateTask` calls :func:`execute` with an entry of
 its own. For task ``i`` of a :class:`~gic_runtime.coordination.barrier.Barrier`, in the
 calling thread:
 
-1. lock the range's buckets machine-wide (:mod:`~gic_runtime.coordination.bucket_locks`)
+1. lock the range's buckets machine-wide (:mod:`~gic_runtime.executor.bucket_locks`)
    until the ack is built, so two attempts of a task never interleave on a bucket;
 2. bring every bucket to the expected lineage (:func:`restore_lineage`): import a
    canonical savepoint, or reuse the executor-local copy when its ``(seq, token)``
    matches and restore from storage otherwise;
 3. adopt background snapshots that fit the lineage
-   (:mod:`~gic_runtime.coordination.local_materialization`);
+   (:mod:`~gic_runtime.materialization.local`);
 4. run the callback and stage its output tables as one Parquet file
-   (:mod:`~gic_runtime.coordination.staging`);
+   (:mod:`~gic_runtime.executor.staging`);
 5. (self-contained barriers: snapshot every non-empty bucket first) make every change
    durable, then record the new lineage in the local copy so any worker may reuse it;
 6. start due background materializations, unlock, and answer with a
@@ -46,15 +46,14 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck, TaskStats
-from gic_runtime.coordination.bucket_locks import BucketLocks
-from gic_runtime.coordination.executor_cache import (
-    ExecutorEntry,
-    close_local_executor,
-    discard,
-    entry_for,
-)
-from gic_runtime.coordination.executor_env import executor_id
-from gic_runtime.coordination.local_materialization import (
+from gic_runtime.errors import StateError, UploadError
+from gic_runtime.executor.bucket_locks import BucketLocks
+from gic_runtime.executor.environment import executor_id
+from gic_runtime.executor.process_cache import close_local_executor, discard, entry_for
+from gic_runtime.executor.staging import OutputStager
+from gic_runtime.executor.state_stack import ExecutorEntry
+from gic_runtime.handles import BucketState, SnapshotHandle
+from gic_runtime.materialization.local import (
     LocalMaterializationStats,
     MaterializationScope,
     adopt_materializations,
@@ -63,13 +62,9 @@ from gic_runtime.coordination.local_materialization import (
     start_due_materializations,
     wait_local_materializations,
 )
-from gic_runtime.coordination.staging import OutputStager
-from gic_runtime.errors import StateError, UploadError
-from gic_runtime.handles import BucketState, SnapshotHandle
-from gic_runtime.layout import new_snapshot_uri
+from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.savepoint.canonical import restore_from_canonical
 from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
-from gic_runtime.state.snapshot import upload_snapshot
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = [
@@ -267,7 +262,7 @@ def _run_locked(
             "storage endpoint's health"
         ) from exc
     backend.mark_persisted(states)
-    backend.take_unreferenced_snapshots()  # never deleted here: see local_materialization
+    backend.take_unreferenced_snapshots()  # never deleted here: see materialization.local
     durable = time.perf_counter()
 
     # 6. background materializations, then the ack
@@ -312,16 +307,14 @@ def _materialize_all(
     compress = barrier.settings.materialization.compress
 
     def upload(index: int) -> SnapshotHandle:
-        view = views[index]
-        with view.view as items:
-            return upload_snapshot(
-                resolver,
-                new_snapshot_uri(barrier.root, barrier.job_id, view.bucket, epoch=barrier.epoch),
-                items,
-                bucket=view.bucket,
-                seq=view.seq,
-                compress=compress,
-            )
+        return upload_view(
+            resolver,
+            views[index],
+            root=barrier.root,
+            job_id=barrier.job_id,
+            epoch=barrier.epoch,
+            compress=compress,
+        )
 
     try:
         with ThreadPoolExecutor(min(8, len(views)), thread_name_prefix="gic-full") as pool:

@@ -2,15 +2,16 @@
 
 A :class:`StateTask` holds the keyed state of one task's buckets for one attempt
 (``epoch``) of a job and runs every batch through the same core as Spark's executors
-(:func:`~gic_runtime.coordination.executor.execute`): each :meth:`StateTask.checkpoint`
+(:func:`~gic_runtime.executor.core.execute`): each :meth:`StateTask.checkpoint`
 builds the :class:`~gic_runtime.coordination.barrier.Barrier` of one batch from the
 task's own state (job, root, epoch, checkpoint id, bucket range, local directory, the
 expected lineage) and lets the core restore (or reuse) that lineage, adopt fitting
 background snapshots, apply the caller's changes, make them durable and start due
 background materializations, through the same executor-local records, markers and
-adoption rules (:mod:`~gic_runtime.coordination.local_materialization`). The task owns
-its changelog writer, its uploader (segment names under ``changelog/<epoch>/``), a
-:class:`~gic_runtime.coordination.local_jobs.MaterializationPool` and a local directory
+adoption rules (:mod:`~gic_runtime.materialization.local`). The task owns its state
+stack, assembled as the executor's is (:func:`~gic_runtime.executor.state_stack.build_entry`):
+its changelog writer and uploader (segment names under ``changelog/<epoch>/``), a
+:class:`~gic_runtime.materialization.pool.MaterializationPool` and a local directory
 for records, markers and bucket locks (a temporary one unless given).
 
 Invariants:
@@ -43,24 +44,22 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gic_runtime.changelog.uploader import HedgingUploader
-from gic_runtime.changelog.writer import BatchingChangelogWriter
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.bucket_locks import BucketLocks
-from gic_runtime.coordination.executor import TaskContext, execute, restore_lineage
-from gic_runtime.coordination.executor_cache import CountingUploader, ExecutorEntry, LocalPaths
-from gic_runtime.coordination.local_jobs import LocalMaterializationStats, MaterializationPool
 from gic_runtime.coordination.settings import TaskSettings
 from gic_runtime.errors import StateError
+from gic_runtime.executor.bucket_locks import BucketLocks
+from gic_runtime.executor.core import TaskContext, execute, restore_lineage
+from gic_runtime.executor.state_stack import attempt_uploader, build_entry, local_paths
 from gic_runtime.handles import BucketState
-from gic_runtime.layout import new_segment_uri, validate_id
+from gic_runtime.layout import validate_id
+from gic_runtime.materialization.pool import LocalMaterializationStats, MaterializationPool
 from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
 from gic_runtime.state.stores import KVStore
 from gic_runtime.storage.uri import StoreResolver
 
-__all__ = ["BatchFn", "StateTask", "TaskSettings"]
+__all__ = ["BatchFn", "StateTask"]
 
 BatchFn = Callable[[TaskContext], None]
 """A batch's changes: called once inside :meth:`StateTask.checkpoint`, after the lineage
@@ -100,7 +99,7 @@ class StateTask:
     ) -> None:
         validate_id("job id", job_id)
         self.settings = s = settings or TaskSettings()
-        template = Barrier(
+        template = Barrier.build(
             job_id=job_id,
             root=root,
             epoch=epoch,
@@ -116,23 +115,16 @@ class StateTask:
         directory = Path(tempfile.mkdtemp(prefix="gic-task-") if local_dir is None else local_dir)
         self.local_dir = directory.absolute()
         self._template = replace(template, local_dir=str(self.local_dir))
-        self.uploader = HedgingUploader(
-            resolver,
-            lambda: new_segment_uri(root, job_id, epoch),
-            s.uploader,
-            clock=upload_clock or SystemClock(),
+        self.uploader = attempt_uploader(
+            resolver, template, s.uploader, clock=upload_clock or SystemClock()
         )
-        counting = CountingUploader(self.uploader)
-        writer = BatchingChangelogWriter(owned, counting, s.writer)
-        paths = LocalPaths(self.local_dir / job_id)
-        self._entry = ExecutorEntry(
-            key=(str(paths.job), root, job_id, epoch, owned.start, owned.stop),
-            settings=s,
-            paths=paths,
+        self._entry = build_entry(
+            self._template,
+            owned,
+            paths=local_paths(self._template),
             resolver=resolver,
-            uploader=counting,
-            writer=writer,
-            backend=KeyedStateBackend(owned, num_buckets, store, writer),
+            uploader=self.uploader,
+            store=store,
             clock=clock or SystemClock(),
             pool=MaterializationPool(materialization_executor),
         )

@@ -10,16 +10,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gic_runtime.coordination import local_materialization as lm
-from gic_runtime.coordination.local_materialization import (
+from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.materialization import local as lm
+from gic_runtime.materialization.local import (
     MaterializationScope,
     adopt_materializations,
     local_stats,
     start_due_materializations,
     wait_local_materializations,
 )
-from gic_runtime.coordination.materialization_record import MaterializationRecord, write_record
-from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.materialization.record import MaterializationRecord, write_record
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for

@@ -21,8 +21,8 @@ from executor_helpers import (
 )
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.executor import TaskContext, expected_states, run_task
 from gic_runtime.errors import FencedError, StateError
+from gic_runtime.executor.core import TaskContext, expected_states, run_task
 
 BATCH1 = [f"k{i}" for i in range(40)]
 BATCH2 = [f"k{i}" for i in range(20, 60)] + ["k0", "k0"]

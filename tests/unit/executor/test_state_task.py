@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from gic_runtime.coordination import StateTask, TaskSettings
-from gic_runtime.coordination.executor import TaskContext
-from gic_runtime.coordination.materialization_record import read_record
+from gic_runtime.coordination import TaskSettings
 from gic_runtime.errors import StateError, UploadError
+from gic_runtime.executor import StateTask
+from gic_runtime.executor.core import TaskContext
 from gic_runtime.materialization import MaterializationSettings
+from gic_runtime.materialization.record import read_record
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage import LocalObjectStore, StoreResolver
 from gic_runtime.testing import TestingClock, TestingManualExecutor

@@ -1,16 +1,16 @@
 """The background side of executor-local materialization: a pool of snapshot jobs.
 
-:mod:`~gic_runtime.coordination.local_materialization` decides what to materialize and
+:mod:`~gic_runtime.materialization.local` decides what to materialize and
 takes each bucket's marker and view on the task thread; :func:`submit_job` runs a *job*
 (one or more buckets, snapshotted one after the other) on a :class:`MaterializationPool`.
 Each bucket of a job is uploaded, recorded
-(:mod:`~gic_runtime.coordination.materialization_record`), counted and released (view
+(:mod:`~gic_runtime.materialization.record`), counted and released (view
 closed, marker removed) as soon as it is done; the buckets a job never got to (pool shut
 down, unexpected error) are released by the job's done-callback.
 
 An executor process uses one pool (:func:`process_pool`), shared by every task it runs,
 so ``max_in_flight`` bounds the process; an in-process
-:class:`~gic_runtime.coordination.task.StateTask` owns one, so closing it touches only
+:class:`~gic_runtime.executor.state_task.StateTask` owns one, so closing it touches only
 its own jobs. A pool may be given the executor that runs its jobs (a test seam: a
 manual executor decides when jobs run); otherwise it starts a thread pool on first use.
 Times (retry deadlines, record times) come from the scope's
@@ -37,13 +37,12 @@ from pathlib import Path
 from typing import Final
 
 from gic_runtime.clock import Clock, SystemClock
-from gic_runtime.coordination.materialization_record import MaterializationRecord, write_record
 from gic_runtime.handles import SnapshotHandle
-from gic_runtime.layout import new_snapshot_uri
 from gic_runtime.materialization.markers import HeldMarker
+from gic_runtime.materialization.record import MaterializationRecord, write_record
 from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.state.backend import MaterializationView
-from gic_runtime.state.snapshot import upload_snapshot
 from gic_runtime.storage.uri import StoreResolver
 
 _log = logging.getLogger(__name__)
@@ -288,16 +287,14 @@ def _release(item: JobItem) -> None:
 def _materialize(
     scope: MaterializationScope, view: MaterializationView, token: str
 ) -> SnapshotHandle:
-    uri = new_snapshot_uri(scope.root, scope.job_id, view.bucket, epoch=scope.epoch)
-    with view.view as items:
-        handle = upload_snapshot(
-            scope.resolver,
-            uri,
-            items,
-            bucket=view.bucket,
-            seq=view.seq,
-            compress=scope.settings.compress,
-        )
+    handle = upload_view(
+        scope.resolver,
+        view,
+        root=scope.root,
+        job_id=scope.job_id,
+        epoch=scope.epoch,
+        compress=scope.settings.compress,
+    )
     record = MaterializationRecord(
         job_id=scope.job_id,
         root=scope.root,
