@@ -359,6 +359,12 @@ class TimelineMachine(RuleBasedStateMachine):
     @rule(data=st.data(), claim=st.booleans())
     def restore_from_savepoint(self, data: st.DataObject, claim: bool) -> None:
         candidates = [sp for sp in self.savepoints if not sp.claimed]
+        if claim:
+            # Claiming consumes a savepoint: only one no protected source still needs
+            # (docs/operations.md §4: a no-claim restore must have released it first).
+            claimable = [sp for sp in candidates if not self._still_needed(sp)]
+            claim = bool(claimable)
+            candidates = claimable or candidates
         sp = data.draw(st.sampled_from(candidates))
         mode = RestoreMode.CLAIM if claim else RestoreMode.NO_CLAIM
         self._switch_job(RestoreRequest(sp.uri, mode), sp.ref)
@@ -416,6 +422,15 @@ class TimelineMachine(RuleBasedStateMachine):
             self._uris_exist(read_manifest(self.resolver, uri).uris())
 
     # --- more helpers ------------------------------------------------------------------
+
+    def _still_needed(self, sp: Savepoint) -> bool:
+        """Whether a protected source references files of ``sp``."""
+        inside = sp.uri.rstrip("/") + "/"
+        return any(
+            uri.startswith(inside)
+            for source in self.protected_sources
+            for uri in read_manifest(self.resolver, source).uris()
+        )
 
     def _source_ref(self, job: Job) -> Ref:
         if job.restore is None:
