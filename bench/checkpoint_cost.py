@@ -54,7 +54,7 @@ from typing import Any
 
 from bench.common import RESULTS, SCRATCH, SeqOnlyWriter, percentile, write_result
 from gic_runtime.coordination.barrier import TaskAck
-from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.executor.core import TaskContext
 from gic_runtime.executor.state_task import StateTask
 from gic_runtime.handles import BucketState, SnapshotHandle

@@ -109,7 +109,7 @@ class UnsupportedVersionError(FormatError):
 class ObjectTooLargeError(CorruptFileError):
     """A stored file is larger than the limit for its kind, so it was not read.
 
-    Raised by :func:`gic_runtime.storage.base.read_bounded` before more than ``limit + 1``
+    Raised by :func:`gic_runtime.storage.object_store.read_bounded` before more than ``limit + 1``
     bytes were transferred, so a reader's memory stays bounded whatever another party
     wrote there. ``size`` is the object's size in bytes (``None`` when it could not be
     determined), ``limit`` the largest size accepted. A subclass of

@@ -83,7 +83,7 @@ from gic_runtime.layout import (
     parse_epoch,
     validate_id,
 )
-from gic_runtime.storage.base import read_bounded
+from gic_runtime.storage.object_store import read_bounded
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.storage.writes import create_once
 

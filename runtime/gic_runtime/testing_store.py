@@ -1,7 +1,7 @@
 """An in-process fault-injecting object store, for tests and benchmarks.
 
 :class:`TestingFaultyStore` is a seam fake: it wraps any
-:class:`~gic_runtime.storage.base.ObjectStore` and, per call, applies the rules added
+:class:`~gic_runtime.storage.object_store.ObjectStore` and, per call, applies the rules added
 with :meth:`TestingFaultyStore.add_rule`: block on a gate, sleep, then raise an error
 (before or after the real operation runs, the latter modelling a request that succeeded
 on the server but whose answer was lost). Randomness comes from one seeded
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gic_runtime.storage.base import ObjectInfo, ObjectStore
+from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 
 _T = TypeVar("_T")
 

@@ -29,9 +29,9 @@ from gic_runtime.checkpoint.sweep import sweep_orphans
 from gic_runtime.errors import StorageError, TooManyObjectsError
 from gic_runtime.fencing import claim_epoch, highest_epoch
 from gic_runtime.storage import StoreResolver, count_bounded, list_bounded
-from gic_runtime.storage.base import ObjectInfo
 from gic_runtime.storage.listing import UnorderedListing
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import ObjectInfo
 from gic_runtime.storage.s3 import S3ObjectStore
 from gic_runtime.storage.s3_settings import S3Settings
 

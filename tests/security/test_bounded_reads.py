@@ -2,7 +2,7 @@
 bytes travel, whatever the object's size, and a larger object is a typed error naming
 the object, its size and the limit.
 
-Checked for :func:`gic_runtime.storage.base.read_bounded` on the local disk and on
+Checked for :func:`gic_runtime.storage.object_store.read_bounded` on the local disk and on
 SeaweedFS (where the GET must be a ranged one: the bytes that crossed the wire are
 counted at the boto3 client), and for the runtime's readers of what the operator reads
 on every reconcile: the status record, control requests and outcomes, manifests,
@@ -33,8 +33,8 @@ from gic_runtime.errors import (
 from gic_runtime.fencing import claim_epoch, read_marker
 from gic_runtime.layout import epoch_marker_uri, epoch_start_uri, manifest_uri
 from gic_runtime.status import STATUS_MAX_BYTES, JobState, JobStatus, read_status, write_status
-from gic_runtime.storage.base import ObjectStore, read_bounded
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import ObjectStore, read_bounded
 from gic_runtime.storage.s3 import S3ObjectStore, create_s3_client
 from gic_runtime.storage.uri import StoreResolver
 

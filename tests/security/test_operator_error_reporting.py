@@ -31,8 +31,8 @@ from gic_operator.storage.job_storage import JobStorage, open_job_storage
 from gic_runtime.errors import StoragePermissionError
 from gic_runtime.fencing import highest_epoch
 from gic_runtime.storage import StoreResolver
-from gic_runtime.storage.base import ObjectInfo
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import ObjectInfo
 
 
 class DeniedStore(LocalObjectStore):

@@ -1,5 +1,5 @@
 """Object stores for tests that wrap a real one: :class:`DelegatingStore` passes every
-:class:`~gic_runtime.storage.base.ObjectStore` call to ``inner``, so a test store
+:class:`~gic_runtime.storage.object_store.ObjectStore` call to ``inner``, so a test store
 overrides only the calls it changes (a failing delete, a hook between a LIST and its
 answer reaching the caller, a scheduling point per request). :class:`StorageRoot` is a
 store registered in its own resolver with its root URI, what most storage tests start
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gic_runtime.errors import TransientStorageError
-from gic_runtime.storage.base import ObjectInfo, ObjectStore
+from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing_store import FaultRule, TestingFaultyStore
 

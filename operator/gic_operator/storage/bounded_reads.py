@@ -17,7 +17,7 @@ Thread-safety: stateless; safe from any thread (the resolver is thread-safe).
 from __future__ import annotations
 
 from gic_runtime.errors import ObjectNotFoundError
-from gic_runtime.storage.base import read_bounded as store_read_bounded
+from gic_runtime.storage.object_store import read_bounded as store_read_bounded
 from gic_runtime.storage.uri import StorageURI, StoreResolver
 
 __all__ = ["normalize_uri", "read_bounded"]
@@ -27,7 +27,7 @@ def read_bounded(resolver: StoreResolver, uri: str, limit: int, what: str) -> by
     """The object at ``uri`` if it holds at most ``limit`` bytes; ``None`` when absent.
 
     At most ``limit + 1`` bytes are transferred (the runtime's
-    :func:`gic_runtime.storage.base.read_bounded`): a larger object raises
+    :func:`gic_runtime.storage.object_store.read_bounded`): a larger object raises
     :class:`~gic_runtime.errors.ObjectTooLargeError` (a ``CorruptFileError``) naming it
     and the limit. The operator's reads of status and control records go through here.
     """

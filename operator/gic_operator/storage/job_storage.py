@@ -64,8 +64,8 @@ from gic_runtime.errors import (
 from gic_runtime.fencing import claim_epoch, highest_epoch
 from gic_runtime.layout import validate_id
 from gic_runtime.status import JobStatus, decode_status, status_uri
-from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
 from gic_runtime.storage.listing import count_bounded, list_bounded
+from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StoreResolver, join
 

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 
 from gic_runtime.changelog.upload_types import UploadResult
 from gic_runtime.errors import ObjectExistsError, UploadError
-from gic_runtime.storage.base import ObjectStore
+from gic_runtime.storage.object_store import ObjectStore
 from gic_runtime.storage.writes import holds_exactly
 
 __all__ = ["PendingUpload", "UploadAttempt", "confirm_own_object"]

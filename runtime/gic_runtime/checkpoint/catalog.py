@@ -25,7 +25,7 @@ one, so no manifest name is ever written twice and no deletion by name can remov
 newer manifest. :func:`list_checkpoints` lists names only and shows both.
 
 Manifests are read with at most :data:`MANIFEST_MAX_BYTES` bytes
-(:func:`~gic_runtime.storage.base.read_bounded`): a larger file is refused with
+(:func:`~gic_runtime.storage.object_store.read_bounded`): a larger file is refused with
 :class:`~gic_runtime.errors.ObjectTooLargeError` (a :class:`CorruptFileError`) before
 it is downloaded. The ``checkpoints/`` directory is listed with a bound too
 (:func:`~gic_runtime.storage.listing.list_bounded`): more than
@@ -55,8 +55,8 @@ from gic_runtime.errors import (
     RestoreError,
 )
 from gic_runtime.layout import checkpoints_dir, parse_checkpoint_id, parse_manifest_epoch
-from gic_runtime.storage.base import ObjectStore, read_bounded
 from gic_runtime.storage.listing import list_bounded
+from gic_runtime.storage.object_store import ObjectStore, read_bounded
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.storage.writes import create_once
 

@@ -54,8 +54,8 @@ from typing import Any, Final
 from gic_runtime.errors import CorruptFileError
 from gic_runtime.formats import decode_text_record, encode_text_record
 from gic_runtime.layout import epoch_start_uri, epochs_dir, parse_epoch, parse_epoch_start
-from gic_runtime.storage.base import read_bounded
 from gic_runtime.storage.listing import list_bounded
+from gic_runtime.storage.object_store import read_bounded
 from gic_runtime.storage.uri import StoreResolver
 
 START_MAGIC: Final = "GICB"

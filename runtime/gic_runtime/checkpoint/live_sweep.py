@@ -17,7 +17,7 @@ attempt):
   batch is over (or by a zombie attempt of one) and can never be named again.
 * **Snapshots.** A background snapshot is named by a manifest only once a later task
   adopts it, which can happen after any number of batches. Adoption refuses records
-  older than :data:`~gic_runtime.materialization.record.ADOPTION_MAX_AGE_S` (checked
+  older than :data:`~gic_runtime.materialization.snapshot_record.ADOPTION_MAX_AGE_S` (checked
   on the executor against the executor's own clock, so no clocks are compared), and
   the sweeper deletes an unreferenced snapshot only after it has seen it unreferenced
   for :data:`SNAPSHOT_GRACE_S` by its own monotonic clock, which is longer. A snapshot
@@ -48,7 +48,7 @@ from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
 from gic_runtime.checkpoint.sweep import SweepResult, sweep_orphans
 from gic_runtime.layout import job_dir
-from gic_runtime.materialization.record import ADOPTION_MAX_AGE_S
+from gic_runtime.materialization.snapshot_record import ADOPTION_MAX_AGE_S
 from gic_runtime.storage.uri import StoreResolver, join
 
 __all__ = ["LIVE_SWEPT_DIRS", "SNAPSHOT_GRACE_S", "LiveSweeper"]

@@ -35,7 +35,7 @@ from gic_runtime.checkpoint.manifest import Manifest, RestoreLineage, RestoreMod
 from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
 from gic_runtime.errors import OwnershipError
 from gic_runtime.layout import job_dir
-from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore
+from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
 
 

@@ -54,8 +54,8 @@ from gic_runtime.checkpoint.manifest import Manifest, StoredManifest
 from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy, delete_keys
 from gic_runtime.errors import FencedError, GICError, TooManyObjectsError
 from gic_runtime.layout import job_dir, parse_checkpoint_id
-from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
 from gic_runtime.storage.listing import count_bounded, list_bounded
+from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
 
 #: Job subdirectories the sweep lists.

@@ -62,7 +62,7 @@ from gic_runtime.config_sources import (
     describe_errors,
     env_var,
 )
-from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.layout import validate_id
 from gic_runtime.listen import listen_addresses

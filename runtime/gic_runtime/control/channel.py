@@ -59,7 +59,7 @@ from gic_runtime.control.model import (
 )
 from gic_runtime.errors import ConfigurationError, GICError, ObjectExistsError, ObjectNotFoundError
 from gic_runtime.layout import job_dir, savepoint_dir, validate_id
-from gic_runtime.storage.base import read_bounded
+from gic_runtime.storage.object_store import read_bounded
 from gic_runtime.storage.uri import StorageURI, StoreResolver, join
 from gic_runtime.storage.writes import create_once
 

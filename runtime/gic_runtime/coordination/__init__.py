@@ -13,6 +13,6 @@ driver's side (the checkpoint timeline, serving savepoint requests) is
 per micro-batch.
 """
 
-from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.coordination.task_settings import TaskSettings
 
 __all__ = ["TaskSettings"]

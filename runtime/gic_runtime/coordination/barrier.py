@@ -36,7 +36,7 @@ from gic_runtime import codec
 from gic_runtime.codec import Finite, Int, KeyedList, RecordError, Text, json_record
 from gic_runtime.coordination.packed_states import PackedStates
 from gic_runtime.coordination.ranges import split_buckets
-from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.errors import ConfigurationError, FormatError
 from gic_runtime.handles import BucketState
 

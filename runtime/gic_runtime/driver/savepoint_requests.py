@@ -39,7 +39,7 @@ from gic_runtime.errors import GICError, ObjectNotFoundError
 from gic_runtime.layout import SAVEPOINT_MANIFEST
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
 from gic_runtime.savepoint.native import load_savepoint
-from gic_runtime.storage.base import read_bounded
+from gic_runtime.storage.object_store import read_bounded
 from gic_runtime.storage.uri import StoreResolver, join
 from gic_runtime.storage.writes import create_once
 

@@ -13,7 +13,7 @@ calling thread:
    canonical savepoint, or reuse the executor-local copy when its ``(seq, token)``
    matches and restore from storage otherwise;
 3. adopt background snapshots that fit the lineage
-   (:mod:`~gic_runtime.materialization.local`);
+   (:mod:`~gic_runtime.materialization.background`);
 4. run the callback and stage its output tables as one Parquet file
    (:mod:`~gic_runtime.executor.staging`);
 5. (self-contained barriers: snapshot every non-empty bucket first) make every change
@@ -53,7 +53,7 @@ from gic_runtime.executor.process_cache import close_local_executor, discard, en
 from gic_runtime.executor.staging import OutputStager
 from gic_runtime.executor.state_stack import ExecutorEntry
 from gic_runtime.handles import BucketState, SnapshotHandle
-from gic_runtime.materialization.local import (
+from gic_runtime.materialization.background import (
     LocalMaterializationStats,
     MaterializationScope,
     adopt_materializations,
@@ -262,7 +262,7 @@ def _run_locked(
             "storage endpoint's health"
         ) from exc
     backend.mark_persisted(states)
-    backend.take_unreferenced_snapshots()  # never deleted here: see materialization.local
+    backend.take_unreferenced_snapshots()  # never deleted here: see materialization.background
     durable = time.perf_counter()
 
     # 6. background materializations, then the ack

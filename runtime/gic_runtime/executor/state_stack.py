@@ -33,7 +33,7 @@ from gic_runtime.changelog.uploader import HedgingUploader, UploaderSettings, Up
 from gic_runtime.changelog.writer import BatchingChangelogWriter
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.coordination.barrier import Barrier
-from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.executor.environment import resolve_local_dir
 from gic_runtime.layout import new_segment_uri, validate_id
 from gic_runtime.materialization.pool import MaterializationPool, process_pool

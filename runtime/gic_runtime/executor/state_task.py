@@ -8,7 +8,7 @@ task's own state (job, root, epoch, checkpoint id, bucket range, local directory
 expected lineage) and lets the core restore (or reuse) that lineage, adopt fitting
 background snapshots, apply the caller's changes, make them durable and start due
 background materializations, through the same executor-local records, markers and
-adoption rules (:mod:`~gic_runtime.materialization.local`). The task owns its state
+adoption rules (:mod:`~gic_runtime.materialization.background`). The task owns its state
 stack, assembled as the executor's is (:func:`~gic_runtime.executor.state_stack.build_entry`):
 its changelog writer and uploader (segment names under ``changelog/<epoch>/``), a
 :class:`~gic_runtime.materialization.pool.MaterializationPool` and a local directory
@@ -47,7 +47,7 @@ import pyarrow as pa
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.errors import StateError
 from gic_runtime.executor.bucket_locks import BucketLocks
 from gic_runtime.executor.core import TaskContext, execute, restore_lineage

@@ -13,7 +13,7 @@ ending after the snapshot's seq) reaches either limit of
 
 :func:`growth_pressure` is the larger of the two fractions; ``>= 1`` means due. The
 scheduler (:func:`~gic_runtime.materialization.scheduler.due`) uses it, and
-:mod:`~gic_runtime.materialization.local` serves growth-due buckets highest
+:mod:`~gic_runtime.materialization.background` serves growth-due buckets highest
 pressure first (docs/architecture.md §7).
 
 Thread-safety: pure functions.

@@ -1,10 +1,10 @@
 """The background side of executor-local materialization: a pool of snapshot jobs.
 
-:mod:`~gic_runtime.materialization.local` decides what to materialize and
+:mod:`~gic_runtime.materialization.background` decides what to materialize and
 takes each bucket's marker and view on the task thread; :func:`submit_job` runs a *job*
 (one or more buckets, snapshotted one after the other) on a :class:`MaterializationPool`.
 Each bucket of a job is uploaded, recorded
-(:mod:`~gic_runtime.materialization.record`), counted and released (view
+(:mod:`~gic_runtime.materialization.snapshot_record`), counted and released (view
 closed, marker removed) as soon as it is done; the buckets a job never got to (pool shut
 down, unexpected error) are released by the job's done-callback.
 
@@ -39,8 +39,8 @@ from typing import Final
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.handles import SnapshotHandle
 from gic_runtime.materialization.markers import HeldMarker
-from gic_runtime.materialization.record import MaterializationRecord, write_record
 from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.materialization.snapshot_record import MaterializationRecord, write_record
 from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.state.backend import MaterializationView
 from gic_runtime.storage.uri import StoreResolver

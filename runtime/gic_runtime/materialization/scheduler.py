@@ -3,7 +3,7 @@
 One scheduler serves every way the core runs a task (the Spark executors'
 :func:`~gic_runtime.executor.core.run_task` and the in-process
 :class:`~gic_runtime.executor.state_task.StateTask`, which runs the same core): the
-executor-local :mod:`~gic_runtime.materialization.local` reads a bucket's
+executor-local :mod:`~gic_runtime.materialization.background` reads a bucket's
 newest background snapshot record, describes it as a :class:`Newest`, and asks
 :func:`due` (docs/architecture.md §7, §13.5). A bucket is due by
 

@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from gic_runtime.codec import Count, Finite, Text, from_stored_json, json_record, to_json
 from gic_runtime.errors import CorruptFileError, ObjectExistsError, OutputOwnedError
 from gic_runtime.formats import decode_text_record, encode_text_record
-from gic_runtime.storage.base import ObjectStore, read_bounded
 from gic_runtime.storage.listing import list_bounded
+from gic_runtime.storage.object_store import ObjectStore, read_bounded
 
 __all__ = [
     "MAX_GENERATIONS",

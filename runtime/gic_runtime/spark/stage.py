@@ -29,7 +29,7 @@ from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.errors import GICError, StateError
 from gic_runtime.executor.core import TaskContext, run_task
 from gic_runtime.executor.state_stack import local_paths
-from gic_runtime.materialization.local import wait_for_markers
+from gic_runtime.materialization.background import wait_for_markers
 from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
 from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
 

@@ -20,7 +20,7 @@ from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.errors import ConfigurationError, CorruptFileError, ObjectNotFoundError
 from gic_runtime.layout import job_dir
 from gic_runtime.status.record import JobStatus
-from gic_runtime.storage.base import read_bounded
+from gic_runtime.storage.object_store import read_bounded
 from gic_runtime.storage.uri import StoreResolver, join
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Object stores: the protocol, the local filesystem and S3 implementations, URIs."""
 
-from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo, ObjectStore, read_bounded
 from gic_runtime.storage.listing import count_bounded, list_bounded
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore, read_bounded
 from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StorageURI, StoreResolver, join, open_store
 

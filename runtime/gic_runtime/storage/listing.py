@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Final, Protocol, runtime_checkable
 
 from gic_runtime.errors import TooManyObjectsError
-from gic_runtime.storage.base import ObjectInfo, ObjectStore
+from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 
 __all__ = ["DEFAULT_HINT", "UnorderedListing", "count_bounded", "list_bounded"]
 

@@ -51,7 +51,7 @@ from gic_runtime.errors import (
     StoragePermissionError,
     UnsafePathError,
 )
-from gic_runtime.storage.base import ObjectInfo
+from gic_runtime.storage.object_store import ObjectInfo
 
 _log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ _Parts = builtins.list[str]
 
 
 class LocalObjectStore:
-    """:class:`~gic_runtime.storage.base.ObjectStore` over a directory. Thread-safe.
+    """:class:`~gic_runtime.storage.object_store.ObjectStore` over a directory. Thread-safe.
 
     Invariant: no operation follows a symbolic link below the root (see the module
     docstring).

@@ -1,6 +1,6 @@
 """Object store on S3 or any S3-compatible server (``s3://bucket/prefix`` URIs), over boto3.
 
-Semantics (the :class:`~gic_runtime.storage.base.ObjectStore` contract):
+Semantics (the :class:`~gic_runtime.storage.object_store.ObjectStore` contract):
 
 * ``put(if_absent=True)`` is ``PutObject`` with ``If-None-Match: *``: the server creates
   the object only if no object has the key, atomically. Of racing creators exactly one
@@ -8,7 +8,7 @@ Semantics (the :class:`~gic_runtime.storage.base.ObjectStore` contract):
 * ``copy`` is a server-side ``CopyObject`` (no bytes travel through this process; S3
   limits one ``CopyObject`` to sources of at most 5 GiB).
 * ``delete_many`` sends ``DeleteObjects`` in batches of at most
-  :data:`~gic_runtime.storage.base.MAX_DELETE_BATCH` keys.
+  :data:`~gic_runtime.storage.object_store.MAX_DELETE_BATCH` keys.
 * ``list`` pages through ``ListObjectsV2`` lazily, 1000 keys per request.
 
 Keys follow the same rules as on the local filesystem (non-empty, no leading ``/``, no
@@ -44,7 +44,7 @@ from gic_runtime.errors import (
     StorageTimeoutError,
     TransientStorageError,
 )
-from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectInfo
+from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectInfo
 from gic_runtime.storage.s3_settings import CREDENTIAL_SOURCES, S3Settings
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def create_s3_client(settings: S3Settings) -> S3Client:
 
 
 class S3ObjectStore:
-    """:class:`~gic_runtime.storage.base.ObjectStore` over one bucket and key prefix.
+    """:class:`~gic_runtime.storage.object_store.ObjectStore` over one bucket and key prefix.
 
     ``client`` replaces the client built from ``settings`` (tests pass a stubbed or
     instrumented one). Thread-safe.

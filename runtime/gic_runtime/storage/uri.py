@@ -15,8 +15,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from gic_runtime.errors import ConfigurationError
-from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import ObjectStore
 from gic_runtime.storage.s3_settings import S3Settings
 
 

@@ -10,7 +10,7 @@ so the rule "exactly our bytes there means success" lives in one place.
 from __future__ import annotations
 
 from gic_runtime.errors import ObjectExistsError
-from gic_runtime.storage.base import ObjectStore
+from gic_runtime.storage.object_store import ObjectStore
 
 
 def holds_exactly(store: ObjectStore, key: str, data: bytes) -> bool:

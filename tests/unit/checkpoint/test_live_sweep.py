@@ -10,7 +10,7 @@ import pytest
 
 from gic_runtime.checkpoint import OwnershipPolicy
 from gic_runtime.checkpoint.live_sweep import SNAPSHOT_GRACE_S, LiveSweeper
-from gic_runtime.materialization.record import ADOPTION_MAX_AGE_S
+from gic_runtime.materialization.snapshot_record import ADOPTION_MAX_AGE_S
 
 
 class TestingClock:

@@ -58,8 +58,8 @@ from gic_runtime.layout import (
     job_dir,
     manifest_uri,
 )
-from gic_runtime.storage.base import ObjectInfo, ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 from gic_runtime.storage.uri import join
 from gic_runtime.testing import TestingClock
 

@@ -28,8 +28,8 @@ from gic_runtime.fencing import (
     list_epochs,
     read_marker,
 )
-from gic_runtime.storage.base import ObjectInfo, ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
 from gic_runtime.testing_store import TestingFaultyStore
 

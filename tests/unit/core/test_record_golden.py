@@ -45,9 +45,9 @@ from gic_runtime.coordination.barrier import StagedFile, TaskAck, TaskStats
 from gic_runtime.errors import CorruptFileError, FormatError
 from gic_runtime.formats import encode_text_record
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
-from gic_runtime.materialization.record import MaterializationRecord
-from gic_runtime.materialization.record import decode_record as decode_mat
-from gic_runtime.materialization.record import encode_record as encode_mat
+from gic_runtime.materialization.snapshot_record import MaterializationRecord
+from gic_runtime.materialization.snapshot_record import decode_record as decode_mat
+from gic_runtime.materialization.snapshot_record import encode_record as encode_mat
 from gic_runtime.query import QueryFingerprint
 from gic_runtime.status import (
     CheckpointStatus,

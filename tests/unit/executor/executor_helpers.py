@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck
-from gic_runtime.coordination.settings import TaskSettings
+from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.executor.core import (
     TaskContext,
     close_local_executor,

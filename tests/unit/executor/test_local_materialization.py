@@ -13,7 +13,8 @@ from gic_runtime.errors import CorruptFileError, UnsupportedVersionError
 from gic_runtime.executor.core import local_stats, wait_local_materializations
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.materialization.pool import LocalMaterializationStats
-from gic_runtime.materialization.record import (
+from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.materialization.snapshot_record import (
     ADOPTION_MAX_AGE_S,
     MaterializationRecord,
     decode_record,
@@ -23,7 +24,6 @@ from gic_runtime.materialization.record import (
     usable_for,
     write_record,
 )
-from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.storage.local import LocalObjectStore
 
 MakeBarrier = Callable[..., Barrier]

@@ -16,7 +16,7 @@ from gic_runtime.errors import StateError, UploadError
 from gic_runtime.executor import StateTask
 from gic_runtime.executor.core import TaskContext
 from gic_runtime.materialization import MaterializationSettings
-from gic_runtime.materialization.record import read_record
+from gic_runtime.materialization.snapshot_record import read_record
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage import LocalObjectStore, StoreResolver
 from gic_runtime.testing import TestingClock, TestingManualExecutor

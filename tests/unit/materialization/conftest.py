@@ -1,5 +1,5 @@
 """Fixtures of the materialization tests: this process's materialization pool is idle
-and shut down after every test (tests of :mod:`gic_runtime.materialization.local` run
+and shut down after every test (tests of :mod:`gic_runtime.materialization.background` run
 their jobs on it; a later start creates a new thread pool)."""
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ from gic_runtime.executor import StateTask
 from gic_runtime.executor.core import TaskContext
 from gic_runtime.handles import BucketState, ChangelogHandle
 from gic_runtime.materialization import MaterializationSettings
-from gic_runtime.materialization.growth import byte_limit, growth_pressure
-from gic_runtime.materialization.local import (
+from gic_runtime.materialization.background import (
     MaterializationPool,
     MaterializationScope,
     adopt_materializations,
     start_due_materializations,
 )
+from gic_runtime.materialization.growth import byte_limit, growth_pressure
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore

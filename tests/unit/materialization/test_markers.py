@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from gic_runtime.materialization.local import wait_for_markers
+from gic_runtime.materialization.background import wait_for_markers
 from gic_runtime.materialization.markers import in_flight, take_marker
 
 HOLD = textwrap.dedent(

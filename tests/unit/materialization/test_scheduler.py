@@ -24,7 +24,7 @@ from gic_runtime.executor import StateTask
 from gic_runtime.executor.core import TaskContext
 from gic_runtime.handles import BucketState, ChangelogHandle
 from gic_runtime.materialization import MaterializationSettings, Newest, due
-from gic_runtime.materialization.record import ADOPTION_MAX_AGE_S, read_record
+from gic_runtime.materialization.snapshot_record import ADOPTION_MAX_AGE_S, read_record
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore

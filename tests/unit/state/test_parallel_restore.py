@@ -25,8 +25,8 @@ from gic_runtime.state.fetch import FetchSettings, RestoreFetcher, SectionNeed, 
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.restore import replay_needs, restore_bucket, restore_buckets
 from gic_runtime.state.snapshot import upload_snapshot
-from gic_runtime.storage.base import ObjectStore
 from gic_runtime.storage.local import LocalObjectStore
+from gic_runtime.storage.object_store import ObjectStore
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing_changelog import TestingChangelogWriter
 

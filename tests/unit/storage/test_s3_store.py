@@ -17,7 +17,7 @@ from gic_runtime.errors import (
     StorageError,
     StoragePermissionError,
 )
-from gic_runtime.storage.base import MAX_DELETE_BATCH
+from gic_runtime.storage.object_store import MAX_DELETE_BATCH
 from gic_runtime.storage.s3 import S3ObjectStore, create_s3_client
 from gic_runtime.storage.s3_settings import S3Settings
 

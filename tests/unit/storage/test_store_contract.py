@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gic_runtime.errors import ObjectExistsError, ObjectNotFoundError, StorageError
-from gic_runtime.storage.base import MAX_DELETE_BATCH, ObjectStore
+from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectStore
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])

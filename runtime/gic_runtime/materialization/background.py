@@ -2,7 +2,7 @@
 
 Any Python worker of an executor may run a bucket's next task, so a snapshot uploaded
 in the background by one process must be usable by another. The hand-over is the
-per-bucket :mod:`~gic_runtime.materialization.record` file next to the
+per-bucket :mod:`~gic_runtime.materialization.snapshot_record` file next to the
 executor-local state copy. This is the only materialization scheduler of the core: the
 in-process :class:`~gic_runtime.executor.state_task.StateTask` runs the same task core
 (:func:`~gic_runtime.executor.core.execute`) and so the same code.
@@ -46,7 +46,7 @@ After a task's checkpoint (:func:`start_due_materializations`), on the task thre
   marker is removed when its bucket is done.
 
 Before the next task processes (:func:`adopt_materializations`), a record whose
-snapshot fits the expected lineage (:func:`~gic_runtime.materialization.record.usable_for`)
+snapshot fits the expected lineage (:func:`~gic_runtime.materialization.snapshot_record.usable_for`)
 and still exists becomes the bucket's base.
 
 Time is a seam: due times, retry deadlines, record times and adoption ages use the
@@ -89,13 +89,13 @@ from gic_runtime.materialization.pool import (
     submit_job,
     wait_local_materializations,
 )
-from gic_runtime.materialization.record import (
+from gic_runtime.materialization.scheduler import Due, Newest, due, pressure
+from gic_runtime.materialization.snapshot_record import (
     ADOPTION_MAX_AGE_S,
     MaterializationRecord,
     read_record,
     usable_for,
 )
-from gic_runtime.materialization.scheduler import Due, Newest, due, pressure
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.storage.uri import StoreResolver
 
@@ -132,7 +132,7 @@ def adopt_materializations(
 ) -> list[int]:
     """Make every usable record's snapshot the base of its bucket (call on the task
     thread right after the backend was restored to ``expected``). A record older than
-    :data:`~gic_runtime.materialization.record.ADOPTION_MAX_AGE_S` (by the scope's clock,
+    :data:`~gic_runtime.materialization.snapshot_record.ADOPTION_MAX_AGE_S` (by the scope's clock,
     the one that wrote it) is never adopted: the driver's live sweep may have deleted its
     snapshot. Returns the buckets."""
     adopted: list[int] = []

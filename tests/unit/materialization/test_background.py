@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
-from gic_runtime.materialization import local as lm
-from gic_runtime.materialization.local import (
+from gic_runtime.materialization import background as lm
+from gic_runtime.materialization.background import (
     MaterializationScope,
     adopt_materializations,
     local_stats,
     start_due_materializations,
     wait_local_materializations,
 )
-from gic_runtime.materialization.record import MaterializationRecord, write_record
 from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.materialization.snapshot_record import MaterializationRecord, write_record
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
