@@ -23,7 +23,7 @@ from bench.common import bar_plot, percentile, write_result
 from gic_runtime.changelog.retrying import RetryPolicy
 from gic_runtime.changelog.uploader import HedgingUploader, UploaderSettings
 from gic_runtime.storage import LocalObjectStore, StoreResolver
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing.faulty_store import FaultRule, TestingFaultyStore
 
 UPLOADS = int(os.environ.get("GIC_BENCH_HEDGING_UPLOADS", "4000"))
 CLIENTS = 16

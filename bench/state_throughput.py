@@ -124,7 +124,7 @@ def _real_writer(root: Path) -> tuple[Any, Callable[[], None], str]:
         from gic_runtime.changelog.uploader import HedgingUploader
         from gic_runtime.changelog.writer import BatchingChangelogWriter
     except ImportError:
-        from gic_runtime.testing_changelog import TestingChangelogWriter
+        from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
         return TestingChangelogWriter(), lambda: None, "TestingChangelogWriter (real one missing)"
     objects = LocalObjectStore(root)

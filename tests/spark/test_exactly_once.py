@@ -21,7 +21,7 @@ from gic_runtime.sinks import read_file_sink
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 from ..support.pod import PodLaunch
 from .words import reference_counts, write_text_batches

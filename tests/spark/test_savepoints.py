@@ -43,7 +43,7 @@ from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.status import JobState, read_status
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 from .test_word_count import sink_batches, words_of
 from .words import WORDS, reference_counts, write_text_batches

@@ -14,6 +14,5 @@
 
 Importable as ``tests.support`` from the repository root (pytest, ``python -m bench``).
 The small fakes at the product's seams stay in the packages, for jobs built on them too:
-``gic_runtime.testing``, ``gic_runtime.testing_store``, ``gic_runtime.testing_changelog``
-and ``gic_operator.testing``.
+``gic_runtime.testing`` and ``gic_operator.testing``.
 """

@@ -18,7 +18,7 @@ from typing import Any
 from gic_runtime.errors import TransientStorageError
 from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing.faulty_store import FaultRule, TestingFaultyStore
 
 
 class DelegatingStore:
@@ -77,7 +77,7 @@ def storage_root(store: ObjectStore) -> StorageRoot:
 def lost_put_answers(
     storage: StorageRoot, error: Callable[[], Exception], times: int
 ) -> StorageRoot:
-    """``storage``'s store behind a :class:`~gic_runtime.testing_store.TestingFaultyStore`
+    """``storage``'s store behind a :class:`~gic_runtime.testing.faulty_store.TestingFaultyStore`
     whose next ``times`` PUTs take effect but raise ``error()`` (a request that succeeded
     on the server whose answer was lost), registered in a fresh resolver."""
     faulty = TestingFaultyStore(storage.store)

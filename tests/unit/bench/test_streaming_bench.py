@@ -19,7 +19,7 @@ from bench.streaming.workloads import EVENT_LOG, WorkloadSpec, event_log, keyed_
 from gic_runtime.processing import StateAccess
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.memory_store import InMemoryStore
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 
 def test_spark_baseline_runs_exactly_the_requested_batches_in_its_own_process(

@@ -21,7 +21,7 @@ from gic_runtime.errors import (
 )
 from gic_runtime.storage import LocalObjectStore, StoreResolver
 from gic_runtime.testing import TestingClock
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing.faulty_store import FaultRule, TestingFaultyStore
 
 WAIT = 10.0  # seconds; only a bound for a broken build, never reached when it works
 

@@ -20,7 +20,7 @@ from gic_runtime.errors import StateError, StoragePermissionError, UploadError
 from gic_runtime.handles import ChangelogHandle
 from gic_runtime.storage import LocalObjectStore, StoreResolver
 from gic_runtime.testing import TestingClock
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing.faulty_store import FaultRule, TestingFaultyStore
 
 WAIT = 10.0
 PUT = frozenset({"put"})

@@ -29,7 +29,7 @@ from gic_runtime.errors import (
 )
 from gic_runtime.layout import savepoint_dir
 from gic_runtime.storage.s3 import S3ObjectStore
-from gic_runtime.testing_store import TestingFaultyStore
+from gic_runtime.testing.faulty_store import TestingFaultyStore
 
 JOB = "job-a"
 

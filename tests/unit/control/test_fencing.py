@@ -31,7 +31,7 @@ from gic_runtime.fencing import (
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
-from gic_runtime.testing_store import TestingFaultyStore
+from gic_runtime.testing.faulty_store import TestingFaultyStore
 
 JOB = "job-a"
 

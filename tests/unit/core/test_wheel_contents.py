@@ -32,9 +32,10 @@ SOURCES = {"runtime": "gic_runtime", "operator": "gic_operator"}
 
 SEAM_FAKES = frozenset(
     {
-        "gic_runtime/testing.py",
-        "gic_runtime/testing_changelog.py",
-        "gic_runtime/testing_store.py",
+        "gic_runtime/testing/__init__.py",
+        "gic_runtime/testing/time_and_threads.py",
+        "gic_runtime/testing/changelog_fakes.py",
+        "gic_runtime/testing/faulty_store.py",
         "gic_operator/testing/__init__.py",
         "gic_operator/testing/fake_kube.py",
     }

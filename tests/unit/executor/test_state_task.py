@@ -20,7 +20,7 @@ from gic_runtime.materialization.snapshot_record import read_record
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage import LocalObjectStore, StoreResolver
 from gic_runtime.testing import TestingClock, TestingManualExecutor
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing.faulty_store import FaultRule, TestingFaultyStore
 
 BUCKETS = 4
 INTERVAL = 100.0

@@ -26,7 +26,7 @@ from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 WAIT = 30.0  # seconds; a bound for a broken build only
 

@@ -33,7 +33,7 @@ from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing import TestingClock, TestingManualExecutor
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 MiB = 1024 * 1024
 

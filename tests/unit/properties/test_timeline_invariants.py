@@ -62,7 +62,7 @@ from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage import LocalObjectStore, StoreResolver
 from gic_runtime.testing import TestingClock, TestingManualExecutor
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 BUCKETS = 4
 KEYS = st.integers(min_value=0, max_value=24)

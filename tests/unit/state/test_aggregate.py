@@ -23,7 +23,7 @@ from gic_runtime.processing import (
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.stores import KVStore
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 B = 16
 MakeStore = Callable[[], KVStore]

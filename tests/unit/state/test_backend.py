@@ -23,7 +23,7 @@ from gic_runtime.state.snapshot import upload_snapshot
 from gic_runtime.state.stores import BucketMeta, KVStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_changelog import TestingChangelogStorage, TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogStorage, TestingChangelogWriter
 
 B = 4
 KEYS = ["a", "b", 7, -3, b"raw", ("t", 1)]

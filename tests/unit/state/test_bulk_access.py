@@ -15,7 +15,7 @@ from gic_runtime.state.keys import KIND_VALUE, bucket_for, encode, state_prefix
 from gic_runtime.state.states import Located
 from gic_runtime.state.stores import KVStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_changelog import TestingChangelogStorage, TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogStorage, TestingChangelogWriter
 
 B = 8
 MakeStore = Callable[[], KVStore]

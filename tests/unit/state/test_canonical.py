@@ -22,7 +22,7 @@ from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.uri import StoreResolver, join
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 KEYS = [f"user-{i}" for i in range(40)] + [7, -1, ("t", 2)]
 

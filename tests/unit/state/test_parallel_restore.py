@@ -28,7 +28,7 @@ from gic_runtime.state.snapshot import upload_snapshot
 from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.object_store import ObjectStore
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.testing_changelog import TestingChangelogWriter
+from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 # --- seam fake and layouts ---------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gic_runtime import demo
+from gic_runtime.cli import core_demo as demo
 
 
 def test_demo_runs_all_steps_and_leaves_only_referenced_files(

@@ -1,5 +1,5 @@
 """The core-only demo: a local keyed word count with GIC checkpoints on local storage,
-run by ``python -m gic_runtime.demo`` without Spark, on the runtime core alone
+run by ``python -m gic_runtime.cli.core_demo`` without Spark, on the runtime core alone
 (:class:`~gic_runtime.executor.state_task.StateTask` and
 :class:`~gic_runtime.driver.timeline.CheckpointTimeline`). ``make run`` runs
 ``gic demo`` instead (:mod:`gic_runtime.cli.cmd_demo`): a word count on local Spark,
@@ -15,7 +15,7 @@ What it shows, end to end on the runtime core:
 4. a second job restored from the savepoint in no-claim mode: its first checkpoint is
    self-contained, the source is released, and the counts carried over.
 
-Usage: ``python -m gic_runtime.demo [--storage URI] [--batches N]``.
+Usage: ``python -m gic_runtime.cli.core_demo [--storage URI] [--batches N]``.
 """
 
 from __future__ import annotations

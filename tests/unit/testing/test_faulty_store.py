@@ -9,7 +9,7 @@ import pytest
 
 from gic_runtime.errors import StorageTimeoutError, TransientStorageError
 from gic_runtime.storage import LocalObjectStore
-from gic_runtime.testing_store import FaultRule, TestingFaultyStore
+from gic_runtime.testing.faulty_store import FaultRule, TestingFaultyStore
 
 PUT = frozenset({"put"})
 
