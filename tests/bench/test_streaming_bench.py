@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from bench import common
 from bench.streaming import checkpoint_bytes, gic_runner, harness
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
 from bench.streaming.runner import SystemFn
 from bench.streaming.workloads import EVENT_LOG, WorkloadSpec, event_log, keyed_count
 
+from bench import common
 from gic_runtime.processing import StateAccess
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.memory_store import InMemoryStore

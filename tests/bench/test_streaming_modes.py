@@ -12,12 +12,13 @@ import types
 from pathlib import Path
 
 import pytest
-from bench import __main__ as bench_main
-from bench import cluster
 from bench.streaming import harness, modes, spark_query
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
 from bench.streaming.runner import SystemFn
 from bench.streaming.workloads import WorkloadSpec, keyed_count
+
+from bench import __main__ as bench_main
+from bench import cluster
 
 
 def _system(batch_ms: float, local_hits: int | None = None) -> SystemFn:

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("gic_runtime", "gic_operator")
 SOURCES = {"runtime": "gic_runtime", "operator": "gic_operator"}
 """Source folder of each package (``[tool.setuptools.packages.find]``)."""

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench import operator as operator_bench
-from bench import operator_e2e, operator_reconcile, operator_sweep
 from bench.operator_reconcile import ReconcileParams
 from bench.operator_sweep import SweepParams
 from tests.support.testing_s3server import TestingS3Server
 
+from bench import operator as operator_bench
+from bench import operator_e2e, operator_reconcile, operator_sweep
 from gic_runtime.storage.s3 import S3ObjectStore
 
 
