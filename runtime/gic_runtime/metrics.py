@@ -170,6 +170,15 @@ class DriverMetrics:
         self._orphan_bytes = Counter(
             "gic_orphan_bytes_deleted", "Bytes of orphaned objects deleted.", job, registry=reg
         ).labels(job_id)
+        self._watermark = Gauge(
+            "gic_watermark_seconds",
+            "Event-time watermark the last checkpoint records (Unix time; jobs with event time).",
+            job,
+            registry=reg,
+        ).labels(job_id)
+        self._late = Counter(
+            "gic_late_rows", "Input rows older than their batch's watermark.", job, registry=reg
+        ).labels(job_id)
         savepoints = Counter(
             "gic_savepoints", "Savepoints finished, by state.", (*job, "state"), registry=reg
         )
@@ -200,6 +209,13 @@ class DriverMetrics:
         """Record where the last batch's state tasks ran (see ``BatchReport``)."""
         self._executors.set(_non_negative("gic_executors", executors))
         self._moves.inc(_non_negative("gic_state_task_moves_total", moved))
+
+    def observe_event_time(self, *, watermark_us: int | None, late_rows: int = 0) -> None:
+        """Record the watermark after a batch (``None``: no event time, left unset) and
+        its late rows."""
+        if watermark_us is not None:
+            self._watermark.set(watermark_us / 1_000_000)
+        self._late.inc(_non_negative("gic_late_rows_total", late_rows))
 
     def observe_batch(self, count: int = 1) -> None:
         """Count completed micro-batches."""

@@ -70,7 +70,17 @@ def write_inputs(workdir: Path, command: list[str]) -> None:
     directory = workdir / command[command.index("--input") + 1]
     if directory.exists():
         return
-    if any(arg.endswith("event_log.py") for arg in command):
+    if any(arg.endswith("late_events.py") for arg in command):
+        directory.mkdir(parents=True)
+        for i in range(2):
+            events = [
+                {"user": f"u{j % 3}", "ts": f"2026-11-28T12:00:{10 * i + j:02d}Z", "amount": j}
+                for j in range(8)
+            ]
+            (directory / f"spend-{i}.json").write_text(
+                "\n".join(json.dumps(e) for e in events) + "\n"
+            )
+    elif any(arg.endswith("event_log.py") for arg in command):
         directory.mkdir(parents=True)
         for i in range(2):
             events = [{"user": f"u{(i + j) % 5}", "event": f"e{i}-{j}"} for j in range(20)]
@@ -174,6 +184,7 @@ def test_the_documented_gic_run_commands_run_as_written(workdir: Path, tmp_path:
     )
     # each example kept its own job: event-log did not resume word-count's checkpoint
     assert started["word-count"] == started["event-log"] == started["rate-count"] == "empty state"
+    assert started["late-events"] == "empty state"
     assert "wc-v2" in started
     first = results[0]["stderr"]
     log = Path(re.search(r"Spark's log: (\S+)", first).group(1))  # type: ignore[union-attr]

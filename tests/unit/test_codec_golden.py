@@ -96,9 +96,10 @@ GOLDEN_STATUS = """{"batches": 12, "driver": {"host": "driver-0", "pid": 123}, "
 "failure": {"error_type": "QueryMismatchError", "message": "job job-a: different query",
 "reason": "QueryMismatch"}, "job_id": "job-a", "last_checkpoint": {"bytes_uploaded": 5000,
 "changelog_bytes": 4000, "created_at": 1700000100.0, "duration_ms": 182.5, "executors": 3,
-"id": 41, "local_hit_ratio": 0.75, "moved_ranges": [[0, 4], [8, 12]], "rows": 100000,
-"snapshot_bytes": 1000}, "last_savepoint": {"checkpoint_id": 40, "error": null,
-"finished_at": 1700000050.0, "path": "s3://b/sp-2", "request_id": "sp-2", "size_bytes": 1234,
+"id": 41, "late_rows": 2, "local_hit_ratio": 0.75, "moved_ranges": [[0, 4], [8, 12]],
+"rows": 100000, "snapshot_bytes": 1000, "watermark_us": 1700000090000000},
+"last_savepoint": {"checkpoint_id": 40, "error": null, "finished_at": 1700000050.0,
+"path": "s3://b/sp-2", "request_id": "sp-2", "size_bytes": 1234,
 "state": "completed"}, "last_sweep": {"at": 1700000001.0, "deleted": 3, "deleted_bytes": 300},
 "materialization": {"adopted": 8, "bytes_uploaded": 77, "failed": 1, "started": 9},
 "restored_from": {"checkpoint_id": 40, "mode": "no-claim", "released": true,
@@ -130,6 +131,8 @@ def full_status() -> JobStatus:
             rows=100000,
             executors=3,
             moved_ranges=((0, 4), (8, 12)),
+            watermark_us=1700000090000000,
+            late_rows=2,
         ),
         restored_from=RestoreStatus(
             "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, 40
@@ -171,7 +174,7 @@ def test_status_records_are_written_and_read_as_before(status: JobStatus, text: 
 
 def test_status_optional_keys_may_be_missing() -> None:
     body = golden(GOLDEN_STATUS)
-    for name in ("executors", "moved_ranges", "local_hit_ratio"):
+    for name in ("executors", "moved_ranges", "local_hit_ratio", "watermark_us", "late_rows"):
         del body["last_checkpoint"][name]
     del body["materialization"]["failed"], body["materialization"]["bytes_uploaded"]
     del body["failure"]["error_type"], body["restored_from"]["checkpoint_id"]
@@ -184,6 +187,7 @@ def test_status_optional_keys_may_be_missing() -> None:
     assert status.last_checkpoint is not None and expected.last_checkpoint is not None
     assert (status.last_checkpoint.executors, status.last_checkpoint.moved_ranges) == (0, ())
     assert status.last_checkpoint.local_hit_ratio is None
+    assert (status.last_checkpoint.watermark_us, status.last_checkpoint.late_rows) == (None, 0)
     assert status.materialization == MaterializationStatus(9, 8, 0, 0)
     assert status.restored_from == RestoreStatus(
         "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, None
@@ -549,8 +553,9 @@ def test_a_bad_handle_in_a_v1_manifest_is_corrupt_naming_the_file() -> None:
 GOLDEN_TASK_ACK = """{"checkpoint_id": 7, "epoch": 2, "job_id": "job-a", "outputs": [{"rows": 10,
 "size": 2048, "uri": "file:///r/out/p-1.parquet"}], "states": [{"bucket": 1, "changelog": [],
 "seq": 0, "snapshot": null, "token": ""}, STATE], "stats": {"changelog_bytes": 100,
-"changes": 3, "checkpoint_s": 0.25, "empty": 0, "executor": "exec-1", "local_hits": 1,
-"materializations_adopted": 1, "materializations_started": 2, "pid": 42, "process_s": 0.5,
+"changes": 3, "checkpoint_s": 0.25, "empty": 0, "executor": "exec-1", "late_rows": 3,
+"local_hits": 1, "materializations_adopted": 1, "materializations_started": 2,
+"max_event_time_us": 1700000000000000, "pid": 42, "process_s": 0.5,
 "replayed": 2, "restored": 1, "rows_in": 5, "rows_out": 4, "snapshot_bytes": 0,
 "total_s": 1.0}, "task_index": 1, "version": 1}""".replace("STATE", GOLDEN_BUCKET_STATE)
 
@@ -571,6 +576,8 @@ STATS = TaskStats(
     total_s=1.0,
     pid=42,
     executor="exec-1",
+    max_event_time_us=1700000000000000,
+    late_rows=3,
 )
 ACK = TaskAck(
     "job-a",

@@ -32,6 +32,7 @@ from typing import Any
 from gic_runtime import codec
 from gic_runtime.codec import Flag, Int, Text, json_record
 from gic_runtime.errors import ConfigurationError
+from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress
 from gic_runtime.handles import BucketState
 
 #: Manifest format version written by this runtime (docs/architecture.md §4.4).
@@ -139,6 +140,9 @@ class Manifest:
     query: Mapping[str, Any] | None = None
     """Fingerprint of the query that wrote the checkpoint (a free JSON object, see
     :mod:`gic_runtime.query`); ``None`` in manifests written without one."""
+    event_time: EventTimeProgress = NO_PROGRESS
+    """How far the job's event time had come when the checkpoint completed (its
+    watermark; :mod:`gic_runtime.event_time`); empty for jobs without event time."""
 
     def __post_init__(self) -> None:
         if self.checkpoint_id < 0 or self.epoch < 0:

@@ -57,7 +57,9 @@ from gic_runtime.checkpoint.manifest import (
 from gic_runtime.errors import (
     ConfigurationError,
     CorruptFileError,
+    FormatError,
 )
+from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress
 from gic_runtime.formats import decode_text_record, encode_text_record
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import parse_checkpoint_id
@@ -153,6 +155,8 @@ def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
     }
     if m.query is not None:
         body["query"] = dict(m.query)
+    if not m.event_time.empty:
+        body["event_time"] = m.event_time.to_json()
     try:
         text = json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -231,8 +235,18 @@ def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manif
         else None,
         version=version,
         query=_json_object(query, "query") if query is not None else None,
+        event_time=_event_time(obj.get("event_time")),
     )
     return map_uris(manifest, resolve) if version == 1 else manifest
+
+
+def _event_time(section: Any) -> EventTimeProgress:
+    if section is None:
+        return NO_PROGRESS
+    try:
+        return EventTimeProgress.from_json(_json_object(section, "event_time"))
+    except FormatError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def _v1_buckets(buckets_json: Any) -> dict[int, BucketState]:

@@ -53,7 +53,8 @@ sizes bytes):
                                   num_buckets, buckets_with_state, objects (objects
                                   referenced), bytes (snapshot sizes + changelog section
                                   lengths), restored_from (null or: source, mode,
-                                  source_checkpoint_id, released)
+                                  source_checkpoint_id, released), watermark (UTC
+                                  ISO-8601, null without event time), watermark_us
   unreadable                      manifests that cannot be read: id, uri, error
   status                          null (no status record) or: state, epoch,
                                   last_checkpoint, updated_at, error, failure
@@ -114,7 +115,13 @@ def checkpoint_json(stored: StoredManifest) -> dict[str, Any]:
         "objects": len(m.uris()),
         "bytes": totals.bytes,
         "restored_from": lineage_json(m.restored_from),
+        "watermark": _watermark_iso(m.event_time.watermark_us),
+        "watermark_us": m.event_time.watermark_us,
     }
+
+
+def _watermark_iso(micros: int | None) -> str | None:
+    return None if micros is None else iso(micros / 1_000_000, millis=True)
 
 
 def status_json(status: JobStatus | None) -> dict[str, Any] | None:
@@ -157,6 +164,9 @@ def _table(listing: _Listing) -> Table:
     for name in ("epoch", "buckets", "objects", "bytes"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("restored", overflow="fold")
+    timed = any(not s.manifest.event_time.empty for s in listing.checkpoints)
+    if timed:
+        table.add_column("watermark (UTC)", no_wrap=True)
     rows: list[tuple[int, list[str]]] = []
     for stored in listing.checkpoints:
         doc = checkpoint_json(stored)
@@ -169,9 +179,12 @@ def _table(listing: _Listing) -> Table:
             human_bytes(doc["bytes"]),
             _lineage_cell(stored),
         ]
+        if timed:
+            cells.append(doc["watermark"] or "-")
         rows.append((stored.checkpoint_id, cells))
     for item in listing.unreadable:
-        rows.append((item["id"], [str(item["id"]), "[red]unreadable[/red]", *[""] * 5]))
+        blank = [""] * (6 if timed else 5)
+        rows.append((item["id"], [str(item["id"]), "[red]unreadable[/red]", *blank]))
     for _, cells in sorted(rows, key=lambda row: row[0]):
         table.add_row(*cells)
     return table

@@ -80,6 +80,10 @@ class Barrier:
     staging_uri: str | None = None
     """Directory where tasks stage this batch's output files (``None``: no output)."""
     settings: TaskSettings = field(default_factory=TaskSettings)
+    watermark_us: int | None = None
+    """The event-time watermark this batch runs with (microseconds since the epoch;
+    ``None``: none yet, or no event time): rows older than it are late
+    (:mod:`gic_runtime.event_time`)."""
 
     @classmethod
     def build(
@@ -97,6 +101,7 @@ class Barrier:
         self_contained: bool = False,
         canonical_source: str | None = None,
         staging_uri: str | None = None,
+        watermark_us: int | None = None,
     ) -> Barrier:
         """THE way the runtime makes a barrier: the driver's for each batch, an in-process
         task's template, and a barrier unpickled in a task. Every input is named and the
@@ -115,6 +120,7 @@ class Barrier:
             canonical_source=canonical_source,
             staging_uri=staging_uri,
             settings=settings,
+            watermark_us=watermark_us,
         )
 
     def __post_init__(self) -> None:
@@ -202,6 +208,12 @@ class TaskStats:
     executor: Text = ""
     """Executor that ran the task (:func:`~gic_runtime.executor.environment.executor_id`;
     placement diagnostics)."""
+    max_event_time_us: Int | None = None
+    """The largest event time among the task's input rows, late ones included
+    (``None``: no row had one, or the stream has no event time)."""
+    late_rows: Int = 0
+    """Input rows older than the batch's watermark (dropped unless the stream keeps
+    them)."""
 
 
 @json_record("task ack", required=("outputs", "stats"), computed=("version",))

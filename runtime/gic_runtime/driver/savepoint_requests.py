@@ -4,8 +4,9 @@ A savepoint request is served from the latest completed checkpoint (a batch boun
 into the request's own target directory, then its outcome is recorded write-once in
 the control channel. Native savepoints duplicate the checkpoint's files (server-side
 copy where the store has it); canonical ones export every bucket to Parquet, with the
-engine's progress (:data:`ENGINE_RECORD`) and the output's lineage (:data:`SINK_RECORD`)
-stored beside the index, which a start restored from the savepoint reads back.
+engine's progress (:data:`ENGINE_RECORD`), the output's lineage (:data:`SINK_RECORD`)
+and the event-time progress (:data:`EVENT_TIME_RECORD`) stored beside the index, which
+a start restored from the savepoint reads back.
 
 Invariants:
 
@@ -36,6 +37,7 @@ from gic_runtime.control.envelope import decode_record, encode_record
 from gic_runtime.control.model import ControlRequest, Outcome, SavepointRequest
 from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.errors import GICError, ObjectNotFoundError
+from gic_runtime.event_time import EventTimeProgress
 from gic_runtime.layout import SAVEPOINT_MANIFEST
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
 from gic_runtime.savepoint.native import load_savepoint
@@ -94,16 +96,36 @@ inside their manifest."""
 _SINK_MAGIC = "GICP"
 
 
+EVENT_TIME_RECORD = "_event_time.json"
+"""Beside a canonical savepoint's index: the checkpoint's event-time progress (its
+watermark; a ``GICV`` record), so a job restored from it continues from that watermark.
+Native savepoints carry it inside their manifest."""
+_EVENT_TIME_MAGIC = "GICV"
+
+
 def write_canonical_extras(resolver: StoreResolver, directory: str, manifest: Manifest) -> None:
     """Store what a canonical savepoint of ``manifest`` carries beside its index: the
-    engine's progress (:data:`ENGINE_RECORD`) and the output's lineage
-    (:data:`SINK_RECORD`); each write-once, each only when the manifest has one."""
+    engine's progress (:data:`ENGINE_RECORD`), the output's lineage
+    (:data:`SINK_RECORD`) and the event-time progress (:data:`EVENT_TIME_RECORD`); each
+    write-once, each only when the manifest has one."""
     if manifest.engine:
         write_engine_record(resolver, directory, manifest.engine)
     if manifest.sink:
         body = {k: v for k, v in manifest.sink.items() if k != "staged"}
         body["job_id"] = manifest.job_id
         _write_beside(resolver, directory, SINK_RECORD, _SINK_MAGIC, body)
+    if not manifest.event_time.empty:
+        _write_beside(
+            resolver, directory, EVENT_TIME_RECORD, _EVENT_TIME_MAGIC, manifest.event_time.to_json()
+        )
+
+
+def read_event_time_record(resolver: StoreResolver, directory: str) -> EventTimeProgress:
+    """The event-time progress beside a canonical savepoint (none when it has no record,
+    as savepoints of jobs without event time). Raises :class:`FormatError` on a record
+    that does not hold two integer times."""
+    body = _read_beside(resolver, directory, EVENT_TIME_RECORD, _EVENT_TIME_MAGIC)
+    return EventTimeProgress.from_json(body)
 
 
 def read_sink_record(resolver: StoreResolver, directory: str) -> dict[str, Any] | None:

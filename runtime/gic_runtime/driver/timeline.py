@@ -72,6 +72,7 @@ from gic_runtime.errors import (
     ObjectNotFoundError,
     RestoreError,
 )
+from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress
 from gic_runtime.fencing import Fence
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import (
@@ -226,9 +227,11 @@ class CheckpointTimeline:
         engine: Mapping[str, Any] | None = None,
         sink: Mapping[str, Any] | None = None,
         query: Mapping[str, Any] | None = None,
+        event_time: EventTimeProgress = NO_PROGRESS,
     ) -> tuple[StoredManifest, Callable[[], DeletionReport]]:
         """Write manifest ``checkpoint_id`` (create-if-absent) and register it;
-        ``query`` is the fingerprint of the query that wrote it (:mod:`gic_runtime.query`).
+        ``query`` is the fingerprint of the query that wrote it (:mod:`gic_runtime.query`),
+        ``event_time`` how far the job's event time had come (its watermark).
 
         Returns the stored manifest and a function that waits for the background
         deletions this commit caused (callers on the critical path need not call it).
@@ -243,6 +246,7 @@ class CheckpointTimeline:
             engine=dict(engine or {}),
             sink=dict(sink or {}),
             query=None if query is None else dict(query),
+            event_time=event_time,
         )
         lineage = self._lineage
         if lineage is not None:

@@ -86,6 +86,8 @@ _log = logging.getLogger(__name__)
 @dataclass
 class _Counters:
     rows_in: int = 0
+    max_event_time_us: int | None = None
+    late_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,16 @@ class TaskContext:
     @property
     def rows_in(self) -> int:
         return self._counters.rows_in
+
+    def note_event_times(self, max_us: int | None, late: int) -> None:
+        """Report the largest event time of more input rows (``None``: none had one)
+        and how many of them were late (shows in ``TaskStats``)."""
+        c = self._counters
+        if max_us is not None:
+            c.max_event_time_us = (
+                max_us if c.max_event_time_us is None else max(c.max_event_time_us, max_us)
+            )
+        c.late_rows += late
 
 
 ProcessFn = Callable[[TaskContext], Iterable[pa.Table]]
@@ -284,6 +296,8 @@ def _run_locked(
         total_s=time.perf_counter() - began,
         pid=os.getpid(),
         executor=executor_id(),
+        max_event_time_us=ctx._counters.max_event_time_us,
+        late_rows=ctx._counters.late_rows,
     )
     return TaskAck(
         job_id=barrier.job_id,

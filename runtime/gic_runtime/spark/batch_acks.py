@@ -30,6 +30,7 @@ from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.coordination.ranges import split_buckets
 from gic_runtime.errors import StateError
+from gic_runtime.event_time import EventTimeSpec
 from gic_runtime.handles import BucketState
 from gic_runtime.processing import Processor
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement
@@ -48,6 +49,7 @@ def collect_acks(
     part_keys: list[int],
     processor: Processor,
     placement: StickyPlacement | None,
+    event_time: EventTimeSpec | None = None,
 ) -> tuple[list[TaskAck], PlacementReport]:
     """Run the stateful stage of ``barrier``'s batch over ``df`` (keyed by column
     ``key``); returns the tasks' acks and where the tasks ran. An executor's failure
@@ -57,13 +59,19 @@ def collect_acks(
     if placement is not None:
         routed, report = placement.pin(routed)
     try:
-        rows = routed.mapInArrow(make_stage(barrier, processor), ACK_SCHEMA).collect()
+        rows = routed.mapInArrow(make_stage(barrier, processor, event_time), ACK_SCHEMA).collect()
     except Exception as exc:
         raise executor_error(exc) from exc
     acks = [TaskAck.from_bytes(bytes(r["ack"])) for r in rows]
     if placement is not None:
         report = placement.observe(report, acks)
     return acks, report
+
+
+def max_event_time(acks: list[TaskAck]) -> int | None:
+    """The largest event time any task of the batch saw (``None``: none saw one)."""
+    seen = [a.stats.max_event_time_us for a in acks if a.stats.max_event_time_us is not None]
+    return max(seen, default=None)
 
 
 def merge_acks(acks: list[TaskAck], barrier: Barrier) -> dict[int, BucketState]:
@@ -141,4 +149,7 @@ def batch_report(
         executors=placement.executors,
         pinned=placement.pinned,
         moved_ranges=tuple((r.start, r.stop) for r in moved),
+        watermark_us=stored.manifest.event_time.watermark_us,
+        max_event_time_us=stored.manifest.event_time.max_event_time_us,
+        late_rows=sum(s.late_rows for s in stats),
     )

@@ -48,10 +48,11 @@ from gic_runtime.config import GICSettings
 from gic_runtime.control import ControlChannel
 from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.driver.timeline import CheckpointTimeline
+from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress, EventTimeSpec
 from gic_runtime.processing import Processor
 from gic_runtime.query import QueryFingerprint
 from gic_runtime.spark import checkpoint_dir
-from gic_runtime.spark.batch_acks import batch_report, collect_acks, merge_acks
+from gic_runtime.spark.batch_acks import batch_report, collect_acks, max_event_time, merge_acks
 from gic_runtime.spark.batch_output import BatchOutput
 from gic_runtime.spark.cleanup import clean_up_after_stop, run_drain
 from gic_runtime.spark.control_requests import serve_pending
@@ -87,6 +88,8 @@ class Driver:
         num_tasks: int,
         on_batch: Callable[[BatchReport], None] | None = None,
         query: QueryFingerprint | None = None,
+        event_time: EventTimeSpec | None = None,
+        event_time_progress: EventTimeProgress = NO_PROGRESS,
     ) -> None:
         """A driver over what :func:`~gic_runtime.spark.startup.start_driver` opened:
         ``timeline`` taken to the first batch, ``telemetry`` that reported the start,
@@ -98,6 +101,8 @@ class Driver:
         self.resolver = resolver
         self.on_batch = on_batch
         self.query = query
+        self.event_time = event_time
+        self._progress = event_time_progress
         self.root = settings.storage
         self.job_id = settings.job_id
         self.spark_dir = start_info.spark_checkpoint_dir
@@ -169,6 +174,7 @@ class Driver:
                 self_contained=self_contained,
                 canonical_source=self._canonical,
                 staging_uri=self._output.staging_uri(batch_id),
+                watermark_us=self._progress.watermark_us,
             )
             acks = self._run_stage(df, barrier)
             crashpoints.hit("after_acks", batch_id)
@@ -177,9 +183,13 @@ class Driver:
             sink_info = self._output.sink_section(f for a in acks for f in a.outputs)
             manifest_started = time.perf_counter()
             query = self.query.to_json() if self.query is not None else None
+            progress = self._progress
+            if self.event_time is not None:
+                progress = progress.advance(max_event_time(acks), self.event_time.delay_us)
             stored, _ = timeline.commit(
-                batch_id, states, engine=engine, sink=sink_info, query=query
+                batch_id, states, engine=engine, sink=sink_info, query=query, event_time=progress
             )
+            self._progress = progress
             manifest_ms = (time.perf_counter() - manifest_started) * 1000
             self._expected, self._canonical, self._last_id = dict(states), None, batch_id
             crashpoints.hit("after_manifest", batch_id)
@@ -216,7 +226,7 @@ class Driver:
     def _run_stage(self, df: DataFrame, barrier: Barrier) -> list[TaskAck]:
         acks, self._placement_report = collect_acks(
             df, barrier, key=self.key, part_keys=self._part_keys, processor=self.processor,
-            placement=self.placement,
+            placement=self.placement, event_time=self.event_time,
         )  # fmt: skip
         return acks
 

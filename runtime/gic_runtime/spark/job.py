@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.config import GICSettings, env_var
 from gic_runtime.errors import ConfigurationError, GICError
+from gic_runtime.event_time import EventTimeSpec
 from gic_runtime.processing import (
     AggregateProcessor,
     Aggregation,
@@ -47,7 +48,7 @@ from gic_runtime.sinks import FileSink, Sink
 from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
 from gic_runtime.spark.fingerprint import query_fingerprint
 from gic_runtime.spark.placement import key_expression
-from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
+from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of, event_time_spec
 from gic_runtime.spark.session import REQUIRED_CONF, local_spark, submitted_spark
 from gic_runtime.spark.spark_sinks import DiscardSink, ForeachBatchSink
 from gic_runtime.spark.startup import start_driver
@@ -117,15 +118,30 @@ class GICJob:
             spark = submitted_spark(app_name) if submitted else local_spark(app_name)
         return cls(spark, resolved)
 
-    def keyed(self, df: DataFrame, key: str) -> KeyedStream:
-        """Key ``df`` (a streaming DataFrame) by the string or integer column ``key``."""
+    def keyed(
+        self,
+        df: DataFrame,
+        key: str,
+        *,
+        event_time: str | None = None,
+        watermark: str | float | None = None,
+        keep_late: bool = False,
+    ) -> KeyedStream:
+        """Key ``df`` (a streaming DataFrame) by the string or integer column ``key``.
+
+        ``event_time`` names a timestamp column; ``watermark`` is the lateness bound
+        (``"10 seconds"``, ``"5 minutes"``, or seconds as a number; 0 when left out).
+        Each batch runs with the watermark the batches before it set (the largest
+        event time seen minus the bound); its rows older than that are late: dropped
+        and counted in ``BatchReport.late_rows``, or kept with ``keep_late=True``. The
+        watermark is part of every checkpoint and savepoint."""
         if not df.isStreaming:
             raise ConfigurationError(
                 "keyed() needs a streaming DataFrame (spark.readStream...); for a batch "
                 "DataFrame use plain Spark"
             )
         key_expression(df, key)
-        return KeyedStream(self, df, key)
+        return KeyedStream(self, df, key, event_time_spec(df, event_time, watermark, keep_late))
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,7 @@ class KeyedStream:
     job: GICJob
     df: DataFrame
     key: str
+    event_time: EventTimeSpec | None = None
 
     def _input_schema(self) -> pa.Schema:
         return arrow_schema_of(self.df)
@@ -143,12 +160,14 @@ class KeyedStream:
         """``fn(key, rows, state)`` per key and batch (see
         :class:`~gic_runtime.processing.KeyState`)."""
         schema = arrow_schema(self.job.spark, output_schema)
-        return StatefulStream(self.job, self.df, self.key, PerKeyProcessor(self.key, fn, schema))
+        processor = PerKeyProcessor(self.key, fn, schema)
+        return StatefulStream(self.job, self.df, self.key, processor, self.event_time)
 
     def process_batches(self, fn: BatchFunction, output_schema: str | pa.Schema) -> StatefulStream:
         """``fn(table, states)`` once per task and batch (vectorized over Arrow)."""
         schema = arrow_schema(self.job.spark, output_schema)
-        return StatefulStream(self.job, self.df, self.key, BatchProcessor(self.key, fn, schema))
+        processor = BatchProcessor(self.key, fn, schema)
+        return StatefulStream(self.job, self.df, self.key, processor, self.event_time)
 
     def aggregate(self, **aggregations: Aggregation) -> StatefulStream:
         """Running aggregates per key, e.g. ``aggregate(n=count(), total=sum_("x"))``;
@@ -156,7 +175,7 @@ class KeyedStream:
         input_schema = self._input_schema()
         schema = aggregate_schema(input_schema.field(self.key), aggregations, input_schema)
         processor = AggregateProcessor(self.key, aggregations, schema)
-        return StatefulStream(self.job, self.df, self.key, processor)
+        return StatefulStream(self.job, self.df, self.key, processor, self.event_time)
 
 
 @dataclass(frozen=True)
@@ -189,6 +208,7 @@ class StatefulStream:
     df: DataFrame
     key: str
     processor: Processor
+    event_time: EventTimeSpec | None = None
 
     def to_parquet(self, path: str) -> GICQuery:
         """Transactional Parquet output (exactly-once; see :class:`~gic_runtime.sinks.FileSink`)."""
@@ -268,6 +288,7 @@ class GICQuery:
                 resolver=job.resolver,
                 on_batch=collect,
                 query=fingerprint,
+                event_time=self.stream.event_time,
             )
             self.driver = driver
             return self._run(driver, trigger, reports, term, started)

@@ -52,6 +52,14 @@ class BatchReport:
     """Bucket ranges ``[start, stop)`` whose task ran on another executor than in the
     batch before (executor lost, rescale, executors joined, or the scheduler gave up
     waiting for the preferred one)."""
+    watermark_us: int | None = None
+    """The event-time watermark after this batch, as its checkpoint records it (the next
+    batch runs with it), in microseconds since the epoch; ``None`` without event time."""
+    max_event_time_us: int | None = None
+    """The largest event time seen up to and including this batch."""
+    late_rows: int = 0
+    """Input rows of this batch older than the watermark it ran with (dropped unless the
+    stream keeps them)."""
 
     @property
     def local_hit_ratio(self) -> float:

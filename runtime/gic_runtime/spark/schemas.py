@@ -1,4 +1,5 @@
-"""Spark and Arrow schemas of keyed-stage outputs."""
+"""Spark and Arrow schemas of keyed-stage inputs and outputs, and the event-time column
+checks of a keyed stream."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from gic_runtime.errors import ConfigurationError
+from gic_runtime.event_time import EventTimeSpec, parse_duration
 
 
 def arrow_schema(spark: SparkSession, schema: str | pa.Schema) -> pa.Schema:
@@ -30,10 +32,39 @@ def arrow_schema(spark: SparkSession, schema: str | pa.Schema) -> pa.Schema:
 
 
 def arrow_schema_of(df: DataFrame) -> pa.Schema:
-    """Arrow schema of ``df``'s rows."""
-    return to_arrow_schema(df.schema)
+    """Arrow schema of ``df``'s rows (timestamps in the session's time zone, as Spark
+    hands them to ``mapInArrow``)."""
+    timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    return to_arrow_schema(df.schema, timezone=timezone)
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
     """Spark schema of Arrow ``schema``."""
     return from_arrow_schema(schema)
+
+
+def event_time_spec(
+    df: DataFrame, column: str | None, watermark: str | float | None, keep_late: bool
+) -> EventTimeSpec | None:
+    """The event-time settings of :meth:`GICJob.keyed`, checked against ``df``'s schema
+    (the column exists and is a timestamp)."""
+    if column is None:
+        if watermark is not None or keep_late:
+            raise ConfigurationError(
+                "watermark and keep_late need an event-time column: pass event_time='<column>'"
+            )
+        return None
+    schema = arrow_schema_of(df)
+    if column not in schema.names:
+        raise ConfigurationError(
+            f"event_time column {column!r} is not in the stream (columns: "
+            f"{', '.join(schema.names)})"
+        )
+    kind = schema.field(column).type
+    if not pa.types.is_timestamp(kind):
+        raise ConfigurationError(
+            f"event_time column {column!r} has type {kind}, not a timestamp; cast it first "
+            "(e.g. df.withColumn(name, F.col(name).cast('timestamp')))"
+        )
+    delay = 0 if watermark is None else parse_duration(watermark)
+    return EventTimeSpec(column, delay, keep_late)

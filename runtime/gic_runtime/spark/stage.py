@@ -27,19 +27,24 @@ import pyarrow as pa
 from gic_runtime import crashpoints, errors
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.errors import GICError, StateError
+from gic_runtime.event_time import EventTimeSpec
 from gic_runtime.executor.core import TaskContext, run_task
 from gic_runtime.executor.state_stack import local_paths
 from gic_runtime.materialization.background import wait_for_markers
 from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
+from gic_runtime.processing.late_rows import split_late
 from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
 
 ACK_SCHEMA = "ack binary"
 
 
 def make_stage(
-    barrier: Barrier, processor: Processor
+    barrier: Barrier, processor: Processor, event_time: EventTimeSpec | None = None
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of batch ``barrier.checkpoint_id``."""
+    """The ``mapInArrow`` function of batch ``barrier.checkpoint_id``. With
+    ``event_time``, rows older than ``barrier.watermark_us`` are late (dropped unless
+    kept, counted) and the task reports its largest event time
+    (:mod:`gic_runtime.processing.late_rows`)."""
 
     def stage(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext as SparkTaskContext
@@ -68,7 +73,16 @@ def make_stage(
         def process(ctx: TaskContext) -> Iterator[pa.Table]:
             if table is not None:
                 ctx.count_rows_in(table.num_rows)
-                yield from processor(table, ctx.backend, barrier.checkpoint_id, buckets=buckets)
+                rows, rows_buckets = table, buckets
+                if event_time is not None:
+                    rows, largest, late, keep = split_late(table, event_time, barrier.watermark_us)
+                    ctx.note_event_times(largest, late)
+                    if rows_buckets is not None and keep is not None:
+                        rows_buckets = rows_buckets.filter(keep)
+                if rows.num_rows:
+                    yield from processor(
+                        rows, ctx.backend, barrier.checkpoint_id, buckets=rows_buckets
+                    )
             crashpoints.hit("in_task", barrier.checkpoint_id)
 
         ack = run_task(barrier, index, process, output_schema=processor.output_schema)

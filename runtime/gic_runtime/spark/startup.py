@@ -45,8 +45,9 @@ from gic_runtime.checkpoint.catalog import find_latest_checkpoint
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings
-from gic_runtime.driver.savepoint_requests import read_engine_record
+from gic_runtime.driver.savepoint_requests import read_engine_record, read_event_time_record
 from gic_runtime.driver.timeline import CheckpointTimeline, RestoreRequest
+from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress, EventTimeSpec
 from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.layout import job_dir
 from gic_runtime.processing import Processor
@@ -82,6 +83,7 @@ def start_driver(
     resolver: StoreResolver,
     on_batch: Callable[[BatchReport], None] | None = None,
     query: QueryFingerprint | None = None,
+    event_time: EventTimeSpec | None = None,
 ) -> Driver:
     """Everything before the first batch (see the module docstring); returns the driver,
     complete, whose :attr:`~gic_runtime.spark.driver.Driver.start_info` says where the
@@ -126,6 +128,7 @@ def start_driver(
             query=query,
             takeover=s.output_takeover,
         )
+        progress = start_progress(resolver, timeline)
         placement = StickyPlacement(spark, num_tasks)
         lineage = timeline.lineage
         start_info = StartInfo(
@@ -163,7 +166,21 @@ def start_driver(
         num_tasks=num_tasks,
         on_batch=on_batch,
         query=query,
+        event_time=event_time,
+        event_time_progress=progress,
     )
+
+
+def start_progress(resolver: StoreResolver, timeline: CheckpointTimeline) -> EventTimeProgress:
+    """The event-time progress the attempt starts from: its start checkpoint's or
+    savepoint's (a canonical savepoint keeps it beside its index); none on fresh state."""
+    manifest = timeline.start.manifest
+    if manifest is not None:
+        return manifest.event_time
+    canonical = timeline.start.canonical_uri
+    if canonical is not None:
+        return read_event_time_record(resolver, canonical)
+    return NO_PROGRESS
 
 
 @dataclass

@@ -128,6 +128,7 @@ class Telemetry:
             local_hit_ratio=report.local_hit_ratio,
         )
         m.observe_placement(executors=report.executors, moved=len(report.moved_ranges))
+        m.observe_event_time(watermark_us=report.watermark_us, late_rows=report.late_rows)
         sweep = self.status.last_sweep
         if report.orphans_deleted:
             m.observe_sweep(report.orphans_deleted, report.orphan_bytes_deleted)
@@ -150,6 +151,8 @@ class Telemetry:
                 rows=report.rows_in,
                 executors=report.executors,
                 moved_ranges=report.moved_ranges,
+                watermark_us=report.watermark_us,
+                late_rows=report.late_rows,
             ),
             materialization=MaterializationStatus(
                 started=old.started + report.materializations_started,

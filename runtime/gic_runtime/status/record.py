@@ -31,7 +31,7 @@ from pydantic import AfterValidator, Field
 
 from gic_runtime import codec
 from gic_runtime.checkpoint.manifest import RestoreMode
-from gic_runtime.codec import Count, Finite, Flag, Text, json_record
+from gic_runtime.codec import Count, Finite, Flag, Int, Text, json_record
 from gic_runtime.control.model import Outcome
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.status.failures import FailureStatus
@@ -85,7 +85,9 @@ class CheckpointStatus:
     long the batch's checkpoint took (ms), bytes uploaded in total and by kind, the
     executor-local state hit ratio (``None`` when no bucket was needed), rows, and
     placement: live executors (0 in local mode) and the bucket ranges ``[start, stop)``
-    whose task ran on another executor than in the batch before."""
+    whose task ran on another executor than in the batch before; with event time, the
+    watermark the checkpoint records (microseconds since the epoch) and the batch's late
+    rows."""
 
     id: Count
     created_at: Finite
@@ -97,6 +99,8 @@ class CheckpointStatus:
     rows: Count = 0
     executors: Count = 0
     moved_ranges: Annotated[tuple[BucketRange, ...], Field(max_length=MAX_RANGES)] = ()
+    watermark_us: Int | None = None
+    late_rows: Count = 0
 
 
 @json_record("restore status", required=("released",))

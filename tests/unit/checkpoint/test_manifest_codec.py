@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -26,6 +27,7 @@ from gic_runtime.errors import (
     FormatError,
     UnsupportedVersionError,
 )
+from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress
 from gic_runtime.formats import crc32c
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.layout import manifest_uri
@@ -91,7 +93,12 @@ def manifests(draw: st.DrawFn) -> Manifest:
         engine=draw(st.dictionaries(st.text(max_size=6), _json, max_size=4)),
         sink=draw(st.dictionaries(st.text(max_size=6), _json, max_size=4)),
         restored_from=lineage,
+        event_time=draw(_progress),
     )
+
+
+_times = st.integers(-(2**61), 2**61)
+_progress = st.one_of(st.just(NO_PROGRESS), st.builds(EventTimeProgress, _times, _times))
 
 
 def _reencode(body: dict[str, Any], version: int = 2) -> bytes:
@@ -124,6 +131,26 @@ class TestRoundTrip:
         seg = ChangelogHandle(f"{ROOT}/c", 0, 1, 1, 3, 4, 0)
         m = Manifest("job-a", 1, 1, 0.0, 2, {1: BucketState(1, 4, snap, (seg,))})
         assert m.uris() == {f"{ROOT}/s", f"{ROOT}/c"}
+
+    def test_event_time_is_written_only_when_seen(self) -> None:
+        plain = json.loads(encode_manifest(_simple(), CHK_URI).split(b"\n", 1)[1])
+        assert "event_time" not in plain  # manifests of jobs without event time unchanged
+        timed = dataclasses.replace(_simple(), event_time=EventTimeProgress(20, 10))
+        data = encode_manifest(timed, CHK_URI)
+        assert json.loads(data.split(b"\n", 1)[1])["event_time"] == {
+            "max_event_time_us": 20,
+            "watermark_us": 10,
+        }
+        assert decode_manifest(data, CHK_URI).event_time == EventTimeProgress(20, 10)
+
+    @pytest.mark.parametrize(
+        "section", [[1, 2], {"watermark_us": 1}, {"max_event_time_us": "x", "watermark_us": 1}]
+    )
+    def test_a_bad_event_time_section_makes_the_manifest_corrupt(self, section: Any) -> None:
+        body = json.loads(encode_manifest(_simple(), CHK_URI).split(b"\n", 1)[1])
+        body["event_time"] = section
+        with pytest.raises(CorruptFileError, match="event"):
+            decode_manifest(_reencode(body), CHK_URI)
 
     def test_engine_and_sink_are_copied(self) -> None:
         engine: dict[str, Any] = {"offsets": {"a": 1}}

@@ -49,7 +49,7 @@ def _merge(acks: list[TaskAck]) -> TaskAck:
     totals = {
         f.name: sum(getattr(a.stats, f.name) for a in acks)
         for f in fields(TaskStats)
-        if f.name not in ("pid", "executor")
+        if f.name not in ("pid", "executor", "max_event_time_us")
     }
     merged = replace(acks[0], states=h.states_of(acks), outputs=sum((a.outputs for a in acks), ()))
     pids = {a.stats.pid for a in acks}
