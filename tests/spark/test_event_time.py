@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -140,3 +142,55 @@ def test_late_events_are_dropped_and_the_watermark_survives_restart_and_restore(
     # the restored job's output: only the users its batch updated
     assert last_sums(work / "spend2") == {"a": sums["a"]}
     assert sums["c"] == 32  # c@39 was late for the restored job
+
+
+TWO_EXECUTORS = """
+import sys
+from pyspark.sql import SparkSession
+spark = (
+    SparkSession.builder.master("local-cluster[2,1,1024]")
+    .appName("late-events")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "4")
+    .config("spark.executor.memory", "768m")
+    .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+    .getOrCreate()
+)
+sys.path.insert(0, "examples")
+import late_events
+late_events.main(["--input", "events/", "--output", "spend/"])
+"""
+
+
+@pytest.mark.slow
+def test_late_events_are_dropped_on_two_executors(tmp_path: Path) -> None:
+    """The same job on two executor JVMs: the split runs in their Python workers, with
+    the watermark the barrier carries there."""
+    work = tmp_path / "work"
+    (work / "events").mkdir(parents=True)
+    (work / "examples").symlink_to(REPO / "examples")
+    for i, events in enumerate(FILES):
+        (work / "events" / f"f{i}.json").write_text(file_text(events))
+    env = clean_env(
+        GIC_STORAGE=(work / "gic-data").as_uri(),
+        GIC_NUM_BUCKETS="16",
+        GIC_LOCAL_DIR=str(tmp_path / "local"),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,  # the workers' interpreter must import gic_runtime
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_EXECUTORS],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    sums, late, marks = reference(FILES)
+    line = re.compile(r"batch (\d+): \d+ events, (\d+) late")
+    assert [int(k) for _, k in line.findall(done.stdout)] == late, done.stdout
+    stored = load_retained(StoreResolver(), (work / "gic-data").as_uri(), "late-events")
+    assert stored[-1].manifest.event_time.watermark_us == us(marks[-1] or 0)
+    assert last_sums(work / "spend") == sums
