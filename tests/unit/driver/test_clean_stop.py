@@ -66,6 +66,9 @@ def run_and_stop(objects: LocalObjectStore, tmp_path: Path, batches: int) -> Che
         assert ack.stats.materializations_started > 0
     finally:
         task.close()
+    # what the commits subsumed is deleted in the background: let it finish, so what
+    # the tests see unreferenced is exactly what the stop's sweep is for
+    timeline.registry.drain()
     return timeline
 
 
