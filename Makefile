@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 # Every Python dependency, transitive ones included, at exact versions with their hashes
 # (pip-compile --generate-hashes from pyproject.toml; regenerate with `make lock`).
 LOCK := requirements/dev.lock
+# pip itself (every venv upgrades to it first) and the lock tools, hashed too.
+PIP_LOCK := requirements/pip.lock
+LOCK_TOOLS_LOCK := requirements/lock-tools.lock
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 # `make run` gets a venv of its own with only what running needs (the runtime and PySpark,
@@ -24,9 +27,9 @@ setup: $(STAMP)
 # The locked versions only: --require-hashes refuses anything unpinned or unhashed, and the
 # project itself goes in without dependencies and without an isolated build environment
 # (its build backend comes from the lock as well).
-$(STAMP): pyproject.toml $(LOCK)
+$(STAMP): pyproject.toml $(LOCK) $(PIP_LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip==25.3
+	$(PY) -m pip install --quiet --require-hashes -r $(PIP_LOCK)
 	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(PY) -m pip check || { echo "$(LOCK) lags pyproject.toml: run make lock" >&2; exit 1; }
@@ -34,11 +37,11 @@ $(STAMP): pyproject.toml $(LOCK)
 
 # The same for `make run`, one step per line and pip's own progress (the first run
 # downloads PySpark, about 450 MB).
-$(RUN_STAMP): pyproject.toml $(RUN_LOCK)
+$(RUN_STAMP): pyproject.toml $(RUN_LOCK) $(PIP_LOCK)
 	@echo "make run: [1/4] virtual environment $(RUN_VENV)"
 	$(PYTHON) -m venv $(RUN_VENV)
 	@echo "make run: [2/4] pip"
-	$(RUN_PY) -m pip install --progress-bar on --upgrade pip==25.3
+	$(RUN_PY) -m pip install --progress-bar on --require-hashes -r $(PIP_LOCK)
 	@echo "make run: [3/4] the runtime and PySpark, locked ($(RUN_LOCK))"
 	$(RUN_PY) -m pip install --progress-bar on --require-hashes -r $(RUN_LOCK)
 	@echo "make run: [4/4] gic itself"
@@ -58,13 +61,15 @@ PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" PIP_FIND_LINKS= $(LOCK_TOOLS)/b
 # `make lock UPGRADE=1` moves every package to the newest version its range allows.
 lock:
 	$(PYTHON) -m venv $(LOCK_TOOLS)
-	$(LOCK_TOOLS)/bin/pip install --quiet pip-tools==7.6.2
+	$(LOCK_TOOLS)/bin/pip install --quiet --require-hashes -r $(PIP_LOCK)
+	$(LOCK_TOOLS)/bin/pip install --quiet --require-hashes -r $(LOCK_TOOLS_LOCK)
 	$(PIP_COMPILE) --extra dev --extra spark --extra operator \
 		-o requirements/dev.lock pyproject.toml requirements/build.in
 	$(PIP_COMPILE) --extra spark -o requirements/run.lock pyproject.toml requirements/build.in
 	$(PIP_COMPILE) --extra operator -o requirements/operator.lock pyproject.toml
 	$(PIP_COMPILE) -o requirements/runtime.lock pyproject.toml
 	$(PIP_COMPILE) -o requirements/build.lock requirements/build.in
+	$(PIP_COMPILE) -o $(LOCK_TOOLS_LOCK) requirements/lock-tools.in
 
 # The placement helper (a small jar built with javac against PySpark's jars, cached by
 # source digest; the runtime builds it on demand too, see docs/architecture.md §13.2).

@@ -16,6 +16,7 @@ from gic_operator.launch.launch_plan import SPARK_UID
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 MAKEFILE = (ROOT / "Makefile").read_text()
+REQUIREMENTS = ROOT / "requirements"
 LOCKS = ROOT / "requirements"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -59,11 +60,13 @@ def test_every_pip_install_is_locked() -> None:
         for command in re.split(r"&&", line):
             if "pip install" not in command:
                 continue
-            if "pip-tools==" in command or "--upgrade pip==" in command:
-                continue  # the lock tools (make lock) and the installer itself
             locked = "--require-hashes -r " in command
             own = "--no-deps" in command
             assert locked or own, command.strip()
+    # pip itself and the lock tools (make lock) come from locks with hashes too
+    for lock in ("pip.lock", "lock-tools.lock"):
+        pins = [line for line in (REQUIREMENTS / lock).read_text().splitlines() if "==" in line]
+        assert pins and all(line.endswith("\\") for line in pins), lock  # hashes follow
     for command in re.findall(r"pip (?:wheel|install)[^\n&]*(?:-e \.|\s\.)\s*$", DOCKERFILE, re.M):
         assert "--no-build-isolation" in command, command
 
