@@ -7,9 +7,10 @@ checksum mismatches with an error naming the file, never returning partial data.
 
 from __future__ import annotations
 
+import json
 import re
 import struct
-from typing import Final
+from typing import Any, Final
 
 import google_crc32c
 
@@ -121,3 +122,43 @@ def decode_text_record(
     payload = data[newline + 1 :]
     verify_crc(payload, int(crc.group(1), 16), what=f"{what} body", uri=uri)
     return version, payload
+
+
+MAX_JSON_DEPTH: Final = 64
+"""Deepest nesting of lists and objects a stored JSON record may have. GIC's own records
+stay under 10 levels (free-form parts such as a manifest's ``engine`` included); a
+deeper one is hostile or damaged, and decoding it could exhaust the stack."""
+
+
+def load_json(payload: bytes | str, *, what: str, uri: str | None) -> Any:
+    """Parse the JSON ``payload`` of a stored record. Raises :class:`CorruptFileError`
+    naming ``what`` and ``uri`` when it is not JSON or nests deeper than
+    :data:`MAX_JSON_DEPTH` (never ``RecursionError``, whatever the input)."""
+    try:
+        value = json.loads(payload)
+    except RecursionError as exc:
+        raise CorruptFileError(
+            f"{what} nests deeper than {MAX_JSON_DEPTH} levels", uri=uri
+        ) from exc
+    except ValueError as exc:
+        raise CorruptFileError(f"{what} body is not valid JSON: {exc}", uri=uri) from exc
+    if _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise CorruptFileError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels", uri=uri)
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists/objects deeper than ``limit`` (iterative)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

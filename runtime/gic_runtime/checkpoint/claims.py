@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gic_runtime.errors import CorruptFileError
-from gic_runtime.formats import decode_text_record, encode_text_record
+from gic_runtime.formats import decode_text_record, encode_text_record, load_json
 from gic_runtime.layout import epoch_start_uri, epochs_dir, parse_epoch, parse_epoch_start
 from gic_runtime.storage.listing import list_bounded
 from gic_runtime.storage.object_store import read_bounded
@@ -111,8 +111,8 @@ class EpochStart:
         _, payload = decode_text_record(
             data, START_MAGIC, SUPPORTED_START_VERSIONS, what="GIC claim start record", uri=uri
         )
+        body = load_json(payload, what="GIC claim start record", uri=uri)
         try:
-            body = json.loads(payload)
             record = cls(
                 epoch=_int(body["epoch"]),
                 start_checkpoint=_int(body["start_checkpoint"]),

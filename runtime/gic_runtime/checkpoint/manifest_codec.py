@@ -60,7 +60,7 @@ from gic_runtime.errors import (
     FormatError,
 )
 from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress
-from gic_runtime.formats import decode_text_record, encode_text_record
+from gic_runtime.formats import decode_text_record, encode_text_record, load_json
 from gic_runtime.handles import BucketState
 from gic_runtime.layout import parse_checkpoint_id
 from gic_runtime.storage.uri import join
@@ -178,10 +178,7 @@ def decode_manifest(data: bytes, manifest_uri: str) -> Manifest:
     version, body = decode_text_record(
         data, MAGIC, SUPPORTED_VERSIONS, what="GIC manifest", uri=manifest_uri
     )
-    try:
-        obj = json.loads(body)
-    except ValueError as exc:
-        raise CorruptFileError(f"manifest body is not valid JSON: {exc}", uri=manifest_uri) from exc
+    obj = load_json(body, what="manifest", uri=manifest_uri)
     if not isinstance(obj, dict):
         raise CorruptFileError("manifest body is not a JSON object", uri=manifest_uri)
     try:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from gic_runtime.errors import ConfigurationError, CorruptFileError
-from gic_runtime.formats import decode_text_record, encode_text_record
+from gic_runtime.formats import decode_text_record, encode_text_record, load_json
 
 _T = TypeVar("_T")
 
@@ -57,10 +57,7 @@ def decode_record(
     body not a JSON object) or :class:`UnsupportedVersionError`, naming ``uri``.
     """
     version, payload = decode_text_record(data, magic, supported, what=what, uri=uri)
-    try:
-        body = json.loads(payload)
-    except ValueError as exc:
-        raise CorruptFileError(f"{what} body is not valid JSON: {exc}", uri=uri) from exc
+    body = load_json(payload, what=what, uri=uri)
     if not isinstance(body, dict):
         raise CorruptFileError(f"{what} body is not a JSON object", uri=uri)
     return version, body

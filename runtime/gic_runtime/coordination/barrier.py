@@ -27,7 +27,6 @@ in ascending bucket order; every stats counter may be absent (0).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any
@@ -38,6 +37,7 @@ from gic_runtime.coordination.packed_states import PackedStates
 from gic_runtime.coordination.ranges import split_buckets
 from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.errors import ConfigurationError, FormatError
+from gic_runtime.formats import load_json
 from gic_runtime.handles import BucketState
 
 __all__ = [
@@ -241,8 +241,8 @@ class TaskAck:
     def from_bytes(cls, data: bytes) -> TaskAck:
         """The ack ``data`` holds; :class:`FormatError` names what is wrong with it."""
         try:
-            body = json.loads(data)
-        except ValueError as exc:
+            body = load_json(data, what="task ack", uri=None)
+        except FormatError as exc:
             raise FormatError(f"malformed task ack: {exc}") from exc
         if not isinstance(body, dict):
             raise FormatError(f"malformed task ack: a JSON {type(body).__name__}, not an object")

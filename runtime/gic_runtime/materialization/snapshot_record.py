@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gic_runtime.errors import CorruptFileError, UnsupportedVersionError
-from gic_runtime.formats import crc32c, verify_crc
+from gic_runtime.formats import crc32c, load_json, verify_crc
 from gic_runtime.handles import BucketState, SnapshotHandle
 
 ADOPTION_MAX_AGE_S: Final = 600.0
@@ -100,8 +100,8 @@ def decode_record(data: bytes, *, where: str) -> MaterializationRecord:
             uri=where,
         )
     verify_crc(payload, int(match.group(2), 16), what="materialization record", uri=where)
+    body = load_json(payload, what="materialization record", uri=where)
     try:
-        body = json.loads(payload)
         snapshot = SnapshotHandle.from_json(body["snapshot"])
         record = MaterializationRecord(
             job_id=str(body["job_id"]),

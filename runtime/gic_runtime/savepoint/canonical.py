@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import CorruptFileError, ObjectNotFoundError, UnsupportedVersionError
-from gic_runtime.formats import crc32c
+from gic_runtime.formats import crc32c, load_json
 from gic_runtime.handles import BucketState
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import (
@@ -232,8 +232,8 @@ def read_canonical_index(resolver: StoreResolver, src_uri: str) -> CanonicalInde
             "savepoint directory)",
             uri=uri,
         ) from exc
+    doc = load_json(raw, what="canonical savepoint index", uri=uri)
     try:
-        doc = json.loads(raw)
         fmt, version, body, crc = doc["format"], doc["version"], doc["body"], doc["crc32c"]
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptFileError(f"canonical savepoint index is not valid: {exc}", uri=uri) from exc

@@ -43,7 +43,7 @@ from gic_runtime.errors import (
     OutputOwnedError,
     StateError,
 )
-from gic_runtime.formats import decode_text_record, encode_text_record
+from gic_runtime.formats import decode_text_record, encode_text_record, load_json
 from gic_runtime.sinks.output_owners import (
     OutputClaim,
     OutputGeneration,
@@ -98,10 +98,7 @@ def decode_marker(data: bytes, uri: str) -> dict[str, Any]:
     _, payload = decode_text_record(
         data, MARKER_MAGIC, frozenset({MARKER_VERSION}), what="sink commit marker", uri=uri
     )
-    try:
-        body: dict[str, Any] = json.loads(payload)
-    except ValueError as exc:
-        raise CorruptFileError(f"sink commit marker is not JSON: {exc}", uri=uri) from exc
+    body: dict[str, Any] = load_json(payload, what="sink commit marker", uri=uri)
     return body
 
 

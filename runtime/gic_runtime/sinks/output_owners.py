@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from gic_runtime.codec import Count, Finite, Text, from_stored_json, json_record, to_json
 from gic_runtime.errors import CorruptFileError, ObjectExistsError, OutputOwnedError
-from gic_runtime.formats import decode_text_record, encode_text_record
+from gic_runtime.formats import decode_text_record, encode_text_record, load_json
 from gic_runtime.storage.listing import list_bounded
 from gic_runtime.storage.object_store import ObjectStore, read_bounded
 
@@ -123,10 +123,7 @@ def _decode(data: bytes, uri: str) -> OutputGeneration:
     _, payload = decode_text_record(
         data, OWNER_MAGIC, frozenset({OWNER_VERSION}), what="output owner record", uri=uri
     )
-    try:
-        body = json.loads(payload)
-    except ValueError as exc:
-        raise CorruptFileError(f"output owner record is not JSON: {exc}", uri=uri) from exc
+    body = load_json(payload, what="output owner record", uri=uri)
     return from_stored_json(OutputGeneration, body, uri=uri)
 
 
