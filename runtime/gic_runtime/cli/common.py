@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from gic_runtime.config import GICSettings
 from gic_runtime.errors import ConfigurationError, GICError
@@ -158,11 +159,31 @@ def to_uri(path: str) -> str:
 PIPED_WIDTH = 200
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` without terminal control characters: each (ESC, BEL, CR, C1 codes, ...;
+    not newline or tab) is shown as its escape, e.g. ``\\x1b``. Text read from storage
+    is written by drivers and tenants; printed as is, an escape sequence could clear the
+    screen, retitle the window or write the clipboard."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class SafeConsole(Console):
+    """A console that never passes control characters of the text it renders to the
+    terminal (:func:`terminal_safe`); its own styles still reach it. Every string it
+    renders, printed or in a table cell, goes through :meth:`render_str`."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(terminal_safe(text), **kwargs)
+
+
 def stdout_console() -> Console:
     """The console for results. When stdout is not a terminal (piped, captured), text
     lines are never wrapped, so a printed command or path stays on one line, and tables
     get :data:`PIPED_WIDTH` columns (``COLUMNS`` wins) instead of rich's 80."""
-    console = Console(highlight=False)
+    console = SafeConsole(highlight=False)
     if not console.is_terminal:
         console.soft_wrap = True
         if not os.environ.get("COLUMNS"):
@@ -171,7 +192,7 @@ def stdout_console() -> Console:
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return SafeConsole(stderr=True, highlight=False)
 
 
 def debug_enabled() -> bool:
@@ -194,7 +215,7 @@ def error_line(message: str) -> str:
 
 def print_error(message: str) -> None:
     """Print ``error: <message>`` as one red line on stderr."""
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
     console.print(f"error: {error_line(message)}", style="red", markup=False)
 
 
