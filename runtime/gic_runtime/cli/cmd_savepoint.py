@@ -24,7 +24,8 @@ import typer
 from rich.markup import escape
 
 from gic_runtime.checkpoint.catalog import load_retained
-from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
+from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType, StoredManifest
+from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
 from gic_runtime.cli.common import (
     CLIError,
     ConfigOpt,
@@ -42,9 +43,9 @@ from gic_runtime.control import ControlChannel, Outcome
 from gic_runtime.control.model import new_request_id
 from gic_runtime.driver.savepoint_requests import directory_size, write_canonical_extras
 from gic_runtime.errors import GICError
-from gic_runtime.layout import SAVEPOINT_MANIFEST, savepoint_dir
+from gic_runtime.layout import SAVEPOINT_MANIFEST, job_dir, savepoint_dir
 from gic_runtime.savepoint.canonical import INDEX_NAME, write_canonical_from_states
-from gic_runtime.savepoint.native import write_native_savepoint
+from gic_runtime.savepoint.native import check_objects_within, write_native_savepoint
 from gic_runtime.status import read_status
 from gic_runtime.storage.uri import StoreResolver, join
 
@@ -136,6 +137,16 @@ def _online(
     _print_outcome(outcome, offline=False)
 
 
+def owned_directories(ctx: JobContext, latest: StoredManifest) -> list[str]:
+    """Where the objects of the job's checkpoint ``latest`` may lie: the job's own
+    directory, and the directory of the restore source its lineage records."""
+    within = [job_dir(ctx.root, ctx.job_id)]
+    lineage = latest.manifest.restored_from
+    if lineage is not None:
+        within.append(manifest_base_dir(lineage.source_uri))
+    return within
+
+
 def _offline(ctx: JobContext, fmt: SavepointFormat, target: str | None, state: str) -> None:
     retained = load_retained(ctx.resolver, ctx.root, ctx.job_id)
     if not retained:
@@ -160,6 +171,10 @@ def _offline(ctx: JobContext, fmt: SavepointFormat, target: str | None, state: s
         soft_wrap=True,
     )
     try:
+        # the CLI copies and reads with its user's credentials: only what the job owns
+        check_objects_within(
+            latest.manifest, owned_directories(ctx, latest), what=f"checkpoint {latest.uri}"
+        )
         with console.status(escape(f"writing savepoint of checkpoint {latest.checkpoint_id}")):
             if fmt is SavepointFormat.NATIVE:
                 write_native_savepoint(ctx.resolver, latest, directory)

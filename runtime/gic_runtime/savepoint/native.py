@@ -28,7 +28,7 @@ calling thread.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,7 +53,7 @@ from gic_runtime.errors import (
 )
 from gic_runtime.formats import crc32c
 from gic_runtime.layout import SAVEPOINT_MANIFEST
-from gic_runtime.storage.uri import StoreResolver, join
+from gic_runtime.storage.uri import StorageURI, StoreResolver, join
 
 #: ``progress(files_done, files_total)``, called on the caller's thread.
 CopyProgress = Callable[[int, int], None]
@@ -136,6 +136,43 @@ def write_native_savepoint(
         streamed_copies=modes.count(CopyMode.STREAMED),
         reused_copies=modes.count(CopyMode.REUSED),
     )
+
+
+def objects_outside(uris: Iterable[str], within: Sequence[str]) -> list[str]:
+    """The objects of ``uris`` that do not lie under one of the directories ``within``
+    (sorted). Both sides are compared in their normalized form; an object whose name
+    has ``.`` or ``..`` segments, or does not parse, is outside whatever it starts with."""
+    prefixes = [n + "/" for n in (_normalized(w) for w in within) if n is not None]
+    outside = []
+    for uri in uris:
+        name = _normalized(uri)
+        if name is None or not any(name.startswith(p) for p in prefixes):
+            outside.append(uri)
+    return sorted(outside)
+
+
+def check_objects_within(manifest: Manifest, within: Sequence[str], *, what: str) -> None:
+    """Refuse (:class:`RestoreError`, before anything is read or written) a manifest that
+    names objects outside the directories ``within``: a savepoint taken with the
+    caller's credentials copies only what the job owns. ``what`` names the manifest."""
+    outside = objects_outside(manifest.uris(), within)
+    if outside:
+        raise RestoreError(
+            f"{what} names {len(outside)} object(s) outside the job's directory and its "
+            f"restore source (e.g. {outside[0]}); a savepoint copies only objects the job "
+            f"owns, so none was taken: check who wrote the manifest (allowed: "
+            f"{', '.join(within)})"
+        )
+
+
+def _normalized(uri: str) -> str | None:
+    try:
+        location = StorageURI.parse(uri)
+    except ConfigurationError:
+        return None
+    if any(part in (".", "..") for part in location.path.split("/")):
+        return None
+    return str(location).rstrip("/")
 
 
 def load_savepoint(resolver: StoreResolver, uri: str) -> StoredManifest:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gic_runtime.checkpoint.catalog import write_manifest
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 from gic_runtime.control import OutcomeState, SavepointRequest
+from gic_runtime.handles import BucketState, SnapshotHandle
+from gic_runtime.layout import manifest_uri
 from gic_runtime.savepoint.canonical import read_canonical_index
 from gic_runtime.savepoint.native import load_savepoint
 from gic_runtime.status import JobState
@@ -197,3 +203,33 @@ def test_a_failed_outcome_is_an_error(gic: Any, storage: Any, driver_factory: An
     assert entry.outcome.state is OutcomeState.FAILED
     assert line.startswith(f"error: savepoint {entry.request.request_id} failed: ")
     assert target in line
+
+
+@pytest.mark.parametrize("fmt", ["native", "canonical"])
+@pytest.mark.parametrize("where", ["outside", "dotted"])
+def test_an_offline_savepoint_copies_nothing_a_manifest_names_outside_the_job(
+    gic: Any, storage: Any, tmp_path: Path, fmt: str, where: str
+) -> None:
+    """A manifest forged to name a file outside the job (``/etc/passwd`` in the report)
+    must not make the CLI copy or read it with its user's credentials."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0\n")
+    written = storage.run_job("wc", range(1, 3))
+    storage.write_status("wc", JobState.STOPPED)
+    latest = written[-1]
+    uri = secret.as_uri()
+    if where == "dotted":  # inside by prefix, outside by path
+        uri = f"{storage.root}/jobs/wc/../../{secret.name}"
+    forged_state = BucketState(0, 1, SnapshotHandle(uri, 0, 1, 11, 0))
+    buckets = {**latest.manifest.buckets, 0: forged_state}
+    forged = dataclasses.replace(latest.manifest, checkpoint_id=3, buckets=buckets)
+    write_manifest(storage.resolver, manifest_uri(storage.root, "wc", 3), forged)
+
+    result = gic("savepoint", "--storage", storage.root, "--job-id", "wc", "--format", fmt)
+
+    assert result.exit_code == 1
+    assert "outside the job's directory" in " ".join(result.stderr.split())
+    copies = [p for p in (Path(storage.root.removeprefix("file://")) / "savepoints").rglob("*")]
+    assert not any(p.is_file() and "root:x" in p.read_text(errors="replace") for p in copies)
+    entry = _only_entry(storage, "wc")
+    assert entry.outcome.state is OutcomeState.FAILED
