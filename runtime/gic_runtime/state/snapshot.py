@@ -121,10 +121,7 @@ def parse_snapshot(data: bytes, *, uri: str) -> tuple[SnapshotInfo, Iterator[tup
     body = data[PREAMBLE_SIZE:]
     verify_crc(body, body_crc, what="snapshot body", uri=uri)
     if flags & FLAG_ZLIB:
-        try:
-            body = zlib.decompress(body)
-        except zlib.error as exc:
-            raise CorruptFileError(f"snapshot body does not decompress: {exc}", uri=uri) from exc
+        body = _unzlib(body, uri)
     elif flags & FLAG_ZSTD:
         body = _unzstd(body, uri)
     info = SnapshotInfo(bucket, seq, count, bool(flags & (FLAG_ZLIB | FLAG_ZSTD)))
@@ -133,15 +130,49 @@ def parse_snapshot(data: bytes, *, uri: str) -> tuple[SnapshotInfo, Iterator[tup
 
 MAX_BODY_BYTES: Final = 4 * 1024**3
 """Largest decompressed body a reader accepts (a bucket's whole state)."""
+MAX_RATIO: Final = 1024
+"""A compressed body may expand at most this many times (beyond :data:`RATIO_FLOOR`):
+GIC's bodies (msgpack entries) compress 3-20x, highly repetitive values a few hundred
+times; a body claiming more is a decompression bomb, refused before any allocation."""
+RATIO_FLOOR: Final = 64 * 1024**2
+"""Below this many decompressed bytes the ratio is not checked (small bodies)."""
+
+
+def _raw_limit(compressed: int) -> int:
+    """The most bytes a compressed body of ``compressed`` bytes may expand to."""
+    return min(MAX_BODY_BYTES, max(RATIO_FLOOR, compressed * MAX_RATIO))
+
+
+def _unzlib(body: bytes, uri: str) -> bytes:
+    """A zlib body (version 1) decompressed to at most :func:`_raw_limit` bytes."""
+    limit = _raw_limit(len(body))
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(body, limit)
+    except zlib.error as exc:
+        raise CorruptFileError(f"snapshot body does not decompress: {exc}", uri=uri) from exc
+    if inflater.unconsumed_tail:
+        raise CorruptFileError(
+            f"snapshot's zlib body of {len(body)} bytes expands beyond {limit} bytes "
+            f"(more than {MAX_RATIO}x): refused as a decompression bomb",
+            uri=uri,
+        )
+    if not inflater.eof:
+        raise CorruptFileError("snapshot body does not decompress: truncated stream", uri=uri)
+    return raw
 
 
 def _unzstd(body: bytes, uri: str) -> bytes:
     if len(body) < _RAW_LENGTH.size:
         raise CorruptFileError("snapshot's zstd body is truncated", uri=uri)
     (raw_len,) = _RAW_LENGTH.unpack_from(body)
-    if raw_len > MAX_BODY_BYTES:
+    limit = _raw_limit(len(body))
+    if raw_len > limit:
         raise CorruptFileError(
-            f"snapshot's zstd body claims {raw_len} bytes, more than {MAX_BODY_BYTES}", uri=uri
+            f"snapshot's zstd body of {len(body)} bytes claims {raw_len} bytes, more than "
+            f"{limit} (at most {MAX_RATIO}x, {MAX_BODY_BYTES} in all): refused as a "
+            "decompression bomb",
+            uri=uri,
         )
     try:
         # Fails unless the frame decompresses to exactly raw_len bytes.
