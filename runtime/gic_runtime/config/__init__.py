@@ -4,15 +4,9 @@ from arguments, environment and file (:mod:`gic_runtime.config.settings`). Impor
 names from here.
 """
 
-from gic_runtime.config.settings import (
-    ACCEPTED,
-    CONFIG_FILE_ENV,
-    DRIVER_PID_FILE_ENV,
-    ENV_PREFIX,
-    GICSettings,
-    default_local_dir,
-    env_var,
-)
+from gic_runtime.config.settings import ACCEPTED, DRIVER_PID_FILE_ENV, GICSettings
+from gic_runtime.config_sources import CONFIG_FILE_ENV, ENV_PREFIX, env_var
+from gic_runtime.local_dirs import default_local_dir
 
 __all__ = [
     "ACCEPTED",

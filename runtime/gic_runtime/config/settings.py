@@ -70,15 +70,7 @@ from gic_runtime.local_dirs import default_local_dir
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.storage.uri import StorageURI
 
-__all__ = [
-    "ACCEPTED",
-    "CONFIG_FILE_ENV",
-    "DRIVER_PID_FILE_ENV",
-    "ENV_PREFIX",
-    "GICSettings",
-    "default_local_dir",
-    "env_var",
-]
+__all__ = ["ACCEPTED", "DRIVER_PID_FILE_ENV", "GICSettings"]
 
 DRIVER_PID_FILE_ENV = "GIC_DRIVER_PID_FILE"
 """File where a driver process announces its pid while SIGTERM stops it cleanly (set by

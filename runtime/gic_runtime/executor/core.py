@@ -115,6 +115,14 @@ class TaskContext:
     def rows_in(self) -> int:
         return self._counters.rows_in
 
+    @property
+    def max_event_time_us(self) -> int | None:
+        return self._counters.max_event_time_us
+
+    @property
+    def late_rows(self) -> int:
+        return self._counters.late_rows
+
     def note_event_times(self, max_us: int | None, late: int) -> None:
         """Report the largest event time of more input rows (``None``: none had one)
         and how many of them were late (shows in ``TaskStats``)."""
@@ -296,8 +304,8 @@ def _run_locked(
         total_s=time.perf_counter() - began,
         pid=os.getpid(),
         executor=executor_id(),
-        max_event_time_us=ctx._counters.max_event_time_us,
-        late_rows=ctx._counters.late_rows,
+        max_event_time_us=ctx.max_event_time_us,
+        late_rows=ctx.late_rows,
     )
     return TaskAck(
         job_id=barrier.job_id,
