@@ -94,6 +94,14 @@ class RocksDictStore:
             out.append((key, value))
         return out
 
+    def scan_range(self, bucket: int, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
+        out = []
+        for key, value in self._db(bucket).items(from_key=start):
+            if key >= stop:
+                break
+            out.append((key, value))
+        return out
+
     def apply(self, bucket: int, changes: Iterable[tuple[Op, bytes, bytes]]) -> int:
         raise NotImplementedError
 

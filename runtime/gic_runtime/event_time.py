@@ -33,6 +33,7 @@ from gic_runtime.errors import ConfigurationError, FormatError
 __all__ = [
     "MAX_DELAY_US",
     "NO_PROGRESS",
+    "BatchTime",
     "EventTimeProgress",
     "EventTimeSpec",
     "parse_duration",
@@ -155,3 +156,15 @@ class EventTimeProgress:
 
 NO_PROGRESS: Final = EventTimeProgress()
 """No event time seen yet (a job without event time keeps this forever)."""
+
+
+@dataclass(frozen=True)
+class BatchTime:
+    """Where time stands for one batch: its ``processing_time_us`` (the driver's clock
+    when it built the batch) and the ``watermark_us`` it runs with (``None``: no event
+    time seen yet, or none declared). Event-time timers due at the watermark and
+    processing-time timers due at the processing time fire in this batch."""
+
+    batch_id: int
+    processing_time_us: int
+    watermark_us: int | None = None

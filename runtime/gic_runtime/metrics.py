@@ -179,6 +179,9 @@ class DriverMetrics:
         self._late = Counter(
             "gic_late_rows", "Input rows older than their batch's watermark.", job, registry=reg
         ).labels(job_id)
+        self._timers = Counter(
+            "gic_timers_fired", "Timers fired (event and processing time).", job, registry=reg
+        ).labels(job_id)
         savepoints = Counter(
             "gic_savepoints", "Savepoints finished, by state.", (*job, "state"), registry=reg
         )
@@ -210,12 +213,15 @@ class DriverMetrics:
         self._executors.set(_non_negative("gic_executors", executors))
         self._moves.inc(_non_negative("gic_state_task_moves_total", moved))
 
-    def observe_event_time(self, *, watermark_us: int | None, late_rows: int = 0) -> None:
-        """Record the watermark after a batch (``None``: no event time, left unset) and
-        its late rows."""
+    def observe_event_time(
+        self, *, watermark_us: int | None, late_rows: int = 0, timers_fired: int = 0
+    ) -> None:
+        """Record the watermark after a batch (``None``: no event time, left unset), its
+        late rows and the timers it fired."""
         if watermark_us is not None:
             self._watermark.set(watermark_us / 1_000_000)
         self._late.inc(_non_negative("gic_late_rows_total", late_rows))
+        self._timers.inc(_non_negative("gic_timers_fired_total", timers_fired))
 
     def observe_batch(self, count: int = 1) -> None:
         """Count completed micro-batches."""

@@ -220,9 +220,13 @@ def describe_processing(processor: Processor) -> str:
         states = ", ".join(f"agg:{name}" for name in processor.aggregations)
         return f"aggregate by {key!r}: {aggs} (value states {states})"
     if isinstance(processor, PerKeyProcessor):
-        return f"process by {key!r}: {callable_name(processor.fn)}"
+        timers = processor.on_timer
+        tail = "" if timers is None else f", on_timer {callable_name(timers)}"
+        return f"process by {key!r}: {callable_name(processor.fn)}{tail}"
     if isinstance(processor, BatchProcessor):
-        return f"process_batches by {key!r}: {callable_name(processor.fn)}"
+        batch_timers = processor.on_timers
+        tail = "" if batch_timers is None else f", on_timers {callable_name(batch_timers)}"
+        return f"process_batches by {key!r}: {callable_name(processor.fn)}{tail}"
     kind = type(processor)
     return f"{kind.__module__}.{kind.__qualname__} by {key!r}"
 

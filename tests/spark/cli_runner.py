@@ -2,7 +2,8 @@
 
 One process means one JVM for all of them; it starts in the given working directory, so
 relative paths resolve as in a user's shell. A step is ``{"argv": [...], "before":
-[[path, text], ...]}`` (files written before it runs); ``{savepoint}`` in an argument is
+[[path, text], ...]}`` (files written before it runs, in that order, each with a later
+modification time than the one before); ``{savepoint}`` in an argument is
 the path the last ``gic savepoint`` printed. Every step runs, also after one failed;
 each result holds its argv, exit code, stdout, stderr and the savepoint path then known.
 """
@@ -23,10 +24,14 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from gic_runtime.cli import main
 
-results, savepoint = [], ""
+import os, time
+results, savepoint, stamp = [], "", 0
 for step in json.loads(Path(sys.argv[1]).read_text()):
     for path, text in step.get("before", []):
         Path(path).write_text(text)
+        # file sources take files in modification-time order: make it the write order
+        stamp = max(stamp + 10_000_000, time.time_ns())
+        os.utime(path, ns=(stamp, stamp))
     argv = [arg.replace("{savepoint}", savepoint) for arg in step["argv"]]
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

@@ -11,9 +11,11 @@ start from zero would keep them and the sums would differ from the reference.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -169,8 +171,11 @@ def test_late_events_are_dropped_on_two_executors(tmp_path: Path) -> None:
     work = tmp_path / "work"
     (work / "events").mkdir(parents=True)
     (work / "examples").symlink_to(REPO / "examples")
+    stamp = time.time_ns()
     for i, events in enumerate(FILES):
-        (work / "events" / f"f{i}.json").write_text(file_text(events))
+        path = work / "events" / f"f{i}.json"
+        path.write_text(file_text(events))
+        os.utime(path, ns=(stamp + i * 10**9, stamp + i * 10**9))  # taken in this order
     env = clean_env(
         GIC_STORAGE=(work / "gic-data").as_uri(),
         GIC_NUM_BUCKETS="16",

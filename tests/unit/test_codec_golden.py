@@ -97,7 +97,8 @@ GOLDEN_STATUS = """{"batches": 12, "driver": {"host": "driver-0", "pid": 123}, "
 "reason": "QueryMismatch"}, "job_id": "job-a", "last_checkpoint": {"bytes_uploaded": 5000,
 "changelog_bytes": 4000, "created_at": 1700000100.0, "duration_ms": 182.5, "executors": 3,
 "id": 41, "late_rows": 2, "local_hit_ratio": 0.75, "moved_ranges": [[0, 4], [8, 12]],
-"rows": 100000, "snapshot_bytes": 1000, "watermark_us": 1700000090000000},
+"rows": 100000, "snapshot_bytes": 1000, "timers_fired": 6,
+"watermark_us": 1700000090000000},
 "last_savepoint": {"checkpoint_id": 40, "error": null, "finished_at": 1700000050.0,
 "path": "s3://b/sp-2", "request_id": "sp-2", "size_bytes": 1234,
 "state": "completed"}, "last_sweep": {"at": 1700000001.0, "deleted": 3, "deleted_bytes": 300},
@@ -133,6 +134,7 @@ def full_status() -> JobStatus:
             moved_ranges=((0, 4), (8, 12)),
             watermark_us=1700000090000000,
             late_rows=2,
+            timers_fired=6,
         ),
         restored_from=RestoreStatus(
             "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, 40
@@ -174,7 +176,8 @@ def test_status_records_are_written_and_read_as_before(status: JobStatus, text: 
 
 def test_status_optional_keys_may_be_missing() -> None:
     body = golden(GOLDEN_STATUS)
-    for name in ("executors", "moved_ranges", "local_hit_ratio", "watermark_us", "late_rows"):
+    optional = ("executors", "moved_ranges", "local_hit_ratio", "watermark_us", "late_rows")
+    for name in (*optional, "timers_fired"):
         del body["last_checkpoint"][name]
     del body["materialization"]["failed"], body["materialization"]["bytes_uploaded"]
     del body["failure"]["error_type"], body["restored_from"]["checkpoint_id"]
@@ -188,6 +191,7 @@ def test_status_optional_keys_may_be_missing() -> None:
     assert (status.last_checkpoint.executors, status.last_checkpoint.moved_ranges) == (0, ())
     assert status.last_checkpoint.local_hit_ratio is None
     assert (status.last_checkpoint.watermark_us, status.last_checkpoint.late_rows) == (None, 0)
+    assert status.last_checkpoint.timers_fired == 0
     assert status.materialization == MaterializationStatus(9, 8, 0, 0)
     assert status.restored_from == RestoreStatus(
         "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, None
@@ -557,6 +561,7 @@ GOLDEN_TASK_ACK = """{"checkpoint_id": 7, "epoch": 2, "job_id": "job-a", "output
 "local_hits": 1, "materializations_adopted": 1, "materializations_started": 2,
 "max_event_time_us": 1700000000000000, "pid": 42, "process_s": 0.5,
 "replayed": 2, "restored": 1, "rows_in": 5, "rows_out": 4, "snapshot_bytes": 0,
+"timers_fired": 7,
 "total_s": 1.0}, "task_index": 1, "version": 1}""".replace("STATE", GOLDEN_BUCKET_STATE)
 
 STATS = TaskStats(
@@ -578,6 +583,7 @@ STATS = TaskStats(
     executor="exec-1",
     max_event_time_us=1700000000000000,
     late_rows=3,
+    timers_fired=7,
 )
 ACK = TaskAck(
     "job-a",

@@ -27,6 +27,7 @@ in ascending bucket order; every stats counter may be absent (0).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any
@@ -84,6 +85,9 @@ class Barrier:
     """The event-time watermark this batch runs with (microseconds since the epoch;
     ``None``: none yet, or no event time): rows older than it are late
     (:mod:`gic_runtime.event_time`)."""
+    processing_time_us: int = 0
+    """The batch's processing time (the driver's clock when it built the barrier;
+    microseconds since the epoch): processing-time timers at or before it fire."""
 
     @classmethod
     def build(
@@ -102,11 +106,13 @@ class Barrier:
         canonical_source: str | None = None,
         staging_uri: str | None = None,
         watermark_us: int | None = None,
+        processing_time_us: int | None = None,
     ) -> Barrier:
         """THE way the runtime makes a barrier: the driver's for each batch, an in-process
         task's template, and a barrier unpickled in a task. Every input is named and the
         task settings are explicit (never the defaults by omission); the checks of the
-        inputs run on every barrier, built here or derived with ``dataclasses.replace``."""
+        inputs run on every barrier, built here or derived with ``dataclasses.replace``.
+        ``processing_time_us`` defaults to now."""
         return cls(
             job_id=job_id,
             root=root,
@@ -121,6 +127,9 @@ class Barrier:
             staging_uri=staging_uri,
             settings=settings,
             watermark_us=watermark_us,
+            processing_time_us=(
+                time.time_ns() // 1000 if processing_time_us is None else processing_time_us
+            ),
         )
 
     def __post_init__(self) -> None:
@@ -214,6 +223,8 @@ class TaskStats:
     late_rows: Int = 0
     """Input rows older than the batch's watermark (dropped unless the stream keeps
     them)."""
+    timers_fired: Int = 0
+    """Timers that fired in this task (:mod:`gic_runtime.processing.firing`)."""
 
 
 @json_record("task ack", required=("outputs", "stats"), computed=("version",))

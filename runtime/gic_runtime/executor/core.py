@@ -88,6 +88,7 @@ class _Counters:
     rows_in: int = 0
     max_event_time_us: int | None = None
     late_rows: int = 0
+    timers_fired: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,14 @@ class TaskContext:
     @property
     def late_rows(self) -> int:
         return self._counters.late_rows
+
+    @property
+    def timers_fired(self) -> int:
+        return self._counters.timers_fired
+
+    def count_timers_fired(self, n: int) -> None:
+        """Report ``n`` more timers fired (shows as ``TaskStats.timers_fired``)."""
+        self._counters.timers_fired += n
 
     def note_event_times(self, max_us: int | None, late: int) -> None:
         """Report the largest event time of more input rows (``None``: none had one)
@@ -306,6 +315,7 @@ def _run_locked(
         executor=executor_id(),
         max_event_time_us=ctx.max_event_time_us,
         late_rows=ctx.late_rows,
+        timers_fired=ctx.timers_fired,
     )
     return TaskAck(
         job_id=barrier.job_id,

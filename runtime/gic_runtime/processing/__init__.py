@@ -15,7 +15,8 @@ writing keyed state through the task's
 One concept per module, each stating its invariants: :mod:`.facades` (the state
 facades ``StateAccess``, ``KeyState`` and the bound states), :mod:`.processors` (the
 ``Processor`` contract, the per-key and batch styles, the checks on a task's input),
-:mod:`.aggregates` (aggregations and their processor). Every public name is importable
+:mod:`.aggregates` (aggregations and their processor), :mod:`.firing` (firing due
+timers after a task's rows). Every public name is importable
 from here.
 
 Invariants: a processor touches state only through the backend (so every change is
@@ -35,18 +36,28 @@ from gic_runtime.processing.aggregates import (
     min_,
     sum_,
 )
-from gic_runtime.processing.facades import BoundList, BoundMap, BoundValue, KeyState, StateAccess
+from gic_runtime.processing.facades import (
+    BoundList,
+    BoundMap,
+    BoundTimers,
+    BoundValue,
+    KeyState,
+    StateAccess,
+)
 from gic_runtime.processing.processors import (
     BatchFunction,
     BatchProcessor,
+    BatchTimerFunction,
     Buckets,
     KeyFunction,
     KeyOutput,
     PerKeyProcessor,
     Processor,
+    TimerFunction,
     bucket_column_ok,
     drop_columns,
 )
+from gic_runtime.state.timers import Timer
 
 __all__ = [
     "AggKind",
@@ -54,8 +65,10 @@ __all__ = [
     "Aggregation",
     "BatchFunction",
     "BatchProcessor",
+    "BatchTimerFunction",
     "BoundList",
     "BoundMap",
+    "BoundTimers",
     "BoundValue",
     "Buckets",
     "KeyFunction",
@@ -64,6 +77,8 @@ __all__ = [
     "PerKeyProcessor",
     "Processor",
     "StateAccess",
+    "Timer",
+    "TimerFunction",
     "aggregate_schema",
     "bucket_column_ok",
     "count",

@@ -25,7 +25,8 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from gic_runtime.errors import ConfigurationError, StateError
-from gic_runtime.processing.processors import Buckets, check_keys
+from gic_runtime.event_time import BatchTime
+from gic_runtime.processing.processors import Buckets, FiredCounter, check_keys
 from gic_runtime.state.backend import KeyedStateBackend
 
 __all__ = [
@@ -103,8 +104,23 @@ class AggregateProcessor:
             if name == self.key_column:
                 raise ConfigurationError(f"aggregation name {name!r} clashes with the key column")
 
+    has_timers = False
+    """Aggregates keep no timers."""
+
+    def fire_timers(
+        self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None
+    ) -> Iterator[pa.Table]:
+        """Nothing to fire."""
+        return iter(())
+
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+        self,
+        table: pa.Table,
+        backend: KeyedStateBackend,
+        batch_id: int,
+        *,
+        buckets: Buckets = None,
+        time: BatchTime | None = None,
     ) -> Iterator[pa.Table]:
         """Group the batch by key, then read, combine and write each aggregate's state
         in bulk, one run of keys per bucket (keys sorted by bucket, then key). With

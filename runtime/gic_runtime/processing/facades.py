@@ -4,33 +4,73 @@
 (the vectorized style of :class:`~gic_runtime.processing.processors.BatchProcessor`);
 :class:`KeyState` binds them to one key (the per-key style of
 :class:`~gic_runtime.processing.processors.PerKeyProcessor`), through
-:class:`BoundValue`, :class:`BoundMap` and :class:`BoundList`.
+:class:`BoundValue`, :class:`BoundMap`, :class:`BoundList` and :class:`BoundTimers`.
+Both tell where time stands in the batch (``watermark``, ``processing_time``) and hand
+out the timers (:mod:`gic_runtime.state.timers`) when the processor has a timer handler.
 
 Invariants: a facade caches nothing -- every call goes straight to the
 task's :class:`~gic_runtime.state.backend.KeyedStateBackend` (so every change is
 dual-written to the changelog); a bound facade only ever touches the key it was bound
-to; ``batch_id`` is the micro-batch being processed.
+to; ``batch_id`` is the micro-batch being processed; timers are refused (StateError)
+unless the processor has a handler to fire them.
 
 Not thread-safe: used on the task thread that owns the backend.
 """
 
 from __future__ import annotations
 
+import time as _time
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
+from gic_runtime.errors import StateError
+from gic_runtime.event_time import BatchTime
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.states import ListState, MapState, ValueState
+from gic_runtime.state.timers import Timer, TimerState, TimeValue, from_micros
 
-__all__ = ["BoundList", "BoundMap", "BoundValue", "KeyState", "StateAccess"]
+__all__ = ["BoundList", "BoundMap", "BoundTimers", "BoundValue", "KeyState", "StateAccess"]
+
+_NO_HANDLER = (
+    "timers need a handler that fires them: pass on_timer= to process() "
+    "(on_timers= to process_batches())"
+)
 
 
 class StateAccess:
     """Named states of a task, each method taking explicit keys (vectorized style)."""
 
-    def __init__(self, backend: KeyedStateBackend, batch_id: int) -> None:
+    def __init__(
+        self,
+        backend: KeyedStateBackend,
+        batch_id: int,
+        time: BatchTime | None = None,
+        *,
+        timers: bool = False,
+    ) -> None:
         self.backend = backend
         self.batch_id = batch_id
+        self.time = time or BatchTime(batch_id, _time.time_ns() // 1000)
+        self._timers_enabled = timers
+
+    @property
+    def watermark(self) -> datetime | None:
+        """The event-time watermark this batch runs with (``None``: none yet)."""
+        w = self.time.watermark_us
+        return None if w is None else from_micros(w)
+
+    @property
+    def processing_time(self) -> datetime:
+        """This batch's processing time (UTC)."""
+        return from_micros(self.time.processing_time_us)
+
+    @property
+    def timers(self) -> TimerState:
+        """The task's timers, each method taking the key."""
+        if not self._timers_enabled:
+            raise StateError(_NO_HANDLER)
+        return self.backend.timer_state()
 
     def value(self, name: str) -> ValueState:
         return self.backend.value_state(name)
@@ -105,6 +145,26 @@ class BoundList:
         self._state.clear(self._key)
 
 
+class BoundTimers:
+    """The timers of one key: ``register(at, domain="event")``, ``delete``, ``list``,
+    ``clear`` (see :class:`~gic_runtime.state.timers.TimerState`)."""
+
+    def __init__(self, state: TimerState, key: Any) -> None:
+        self._state, self._key = state, key
+
+    def register(self, at: TimeValue, domain: str = "event") -> None:
+        self._state.register(self._key, at, domain)
+
+    def delete(self, at: TimeValue, domain: str = "event") -> None:
+        self._state.delete(self._key, at, domain)
+
+    def list(self, domain: str | None = None) -> list[Timer]:
+        return self._state.list(self._key, domain)
+
+    def clear(self, domain: str | None = None) -> int:
+        return self._state.clear(self._key, domain)
+
+
 class KeyState:
     """The states of one key (per-key style): ``state.value("count").get(0)``."""
 
@@ -112,6 +172,21 @@ class KeyState:
         self._access = access
         self.key = key
         self.batch_id = access.batch_id
+
+    @property
+    def watermark(self) -> datetime | None:
+        """The event-time watermark this batch runs with (``None``: none yet)."""
+        return self._access.watermark
+
+    @property
+    def processing_time(self) -> datetime:
+        """This batch's processing time (UTC)."""
+        return self._access.processing_time
+
+    @property
+    def timers(self) -> BoundTimers:
+        """This key's timers."""
+        return BoundTimers(self._access.timers, self.key)
 
     def value(self, name: str) -> BoundValue:
         return BoundValue(self._access.value(name), self.key)

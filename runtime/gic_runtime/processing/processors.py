@@ -12,6 +12,11 @@ user's function (the aggregates are in :mod:`gic_runtime.processing.aggregates`)
 * :class:`BatchProcessor` -- ``fn(table, states)`` once with the whole table and a
   :class:`~gic_runtime.processing.facades.StateAccess`.
 
+Both may carry a timer handler (``on_timer(key, timer, state)`` per key,
+``on_timers(fired, states)`` vectorized) that :meth:`Processor.fire_timers` calls for
+the task's due timers after its rows (:mod:`gic_runtime.processing.firing`); without
+one, timers are refused.
+
 And the checks on a task's input: :func:`check_keys` (every processor: the key column
 exists and holds no null); :func:`bucket_column_ok` and :func:`drop_columns` (the
 stateful stage, before a processor sees the rows: every row's bucket is the task's own,
@@ -36,17 +41,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gic_runtime.errors import ConfigurationError, StateError
+from gic_runtime.event_time import BatchTime
 from gic_runtime.processing.facades import KeyState, StateAccess
+from gic_runtime.processing.firing import due_now, fired_table
 from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.timers import Timer
 
 __all__ = [
     "BatchFunction",
     "BatchProcessor",
+    "BatchTimerFunction",
     "Buckets",
     "KeyFunction",
     "KeyOutput",
     "PerKeyProcessor",
     "Processor",
+    "TimerFunction",
     "bucket_column_ok",
     "check_keys",
     "drop_columns",
@@ -60,8 +70,19 @@ returns output rows (dicts or a table) or ``None``."""
 BatchFunction = Callable[[pa.Table, StateAccess], pa.Table | None]
 """``fn(table, states)``: every row of the task in this batch; returns a table or ``None``."""
 
+TimerFunction = Callable[[Any, Timer, KeyState], KeyOutput]
+"""``on_timer(key, timer, state)``: one due timer of ``key``; returns output rows or ``None``."""
+
+BatchTimerFunction = Callable[[pa.Table, StateAccess], pa.Table | None]
+"""``on_timers(fired, states)``: the task's due timers of this batch as a table (``key``,
+``domain``, ``at``: :func:`~gic_runtime.processing.firing.fired_table`); returns a
+table or ``None``."""
+
 Buckets: TypeAlias = pa.ChunkedArray | pa.Array | None
 """Each input row's bucket (integers, aligned with the table's rows), or ``None``."""
+
+FiredCounter: TypeAlias = Callable[[int], None] | None
+"""Told how many timers fired (once, after firing)."""
 
 
 class Processor(Protocol):
@@ -73,11 +94,30 @@ class Processor(Protocol):
     @property
     def output_schema(self) -> pa.Schema: ...
 
+    @property
+    def has_timers(self) -> bool:
+        """Whether the processor fires timers (then every task calls :meth:`fire_timers`
+        after its rows, also in batches without rows)."""
+        ...
+
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+        self,
+        table: pa.Table,
+        backend: KeyedStateBackend,
+        batch_id: int,
+        *,
+        buckets: Buckets = None,
+        time: BatchTime | None = None,
     ) -> Iterator[pa.Table]:
         """Process ``table``; ``buckets`` (optional) holds each row's bucket as the
-        routing side computed it (processors may use it instead of hashing keys)."""
+        routing side computed it (processors may use it instead of hashing keys);
+        ``time`` where the batch stands in time (default: now, no watermark)."""
+        ...
+
+    def fire_timers(
+        self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None
+    ) -> Iterator[pa.Table]:
+        """Fire the task's due timers at ``time`` and yield the handler's output."""
         ...
 
 
@@ -117,57 +157,120 @@ def _as_table(out: KeyOutput | pa.Table, schema: pa.Schema, where: str) -> pa.Ta
         raise StateError(f"{where} returned a table that does not fit {schema}: {exc}") from exc
 
 
+def _batched(tables: Iterator[pa.Table | None]) -> Iterator[pa.Table]:
+    """Non-empty ``tables`` concatenated 1024 at a time."""
+    pending: list[pa.Table] = []
+    for out in tables:
+        if out is not None:
+            pending.append(out)
+        if len(pending) >= 1024:
+            yield pa.concat_tables(pending)
+            pending = []
+    if pending:
+        yield pa.concat_tables(pending)
+
+
 @dataclass(frozen=True)
 class PerKeyProcessor:
-    """Calls ``fn(key, rows, state)`` once per distinct key, keys in first-seen order."""
+    """Calls ``fn(key, rows, state)`` once per distinct key, keys in first-seen order,
+    and ``on_timer(key, timer, state)`` per due timer (when given)."""
 
     key_column: str
     fn: KeyFunction
     output_schema: pa.Schema
+    on_timer: TimerFunction | None = None
+
+    @property
+    def has_timers(self) -> bool:
+        return self.on_timer is not None
 
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+        self,
+        table: pa.Table,
+        backend: KeyedStateBackend,
+        batch_id: int,
+        *,
+        buckets: Buckets = None,
+        time: BatchTime | None = None,
     ) -> Iterator[pa.Table]:
         keys = check_keys(table, self.key_column)
         if table.num_rows == 0:
             return
-        access = StateAccess(backend, batch_id)
+        access = StateAccess(backend, batch_id, time, timers=self.has_timers)
         groups: dict[Any, list[int]] = {}
         for i, key in enumerate(keys.to_pylist()):
             groups.setdefault(key, []).append(i)
-        pending: list[pa.Table] = []
-        for key, rows in groups.items():
-            out = _as_table(
-                self.fn(key, table.take(rows), KeyState(access, key)),
-                self.output_schema,
-                "the per-key function",
-            )
-            if out is not None:
-                pending.append(out)
-            if len(pending) >= 1024:
-                yield pa.concat_tables(pending)
-                pending = []
-        if pending:
-            yield pa.concat_tables(pending)
+        schema, fn, where = self.output_schema, self.fn, "the per-key function"
+        yield from _batched(
+            _as_table(fn(key, table.take(rows), KeyState(access, key)), schema, where)
+            for key, rows in groups.items()
+        )
+
+    def fire_timers(
+        self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None
+    ) -> Iterator[pa.Table]:
+        handler = self.on_timer
+        if handler is None:
+            return
+        access = StateAccess(backend, time.batch_id, time, timers=True)
+        schema = self.output_schema
+        n = 0
+
+        def outputs() -> Iterator[pa.Table | None]:
+            nonlocal n
+            for key, timer in due_now(backend, time):
+                n += 1
+                yield _as_table(handler(key, timer, KeyState(access, key)), schema, "on_timer")
+
+        yield from _batched(outputs())
+        if fired is not None:
+            fired(n)
 
 
 @dataclass(frozen=True)
 class BatchProcessor:
-    """Calls ``fn(table, states)`` once with the task's rows (vectorized style)."""
+    """Calls ``fn(table, states)`` once with the task's rows (vectorized style), and
+    ``on_timers(fired, states)`` once with the task's due timers (when given)."""
 
     key_column: str
     fn: BatchFunction
     output_schema: pa.Schema
+    on_timers: BatchTimerFunction | None = None
+
+    @property
+    def has_timers(self) -> bool:
+        return self.on_timers is not None
 
     def __call__(
-        self, table: pa.Table, backend: KeyedStateBackend, batch_id: int, *, buckets: Buckets = None
+        self,
+        table: pa.Table,
+        backend: KeyedStateBackend,
+        batch_id: int,
+        *,
+        buckets: Buckets = None,
+        time: BatchTime | None = None,
     ) -> Iterator[pa.Table]:
         check_keys(table, self.key_column)
         if table.num_rows == 0:
             return
-        out = _as_table(
-            self.fn(table, StateAccess(backend, batch_id)), self.output_schema, "the batch function"
-        )
+        access = StateAccess(backend, batch_id, time, timers=self.has_timers)
+        out = _as_table(self.fn(table, access), self.output_schema, "the batch function")
+        if out is not None:
+            yield out
+
+    def fire_timers(
+        self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None
+    ) -> Iterator[pa.Table]:
+        handler = self.on_timers
+        if handler is None:
+            return
+        due = list(due_now(backend, time))
+        if fired is not None:
+            fired(len(due))
+        if not due:
+            return
+        access = StateAccess(backend, time.batch_id, time, timers=True)
+        out = _as_table(handler(fired_table(due), access), self.output_schema, "on_timers")
         if out is not None:
             yield out
 

@@ -11,13 +11,16 @@ Parquet columns (one row per value, per map entry, per list element):
 =========  ===============  ====================================================
 bucket     int32            bucket of the key (``pmod(xxhash64(key), num_buckets)``)
 state      string           state name
-kind       string           ``value`` | ``map`` | ``list``
+kind       string           ``value`` | ``map`` | ``list`` | ``timer``
 key        binary           msgpack encoding of the key
-user_key   binary, null     msgpack encoding of the map entry's user key (map only)
+user_key   binary, null     msgpack encoding of the map entry's user key (map), of
+                            the timer's time in microseconds (timer)
 index      int64, null      position of the element in its list (list only)
 value      binary           msgpack encoding of the value / entry / element
 =========  ===============  ====================================================
 
+A timer row's ``state`` is its domain (``event`` or ``processing``) and its ``value``
+empty; the time index timers keep beside them is rebuilt on import, not exported.
 Rows are ordered by kind, state, key, user key, index. Each file's schema metadata
 carries ``gic.format = gic-canonical-state``, ``gic.version = 1``, its bucket and the
 bucket count. The index is JSON ``{"format": "gic-canonical-savepoint", "version": 1,
@@ -50,9 +53,11 @@ from gic_runtime.formats import crc32c, load_json
 from gic_runtime.handles import BucketState
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import (
+    KIND_DUE,
     KIND_LIST,
     KIND_MAP,
     KIND_NAMES,
+    KIND_TIMER,
     bucket_for,
     decode_key,
     parse_store_key,
@@ -61,6 +66,7 @@ from gic_runtime.state.keys import (
 )
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.restore import ChangeReader, restore_bucket
+from gic_runtime.state.timers import DOMAINS, due_key, timer_key
 from gic_runtime.storage.uri import StoreResolver, join
 
 INDEX_NAME: Final = "_canonical.json"
@@ -132,6 +138,8 @@ def bucket_table(bucket: int, items: Iterable[tuple[bytes, bytes]]) -> Any:
             cols[name].append(v)
 
     for skey, value in items:
+        if skey[:1] == KIND_DUE:  # derived from the timer entries
+            continue
         parsed = parse_store_key(skey)
         kind = KIND_NAMES[parsed.kind]
         if parsed.kind == KIND_LIST:
@@ -335,6 +343,8 @@ def restore_from_canonical(
                     chunks = []
                 pending = (bucket, skey)
                 chunks.append(r["value"])
+            elif kind == KIND_TIMER:
+                changes += _import_timer(backend, bucket, r, join(src_uri, entry.name))
             else:
                 if kind == KIND_MAP:
                     if r["user_key"] is None:
@@ -349,3 +359,19 @@ def restore_from_canonical(
             backend.write_raw(pending[0], Op.APPEND, pending[1], b"".join(chunks))
             changes += 1
     return CanonicalImportStats(len(files), rows, changes)
+
+
+def _import_timer(backend: KeyedStateBackend, bucket: int, row: Mapping[str, Any], uri: str) -> int:
+    """Write a timer row's timer and due entries; returns the changes written."""
+    domain = next((d for d in DOMAINS if d == row["state"]), None)
+    raw_at = row["user_key"]
+    at = None if raw_at is None else decode_key(raw_at)
+    if domain is None or isinstance(at, bool) or not isinstance(at, int):
+        raise CorruptFileError(
+            f"timer row with domain {row['state']!r:.40} and time {at!r:.40}: the domain "
+            "must be 'event' or 'processing' and the time integer microseconds",
+            uri=uri,
+        )
+    backend.write_raw(bucket, Op.PUT, due_key(domain, row["key"], at))
+    backend.write_raw(bucket, Op.PUT, timer_key(domain, row["key"], at))
+    return 2

@@ -5,7 +5,7 @@ the API, :mod:`gic_runtime.spark.driver` for the per-batch protocol and
 :mod:`gic_runtime.spark.startup` for the start-up that builds a driver.
 """
 
-from gic_runtime.processing import KeyState, StateAccess, count, max_, min_, sum_
+from gic_runtime.processing import KeyState, StateAccess, Timer, count, max_, min_, sum_
 from gic_runtime.spark.driver import Driver
 from gic_runtime.spark.job import (
     GICJob,
@@ -17,6 +17,7 @@ from gic_runtime.spark.job import (
 from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.spark.session import local_spark
 from gic_runtime.spark.startup import start_driver
+from gic_runtime.state.timers import from_micros, to_micros
 
 __all__ = [
     "BatchReport",
@@ -29,10 +30,13 @@ __all__ = [
     "StartInfo",
     "StateAccess",
     "StatefulStream",
+    "Timer",
     "count",
+    "from_micros",
     "local_spark",
     "max_",
     "min_",
     "start_driver",
     "sum_",
+    "to_micros",
 ]

@@ -152,4 +152,5 @@ def batch_report(
         watermark_us=stored.manifest.event_time.watermark_us,
         max_event_time_us=stored.manifest.event_time.max_event_time_us,
         late_rows=sum(s.late_rows for s in stats),
+        timers_fired=sum(s.timers_fired for s in stats),
     )

@@ -101,6 +101,26 @@ def capture(directory: str | Path, batch_id: int) -> dict[str, Any]:
     }
 
 
+def add_idle_batch(directory: str | Path, batch_id: int) -> bool:
+    """Record in Spark's directory a batch ``batch_id + 1`` that read nothing new (its
+    offsets are ``batch_id``'s), as Spark itself records a batch run without new data;
+    the runtime runs such a batch to fire timers once the input ended. ``False`` (and
+    nothing written) unless ``batch_id`` is Spark's latest batch and committed."""
+    base = Path(directory)
+    offsets, commits = base / "offsets", base / "commits"
+    current, following = offsets / str(batch_id), offsets / str(batch_id + 1)
+    if not current.is_file() or following.exists() or (commits / str(batch_id + 1)).exists():
+        return False
+    text = _read(current)
+    following.write_text(text, encoding="utf-8")
+    commits.mkdir(parents=True, exist_ok=True)
+    (commits / str(batch_id + 1)).write_text(
+        "v1\n" + json.dumps({"nextBatchWatermarkMs": _watermark(text)}, separators=(",", ":")),
+        encoding="utf-8",
+    )
+    return True
+
+
 def lay_down(directory: str | Path, engine: Mapping[str, Any] | None) -> int | None:
     """Replace ``directory`` with Spark's progress from a manifest's ``engine`` record
     (an empty directory when ``engine`` is empty: Spark starts from scratch). Returns

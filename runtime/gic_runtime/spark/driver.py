@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from gic_runtime import crashpoints
 from gic_runtime.checkpoint.sweep import SweepResult
@@ -121,6 +122,7 @@ class Driver:
         self._stop_deadline: float | None = None  # monotonic; a SIGTERM's bound
         self._abandoned: str | None = None  # why the running batch was abandoned
         self._batches = 0
+        self._last_report: BatchReport | None = None
         self._placement_report = PlacementReport(pinned=False, executors=0)
         # The lineage the first batch builds on: the start manifest's bucket states, or
         # a canonical savepoint to import (then no expected states), or empty state.
@@ -208,12 +210,30 @@ class Driver:
                 swept=swept,
             )
             self._batches += 1
+            self._last_report = report
             self.telemetry.batch(report, timeline)
             if self.on_batch is not None:
                 self.on_batch(report)
             max_batches = self.settings.max_batches
             if max_batches is not None and self._batches >= max_batches:
                 self._stop_reason = f"max_batches={max_batches} reached"
+
+    def fire_timers_at_end(self, schema: StructType) -> BatchReport | None:
+        """After the input ended (an available-now query finished), run one batch without
+        rows so that the timers due at the watermark the last batch established, and at
+        the processing time now, fire. It is a checkpoint like any other (Spark's
+        directory records it as a batch that read nothing new). ``None`` (nothing run)
+        when the processor has no timers, no batch was ever checkpointed, the attempt is
+        stopping, or Spark planned another batch already; ``schema`` is the input's."""
+        if not self.processor.has_timers or self._last_id is None or self.stop_reason:
+            return None
+        batch_id = self._last_id + 1
+        if not checkpoint_dir.add_idle_batch(self.spark_dir, self._last_id):
+            _log.warning("Spark's checkpoint directory has no room for a timer batch")
+            return None
+        before = self._batches
+        self.foreach_batch(self.spark.createDataFrame([], schema), batch_id)
+        return self._last_report if self._batches > before else None
 
     def _replay(self, batch_id: int) -> None:
         """Batch ``batch_id`` is already part of the state: never apply it again; only

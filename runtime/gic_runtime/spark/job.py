@@ -32,16 +32,18 @@ from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.config import GICSettings, env_var
 from gic_runtime.errors import ConfigurationError, GICError
-from gic_runtime.event_time import EventTimeSpec
+from gic_runtime.event_time import BatchTime, EventTimeSpec
 from gic_runtime.processing import (
     AggregateProcessor,
     Aggregation,
     BatchFunction,
     BatchProcessor,
+    BatchTimerFunction,
     Buckets,
     KeyFunction,
     PerKeyProcessor,
     Processor,
+    TimerFunction,
     aggregate_schema,
 )
 from gic_runtime.sinks import FileSink, Sink
@@ -156,17 +158,35 @@ class KeyedStream:
     def _input_schema(self) -> pa.Schema:
         return arrow_schema_of(self.df)
 
-    def process(self, fn: KeyFunction, output_schema: str | pa.Schema) -> StatefulStream:
+    def process(
+        self,
+        fn: KeyFunction,
+        output_schema: str | pa.Schema,
+        *,
+        on_timer: TimerFunction | None = None,
+    ) -> StatefulStream:
         """``fn(key, rows, state)`` per key and batch (see
-        :class:`~gic_runtime.processing.KeyState`)."""
+        :class:`~gic_runtime.processing.KeyState`). With ``on_timer``, keys may set
+        timers (``state.timers.register(at, domain)``) and ``on_timer(key, timer,
+        state)`` runs once per timer in the batch whose watermark (``"event"``) or
+        processing time (``"processing"``) reaches it, returning rows like ``fn``."""
         schema = arrow_schema(self.job.spark, output_schema)
-        processor = PerKeyProcessor(self.key, fn, schema)
+        processor = PerKeyProcessor(self.key, fn, schema, on_timer)
         return StatefulStream(self.job, self.df, self.key, processor, self.event_time)
 
-    def process_batches(self, fn: BatchFunction, output_schema: str | pa.Schema) -> StatefulStream:
-        """``fn(table, states)`` once per task and batch (vectorized over Arrow)."""
+    def process_batches(
+        self,
+        fn: BatchFunction,
+        output_schema: str | pa.Schema,
+        *,
+        on_timers: BatchTimerFunction | None = None,
+    ) -> StatefulStream:
+        """``fn(table, states)`` once per task and batch (vectorized over Arrow). With
+        ``on_timers``, ``states.timers`` registers timers by key, and ``on_timers(fired,
+        states)`` runs once per task and batch with the due timers as a table (``key``,
+        ``domain``, ``at``)."""
         schema = arrow_schema(self.job.spark, output_schema)
-        processor = BatchProcessor(self.key, fn, schema)
+        processor = BatchProcessor(self.key, fn, schema, on_timers)
         return StatefulStream(self.job, self.df, self.key, processor, self.event_time)
 
     def aggregate(self, **aggregations: Aggregation) -> StatefulStream:
@@ -192,10 +212,27 @@ class _Drained:
     def output_schema(self) -> pa.Schema:
         return self.inner.output_schema
 
+    @property
+    def has_timers(self) -> bool:
+        return self.inner.has_timers
+
     def __call__(
-        self, table: pa.Table, backend: Any, batch_id: int, *, buckets: Buckets = None
+        self,
+        table: pa.Table,
+        backend: Any,
+        batch_id: int,
+        *,
+        buckets: Buckets = None,
+        time: BatchTime | None = None,
     ) -> Iterator[pa.Table]:
-        for _ in self.inner(table, backend, batch_id, buckets=buckets):
+        for _ in self.inner(table, backend, batch_id, buckets=buckets, time=time):
+            pass
+        return iter(())
+
+    def fire_timers(
+        self, backend: Any, time: BatchTime, fired: Callable[[int], None] | None = None
+    ) -> Iterator[pa.Table]:
+        for _ in self.inner.fire_timers(backend, time, fired):
             pass
         return iter(())
 
@@ -247,10 +284,14 @@ class GICQuery:
         *,
         trigger: str | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
+        fire_timers_at_end: bool = True,
     ) -> RunSummary:
         """Run until stopped. ``trigger``: ``None`` (next batch as soon as possible),
         ``"available-now"`` (everything available, then stop), or a processing-time
-        interval such as ``"5 seconds"``.
+        interval such as ``"5 seconds"``. With timers and ``"available-now"``, once the
+        input ended one more batch without rows fires the timers due at the watermark
+        the input established (and at the processing time then), unless
+        ``fire_timers_at_end=False``.
 
         Every checkpoint records this query's fingerprint (sources, processing, output
         schema; :mod:`gic_runtime.spark.fingerprint`). When the job's latest checkpoint
@@ -291,7 +332,8 @@ class GICQuery:
                 event_time=self.stream.event_time,
             )
             self.driver = driver
-            return self._run(driver, trigger, reports, term, started)
+            flush = fire_timers_at_end and trigger == "available-now"
+            return self._run(driver, trigger, reports, term, started, flush_timers=flush)
 
     def _run(
         self,
@@ -300,6 +342,8 @@ class GICQuery:
         reports: list[BatchReport],
         term: TerminationSignal,
         started: float,
+        *,
+        flush_timers: bool = False,
     ) -> RunSummary:
         settings = self.stream.job.settings
         start = driver.start_info
@@ -328,6 +372,8 @@ class GICQuery:
             raise
         try:
             summary.stop_reason = control_loop(driver, query, term)
+            if flush_timers and driver.stop_reason is None and term.received_at is None:
+                driver.fire_timers_at_end(self.stream.df.schema)
         except StreamingQueryException as exc:
             error = driver.failure or exc
             if isinstance(driver.failure, GICError):

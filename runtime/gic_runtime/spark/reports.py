@@ -60,6 +60,8 @@ class BatchReport:
     late_rows: int = 0
     """Input rows of this batch older than the watermark it ran with (dropped unless the
     stream keeps them)."""
+    timers_fired: int = 0
+    """Timers that fired in this batch."""
 
     @property
     def local_hit_ratio(self) -> float:

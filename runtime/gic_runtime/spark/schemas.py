@@ -14,7 +14,8 @@ from gic_runtime.event_time import EventTimeSpec, parse_duration
 
 def arrow_schema(spark: SparkSession, schema: str | pa.Schema) -> pa.Schema:
     """``schema`` as Arrow: a DDL string such as ``"word string, count long"`` or an
-    Arrow schema (returned as is)."""
+    Arrow schema (returned as is). Timestamps become UTC instants (``timestamp[us,
+    tz=UTC]``), which an output row may give as any time-zone-aware ``datetime``."""
     if isinstance(schema, pa.Schema):
         return schema
     try:
@@ -28,7 +29,7 @@ def arrow_schema(spark: SparkSession, schema: str | pa.Schema) -> pa.Schema:
         ) from exc
     if not isinstance(parsed, StructType):
         raise ConfigurationError(f"output schema {schema!r} must describe columns (a struct)")
-    return to_arrow_schema(parsed)
+    return to_arrow_schema(parsed, timezone="UTC")
 
 
 def arrow_schema_of(df: DataFrame) -> pa.Schema:

@@ -27,7 +27,7 @@ import pyarrow as pa
 from gic_runtime import crashpoints, errors
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.errors import GICError, StateError
-from gic_runtime.event_time import EventTimeSpec
+from gic_runtime.event_time import BatchTime, EventTimeSpec
 from gic_runtime.executor.core import TaskContext, run_task
 from gic_runtime.executor.state_stack import local_paths
 from gic_runtime.materialization.background import wait_for_markers
@@ -44,7 +44,8 @@ def make_stage(
     """The ``mapInArrow`` function of batch ``barrier.checkpoint_id``. With
     ``event_time``, rows older than ``barrier.watermark_us`` are late (dropped unless
     kept, counted) and the task reports its largest event time
-    (:mod:`gic_runtime.processing.late_rows`)."""
+    (:mod:`gic_runtime.processing.late_rows`). A processor with timers fires the task's
+    due timers after its rows, also when it got none."""
 
     def stage(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext as SparkTaskContext
@@ -59,6 +60,7 @@ def make_stage(
                 f"{barrier.num_tasks}); the stage's partitioning was changed"
             )
         owned = barrier.bucket_range(index)
+        time = BatchTime(barrier.checkpoint_id, barrier.processing_time_us, barrier.watermark_us)
         tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
         buckets: pa.ChunkedArray | None = None
         if tables:
@@ -81,8 +83,10 @@ def make_stage(
                         rows_buckets = rows_buckets.filter(keep)
                 if rows.num_rows:
                     yield from processor(
-                        rows, ctx.backend, barrier.checkpoint_id, buckets=rows_buckets
+                        rows, ctx.backend, barrier.checkpoint_id, buckets=rows_buckets, time=time
                     )
+            if processor.has_timers:
+                yield from processor.fire_timers(ctx.backend, time, ctx.count_timers_fired)
             crashpoints.hit("in_task", barrier.checkpoint_id)
 
         ack = run_task(barrier, index, process, output_schema=processor.output_schema)

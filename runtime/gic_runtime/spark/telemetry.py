@@ -128,7 +128,11 @@ class Telemetry:
             local_hit_ratio=report.local_hit_ratio,
         )
         m.observe_placement(executors=report.executors, moved=len(report.moved_ranges))
-        m.observe_event_time(watermark_us=report.watermark_us, late_rows=report.late_rows)
+        m.observe_event_time(
+            watermark_us=report.watermark_us,
+            late_rows=report.late_rows,
+            timers_fired=report.timers_fired,
+        )
         sweep = self.status.last_sweep
         if report.orphans_deleted:
             m.observe_sweep(report.orphans_deleted, report.orphan_bytes_deleted)
@@ -153,6 +157,7 @@ class Telemetry:
                 moved_ranges=report.moved_ranges,
                 watermark_us=report.watermark_us,
                 late_rows=report.late_rows,
+                timers_fired=report.timers_fired,
             ),
             materialization=MaterializationStatus(
                 started=old.started + report.materializations_started,

@@ -45,6 +45,7 @@ from gic_runtime.state.restore import RestoreSummary, check_coverage, restore_ra
 from gic_runtime.state.routing import BUCKET_SPOT_CHECKS, check_routed_buckets, route_key
 from gic_runtime.state.states import ListState, MapState, StateBackend, ValueState
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
+from gic_runtime.state.timers import TimerState
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = ["BUCKET_SPOT_CHECKS", "KeyedStateBackend", "MaterializationView", "RestoreSummary"]
@@ -114,6 +115,7 @@ class KeyedStateBackend:
         self._hi = bucket_range.stop
         self._tracks = {b: _Track(floor=changelog.next_seq(b)) for b in bucket_range}
         self._states: dict[str, Any] = {}
+        self._timers: TimerState | None = None
         self._unreferenced: list[SnapshotHandle] = []
 
     # --- states --------------------------------------------------------------------------
@@ -141,6 +143,12 @@ class KeyedStateBackend:
     def list_state(self, name: str) -> ListState:
         result: ListState = self._state(ListState, name)
         return result
+
+    def timer_state(self) -> TimerState:
+        """The timers of this backend's keys (:mod:`gic_runtime.state.timers`)."""
+        if self._timers is None:
+            self._timers = TimerState(self)
+        return self._timers
 
     # --- routing and the dual write ------------------------------------------------------
 

@@ -24,7 +24,10 @@ Composite store keys (inside one bucket)
     ``kind (1 byte) + msgpack(state name) + msgpack(key) [+ msgpack(user key)]``.
     msgpack encodings are prefix-free (a decoder consumes exactly one object), so
     ``state_prefix(kind, name)`` is a prefix of exactly that state's entries and
-    ``key_prefix(...)`` of exactly one key's entries.
+    ``key_prefix(...)`` of exactly one key's entries. Timers (:mod:`gic_runtime.state.timers`)
+    are entries of kind ``t`` named after their time domain, with the timer's time as
+    the user key; their time index (kind ``d``) is derived from them and is not a state
+    of its own (:func:`parse_store_key` refuses it, exports skip it).
 """
 
 from __future__ import annotations
@@ -47,7 +50,12 @@ SPARK_XXHASH_SEED: Final = 42
 KIND_VALUE: Final = b"v"
 KIND_MAP: Final = b"m"
 KIND_LIST: Final = b"l"
-KIND_NAMES: Final = {KIND_VALUE: "value", KIND_MAP: "map", KIND_LIST: "list"}
+KIND_TIMER: Final = b"t"
+KIND_DUE: Final = b"d"
+"""The time index of timers: derived from the ``t`` entries, never exported."""
+KIND_NAMES: Final = {KIND_VALUE: "value", KIND_MAP: "map", KIND_LIST: "list", KIND_TIMER: "timer"}
+KEYED_KINDS: Final = (KIND_MAP, KIND_TIMER)
+"""Kinds whose entries carry a user key after the key."""
 
 _I64 = struct.Struct("<q")
 _I32 = struct.Struct("<i")
@@ -221,9 +229,9 @@ def parse_store_key(data: bytes) -> StoreKey:
     if not isinstance(name, str):
         raise StateError(f"store key {data!r:.80} has a non-string state name")
     rest = data[key_end:]
-    if kind == KIND_MAP:
+    if kind in KEYED_KINDS:
         if not rest:
-            raise StateError(f"map store key {data!r:.80} lacks a user key")
+            raise StateError(f"{KIND_NAMES[kind]} store key {data!r:.80} lacks a user key")
         return StoreKey(kind, name, data[name_end:key_end], rest)
     if rest:
         raise StateError(f"store key {data!r:.80} has trailing bytes")

@@ -266,6 +266,23 @@ class LmdbStore:
         with benv.env.begin(db=benv.data, buffers=False) as txn:
             return self._scan(txn.cursor(), prefix)
 
+    def scan_range(self, bucket: int, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
+        benv = self._env(bucket)
+        if benv.txn is not None:
+            return self._scan_range(benv.txn.cursor(db=benv.data), start, stop)
+        with benv.env.begin(db=benv.data, buffers=False) as txn:
+            return self._scan_range(txn.cursor(), start, stop)
+
+    @staticmethod
+    def _scan_range(cursor: Any, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        if cursor.set_range(start):
+            for key, value in cursor.iternext(keys=True, values=True):
+                if key >= stop:
+                    break
+                out.append((key, value))
+        return out
+
     @staticmethod
     def _scan(cursor: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []

@@ -67,12 +67,16 @@ class SortedKeys:
 
     def range(self, prefix: bytes) -> list[bytes]:
         """Every key starting with ``prefix``, in order."""
+        return self.between(prefix, prefix_end(prefix))
+
+    def between(self, start: bytes, end: bytes | None) -> list[bytes]:
+        """Every key ``k`` with ``start <= k < end`` (no upper bound when ``end`` is
+        ``None``), in order."""
         out: list[bytes] = []
-        i = bisect.bisect_left(self._maxes, prefix)
-        end = prefix_end(prefix)
+        i = bisect.bisect_left(self._maxes, start)
         while i < len(self._chunks):
             chunk = self._chunks[i]
-            j = bisect.bisect_left(chunk, prefix)
+            j = bisect.bisect_left(chunk, start)
             k = len(chunk) if end is None else bisect.bisect_left(chunk, end)
             out.extend(chunk[j:k])
             if k < len(chunk):
@@ -183,6 +187,10 @@ class InMemoryStore:
     def scan(self, bucket: int, prefix: bytes) -> list[tuple[bytes, bytes]]:
         b = self._bucket(bucket)
         return [(key, b.data[key]) for key in b.index.range(prefix)]
+
+    def scan_range(self, bucket: int, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
+        b = self._bucket(bucket)
+        return [(key, b.data[key]) for key in b.index.between(start, stop)]
 
     def apply(self, bucket: int, changes: Iterable[tuple[Op, bytes, bytes]]) -> int:
         n = 0

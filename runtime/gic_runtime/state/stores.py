@@ -94,6 +94,10 @@ class KVStore(Protocol):
         """Every ``(key, value)`` whose key starts with ``prefix``, in key order."""
         ...
 
+    def scan_range(self, bucket: int, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` with ``start <= key < stop``, in key order."""
+        ...
+
     def apply(self, bucket: int, changes: Iterable[tuple[Op, bytes, bytes]]) -> int:
         """Apply ``(op, key, value)`` changes in order (bulk path for restore and replay).
         Returns how many were applied."""

@@ -87,7 +87,7 @@ class CheckpointStatus:
     placement: live executors (0 in local mode) and the bucket ranges ``[start, stop)``
     whose task ran on another executor than in the batch before; with event time, the
     watermark the checkpoint records (microseconds since the epoch) and the batch's late
-    rows."""
+    rows; the timers that fired in the batch."""
 
     id: Count
     created_at: Finite
@@ -101,6 +101,7 @@ class CheckpointStatus:
     moved_ranges: Annotated[tuple[BucketRange, ...], Field(max_length=MAX_RANGES)] = ()
     watermark_us: Int | None = None
     late_rows: Count = 0
+    timers_fired: Count = 0
 
 
 @json_record("restore status", required=("released",))
