@@ -182,6 +182,12 @@ class DriverMetrics:
         self._timers = Counter(
             "gic_timers_fired", "Timers fired (event and processing time).", job, registry=reg
         ).labels(job_id)
+        self._expired = Counter(
+            "gic_state_expired",
+            "State entries removed because their time to live passed.",
+            job,
+            registry=reg,
+        ).labels(job_id)
         savepoints = Counter(
             "gic_savepoints", "Savepoints finished, by state.", (*job, "state"), registry=reg
         )
@@ -214,14 +220,20 @@ class DriverMetrics:
         self._moves.inc(_non_negative("gic_state_task_moves_total", moved))
 
     def observe_event_time(
-        self, *, watermark_us: int | None, late_rows: int = 0, timers_fired: int = 0
+        self,
+        *,
+        watermark_us: int | None,
+        late_rows: int = 0,
+        timers_fired: int = 0,
+        expired: int = 0,
     ) -> None:
         """Record the watermark after a batch (``None``: no event time, left unset), its
-        late rows and the timers it fired."""
+        late rows, the timers it fired and the state entries that expired in it."""
         if watermark_us is not None:
             self._watermark.set(watermark_us / 1_000_000)
         self._late.inc(_non_negative("gic_late_rows_total", late_rows))
         self._timers.inc(_non_negative("gic_timers_fired_total", timers_fired))
+        self._expired.inc(_non_negative("gic_state_expired_total", expired))
 
     def observe_batch(self, count: int = 1) -> None:
         """Count completed micro-batches."""

@@ -50,6 +50,7 @@ from gic_runtime.processing import (
     PerKeyProcessor,
     Processor,
 )
+from gic_runtime.processing.windows import WindowProcessor
 
 FINGERPRINT_VERSION: Final = 1
 #: The parts of a fingerprint, in the order messages list them, with their names there.
@@ -227,6 +228,16 @@ def describe_processing(processor: Processor) -> str:
         batch_timers = processor.on_timers
         tail = "" if batch_timers is None else f", on_timers {callable_name(batch_timers)}"
         return f"process_batches by {key!r}: {callable_name(processor.fn)}{tail}"
+    if isinstance(processor, WindowProcessor):
+        what = (
+            callable_name(processor.fn)
+            if processor.fn is not None
+            else ", ".join(
+                f"{n}={a.kind}({a.column or ''})" for n, a in processor.aggregations.items()
+            )
+        )
+        lateness = f", lateness {processor.lateness_us} us" if processor.lateness_us else ""
+        return f"window {processor.spec.describe()}{lateness} by {key!r}: {what}"
     kind = type(processor)
     return f"{kind.__module__}.{kind.__qualname__} by {key!r}"
 

@@ -88,6 +88,18 @@ def write_inputs(workdir: Path, command: list[str]) -> None:
                 "\n".join(json.dumps(c) for c in clicks) + "\n"
             )
             os.utime(directory / f"clicks-{i}.json", (1_800_000_000 + i, 1_800_000_000 + i))
+    elif any(arg.endswith("windowed_counts.py") for arg in command):
+        directory.mkdir(parents=True)
+        for i in range(3):  # a minute apart: earlier windows and sessions close
+            viewed = [{"page": f"p{j}", "ts": f"2026-11-28T12:0{2 * i}:0{j}Z"} for j in range(3)]
+            (directory / f"views-{i}.json").write_text(
+                "\n".join(json.dumps(v) for v in viewed) + "\n"
+            )
+            os.utime(directory / f"views-{i}.json", (1_800_000_000 + i, 1_800_000_000 + i))
+    elif any(arg.endswith("dedup.py") for arg in command):
+        directory.mkdir(parents=True)
+        orders = [{"id": f"o{j % 4}", "ts": f"2026-11-28T12:00:0{j}Z"} for j in range(6)]
+        (directory / "orders-0.json").write_text("\n".join(json.dumps(o) for o in orders) + "\n")
     elif any(arg.endswith(("event_log.py", "silent_users.py")) for arg in command):
         directory.mkdir(parents=True)
         for i in range(2):
@@ -194,7 +206,8 @@ def test_the_documented_gic_run_commands_run_as_written(workdir: Path, tmp_path:
     # each example kept its own job: event-log did not resume word-count's checkpoint
     assert started["word-count"] == started["event-log"] == started["rate-count"] == "empty state"
     assert started["late-events"] == started["sessions"] == "empty state"
-    assert started["silent-users"] == "empty state"
+    assert started["silent-users"] == started["dedup"] == "empty state"
+    assert started["windowed-counts"] == started["view-sessions"] == "empty state"
     assert "wc-v2" in started
     first = results[0]["stderr"]
     log = Path(re.search(r"Spark's log: (\S+)", first).group(1))  # type: ignore[union-attr]

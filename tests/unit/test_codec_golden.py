@@ -96,6 +96,7 @@ GOLDEN_STATUS = """{"batches": 12, "driver": {"host": "driver-0", "pid": 123}, "
 "failure": {"error_type": "QueryMismatchError", "message": "job job-a: different query",
 "reason": "QueryMismatch"}, "job_id": "job-a", "last_checkpoint": {"bytes_uploaded": 5000,
 "changelog_bytes": 4000, "created_at": 1700000100.0, "duration_ms": 182.5, "executors": 3,
+"expired": 9,
 "id": 41, "late_rows": 2, "local_hit_ratio": 0.75, "moved_ranges": [[0, 4], [8, 12]],
 "rows": 100000, "snapshot_bytes": 1000, "timers_fired": 6,
 "watermark_us": 1700000090000000},
@@ -135,6 +136,7 @@ def full_status() -> JobStatus:
             watermark_us=1700000090000000,
             late_rows=2,
             timers_fired=6,
+            expired=9,
         ),
         restored_from=RestoreStatus(
             "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, 40
@@ -177,7 +179,7 @@ def test_status_records_are_written_and_read_as_before(status: JobStatus, text: 
 def test_status_optional_keys_may_be_missing() -> None:
     body = golden(GOLDEN_STATUS)
     optional = ("executors", "moved_ranges", "local_hit_ratio", "watermark_us", "late_rows")
-    for name in (*optional, "timers_fired"):
+    for name in (*optional, "timers_fired", "expired"):
         del body["last_checkpoint"][name]
     del body["materialization"]["failed"], body["materialization"]["bytes_uploaded"]
     del body["failure"]["error_type"], body["restored_from"]["checkpoint_id"]
@@ -191,7 +193,7 @@ def test_status_optional_keys_may_be_missing() -> None:
     assert (status.last_checkpoint.executors, status.last_checkpoint.moved_ranges) == (0, ())
     assert status.last_checkpoint.local_hit_ratio is None
     assert (status.last_checkpoint.watermark_us, status.last_checkpoint.late_rows) == (None, 0)
-    assert status.last_checkpoint.timers_fired == 0
+    assert status.last_checkpoint.timers_fired == status.last_checkpoint.expired == 0
     assert status.materialization == MaterializationStatus(9, 8, 0, 0)
     assert status.restored_from == RestoreStatus(
         "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, None
@@ -557,7 +559,8 @@ def test_a_bad_handle_in_a_v1_manifest_is_corrupt_naming_the_file() -> None:
 GOLDEN_TASK_ACK = """{"checkpoint_id": 7, "epoch": 2, "job_id": "job-a", "outputs": [{"rows": 10,
 "size": 2048, "uri": "file:///r/out/p-1.parquet"}], "states": [{"bucket": 1, "changelog": [],
 "seq": 0, "snapshot": null, "token": ""}, STATE], "stats": {"changelog_bytes": 100,
-"changes": 3, "checkpoint_s": 0.25, "empty": 0, "executor": "exec-1", "late_rows": 3,
+"changes": 3, "checkpoint_s": 0.25, "empty": 0, "executor": "exec-1", "expired": 8,
+"late_rows": 3,
 "local_hits": 1, "materializations_adopted": 1, "materializations_started": 2,
 "max_event_time_us": 1700000000000000, "pid": 42, "process_s": 0.5,
 "replayed": 2, "restored": 1, "rows_in": 5, "rows_out": 4, "snapshot_bytes": 0,
@@ -584,6 +587,7 @@ STATS = TaskStats(
     max_event_time_us=1700000000000000,
     late_rows=3,
     timers_fired=7,
+    expired=8,
 )
 ACK = TaskAck(
     "job-a",

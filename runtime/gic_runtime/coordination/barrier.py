@@ -225,6 +225,9 @@ class TaskStats:
     them)."""
     timers_fired: Int = 0
     """Timers that fired in this task (:mod:`gic_runtime.processing.firing`)."""
+    expired: Int = 0
+    """State entries (values, map entries, list elements) whose time to live passed,
+    removed by this task (:mod:`gic_runtime.state.ttl`)."""
 
 
 @json_record("task ack", required=("outputs", "stats"), computed=("version",))

@@ -63,7 +63,7 @@ from gic_runtime.materialization.background import (
     wait_local_materializations,
 )
 from gic_runtime.materialization.snapshot_upload import upload_view
-from gic_runtime.savepoint.canonical import restore_from_canonical
+from gic_runtime.savepoint.canonical_import import restore_from_canonical
 from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
 from gic_runtime.storage.uri import StoreResolver
 
@@ -89,6 +89,7 @@ class _Counters:
     max_event_time_us: int | None = None
     late_rows: int = 0
     timers_fired: int = 0
+    expired: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,14 @@ class TaskContext:
     @property
     def timers_fired(self) -> int:
         return self._counters.timers_fired
+
+    @property
+    def expired(self) -> int:
+        return self._counters.expired
+
+    def count_expired(self, n: int) -> None:
+        """Report ``n`` more state entries expired (shows as ``TaskStats.expired``)."""
+        self._counters.expired += n
 
     def count_timers_fired(self, n: int) -> None:
         """Report ``n`` more timers fired (shows as ``TaskStats.timers_fired``)."""
@@ -316,6 +325,7 @@ def _run_locked(
         max_event_time_us=ctx.max_event_time_us,
         late_rows=ctx.late_rows,
         timers_fired=ctx.timers_fired,
+        expired=ctx.expired,
     )
     return TaskAck(
         job_id=barrier.job_id,

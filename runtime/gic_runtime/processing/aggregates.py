@@ -106,6 +106,8 @@ class AggregateProcessor:
 
     has_timers = False
     """Aggregates keep no timers."""
+    sweeps_ttl = False
+    """Nor states with a time to live."""
 
     def fire_timers(
         self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None

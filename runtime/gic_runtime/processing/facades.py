@@ -29,6 +29,8 @@ from gic_runtime.event_time import BatchTime
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.states import ListState, MapState, ValueState
 from gic_runtime.state.timers import Timer, TimerState, TimeValue, from_micros
+from gic_runtime.state.ttl import TTL
+from gic_runtime.state.ttl_states import TTLListState, TTLMapState, TTLValueState
 
 __all__ = ["BoundList", "BoundMap", "BoundTimers", "BoundValue", "KeyState", "StateAccess"]
 
@@ -53,6 +55,16 @@ class StateAccess:
         self.batch_id = batch_id
         self.time = time or BatchTime(batch_id, _time.time_ns() // 1000)
         self._timers_enabled = timers
+        self._ttls: dict[tuple[str | float, str], TTL] = {}
+        backend.set_batch_time(self.time)
+
+    def _ttl(self, ttl: str | float | None, ttl_by: str) -> TTL | None:
+        if ttl is None:
+            return None
+        found = self._ttls.get((ttl, ttl_by))
+        if found is None:
+            found = self._ttls[(ttl, ttl_by)] = TTL.parse(ttl, ttl_by)
+        return found
 
     @property
     def watermark(self) -> datetime | None:
@@ -72,20 +84,42 @@ class StateAccess:
             raise StateError(_NO_HANDLER)
         return self.backend.timer_state()
 
-    def value(self, name: str) -> ValueState:
-        return self.backend.value_state(name)
+    def value(
+        self, name: str, ttl: str | float | None = None, ttl_by: str = "processing"
+    ) -> ValueState | TTLValueState:
+        """The value state ``name``; with ``ttl`` (``"30 days"``, or seconds) its values
+        expire that long after they were set, in ``ttl_by`` time (``"processing"`` or
+        ``"event"``)."""
+        spec = self._ttl(ttl, ttl_by)
+        if spec is None:
+            return self.backend.value_state(name)
+        return self.backend.value_state(name, spec)
 
-    def map(self, name: str) -> MapState:
-        return self.backend.map_state(name)
+    def map(
+        self, name: str, ttl: str | float | None = None, ttl_by: str = "processing"
+    ) -> MapState | TTLMapState:
+        """The map state ``name``; with ``ttl`` each entry expires that long after it was
+        put."""
+        spec = self._ttl(ttl, ttl_by)
+        if spec is None:
+            return self.backend.map_state(name)
+        return self.backend.map_state(name, spec)
 
-    def list(self, name: str) -> ListState:
-        return self.backend.list_state(name)
+    def list(
+        self, name: str, ttl: str | float | None = None, ttl_by: str = "processing"
+    ) -> ListState | TTLListState:
+        """The list state ``name``; with ``ttl`` each element expires that long after it
+        was appended."""
+        spec = self._ttl(ttl, ttl_by)
+        if spec is None:
+            return self.backend.list_state(name)
+        return self.backend.list_state(name, spec)
 
 
 class BoundValue:
     """A value state bound to one key."""
 
-    def __init__(self, state: ValueState, key: Any) -> None:
+    def __init__(self, state: ValueState | TTLValueState, key: Any) -> None:
         self._state, self._key = state, key
 
     def get(self, default: Any = None) -> Any:
@@ -101,7 +135,7 @@ class BoundValue:
 class BoundMap:
     """A map state bound to one key."""
 
-    def __init__(self, state: MapState, key: Any) -> None:
+    def __init__(self, state: MapState | TTLMapState, key: Any) -> None:
         self._state, self._key = state, key
 
     def get(self, user_key: Any, default: Any = None) -> Any:
@@ -129,7 +163,7 @@ class BoundMap:
 class BoundList:
     """A list state bound to one key."""
 
-    def __init__(self, state: ListState, key: Any) -> None:
+    def __init__(self, state: ListState | TTLListState, key: Any) -> None:
         self._state, self._key = state, key
 
     def get(self) -> list[Any]:
@@ -188,11 +222,20 @@ class KeyState:
         """This key's timers."""
         return BoundTimers(self._access.timers, self.key)
 
-    def value(self, name: str) -> BoundValue:
-        return BoundValue(self._access.value(name), self.key)
+    def value(
+        self, name: str, ttl: str | float | None = None, ttl_by: str = "processing"
+    ) -> BoundValue:
+        """The key's value in state ``name`` (``ttl``: see :meth:`StateAccess.value`)."""
+        return BoundValue(self._access.value(name, ttl, ttl_by), self.key)
 
-    def map(self, name: str) -> BoundMap:
-        return BoundMap(self._access.map(name), self.key)
+    def map(
+        self, name: str, ttl: str | float | None = None, ttl_by: str = "processing"
+    ) -> BoundMap:
+        """The key's map in state ``name`` (``ttl``: see :meth:`StateAccess.map`)."""
+        return BoundMap(self._access.map(name, ttl, ttl_by), self.key)
 
-    def list(self, name: str) -> BoundList:
-        return BoundList(self._access.list(name), self.key)
+    def list(
+        self, name: str, ttl: str | float | None = None, ttl_by: str = "processing"
+    ) -> BoundList:
+        """The key's list in state ``name`` (``ttl``: see :meth:`StateAccess.list`)."""
+        return BoundList(self._access.list(name, ttl, ttl_by), self.key)

@@ -100,6 +100,12 @@ class Processor(Protocol):
         after its rows, also in batches without rows)."""
         ...
 
+    @property
+    def sweeps_ttl(self) -> bool:
+        """Whether its states may have a time to live (then every task removes what
+        expired after its rows: :meth:`KeyedStateBackend.expire`)."""
+        ...
+
     def __call__(
         self,
         table: pa.Table,
@@ -184,6 +190,8 @@ class PerKeyProcessor:
     def has_timers(self) -> bool:
         return self.on_timer is not None
 
+    sweeps_ttl = True
+
     def __call__(
         self,
         table: pa.Table,
@@ -240,6 +248,8 @@ class BatchProcessor:
     @property
     def has_timers(self) -> bool:
         return self.on_timers is not None
+
+    sweeps_ttl = True
 
     def __call__(
         self,

@@ -29,7 +29,8 @@ keys and no spaces, and the body lists every file with its row count, size and C
 Readers verify all of them and fail with CorruptFileError / UnsupportedVersionError
 naming the file.
 
-Importing (:func:`restore_from_canonical`) re-creates state, it does not resume a lineage:
+Importing (:func:`gic_runtime.savepoint.canonical_import.restore_from_canonical`)
+re-creates state, it does not resume a lineage:
 every bucket starts a fresh history at seq 0, the imported entries become its first
 changes (so the first checkpoint after an import uploads the whole state as changelog,
 until materialization compacts it), and no handle, snapshot or token of the exporting
@@ -47,32 +48,40 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gic_runtime.changelog.records import Op
 from gic_runtime.errors import CorruptFileError, ObjectNotFoundError, UnsupportedVersionError
 from gic_runtime.formats import crc32c, load_json
 from gic_runtime.handles import BucketState
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import (
-    KIND_DUE,
+    DERIVED_KINDS,
     KIND_LIST,
-    KIND_MAP,
+    KIND_LIST_TTL,
+    KIND_MAP_TTL,
     KIND_NAMES,
-    KIND_TIMER,
-    bucket_for,
-    decode_key,
+    KIND_VALUE_TTL,
+    TTL_KINDS,
+    encode,
     parse_store_key,
     split_values,
-    state_prefix,
 )
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.restore import ChangeReader, restore_bucket
-from gic_runtime.state.timers import DOMAINS, due_key, timer_key
+from gic_runtime.state.ttl import (
+    PENDING,
+    Entry,
+    split_elements,
+    unwrap,
+)
 from gic_runtime.storage.uri import StoreResolver, join
 
 INDEX_NAME: Final = "_canonical.json"
 INDEX_FORMAT: Final = "gic-canonical-savepoint"
 FILE_FORMAT: Final = "gic-canonical-state"
 VERSION: Final = 1
+"""Version of the index."""
+FILE_VERSION: Final = 2
+"""Version of the bucket files this runtime writes (2 added the TTL columns)."""
+FILE_VERSIONS: Final = ("1", "2")
 
 SCHEMA: Final = pa.schema(
     [
@@ -83,9 +92,17 @@ SCHEMA: Final = pa.schema(
         pa.field("user_key", pa.binary(), nullable=True),
         pa.field("index", pa.int64(), nullable=True),
         pa.field("value", pa.binary(), nullable=False),
+        pa.field("expires_us", pa.int64(), nullable=True),
+        pa.field("ttl_by", pa.string(), nullable=True),
+        pa.field("ttl_us", pa.int64(), nullable=True),
     ]
 )
-_KIND_BYTES: Final = {name: kind for kind, name in KIND_NAMES.items()}
+_V1_COLUMNS: Final = 7
+"""Version 1 files have the first seven columns; the TTL columns read as null."""
+KIND_BYTES: Final = {
+    name: kind for kind, name in KIND_NAMES.items() if kind not in TTL_KINDS.values()
+}
+"""The kind of a row; a row with TTL columns takes the TTL kind of it (``TTL_KINDS``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,16 +155,28 @@ def bucket_table(bucket: int, items: Iterable[tuple[bytes, bytes]]) -> Any:
             cols[name].append(v)
 
     for skey, value in items:
-        if skey[:1] == KIND_DUE:  # derived from the timer entries
+        if skey[:1] in DERIVED_KINDS:  # indexes derived from the other entries
             continue
         parsed = parse_store_key(skey)
         kind = KIND_NAMES[parsed.kind]
         if parsed.kind == KIND_LIST:
             for i, element in enumerate(split_values(value)):
-                row(parsed.name, kind, parsed.key, None, i, element)
+                row(parsed.name, kind, parsed.key, None, i, element, None, None, None)
+        elif parsed.kind == KIND_LIST_TTL:
+            for i, e in enumerate(split_elements(value)):
+                row(parsed.name, kind, parsed.key, None, i, *_ttl_columns(e))
+        elif parsed.kind in (KIND_VALUE_TTL, KIND_MAP_TTL):
+            row(parsed.name, kind, parsed.key, parsed.user_key, None, *_ttl_columns(unwrap(value)))
         else:
-            row(parsed.name, kind, parsed.key, parsed.user_key, None, value)
+            row(parsed.name, kind, parsed.key, parsed.user_key, None, value, None, None, None)
     return pa.table(cols, schema=SCHEMA)
+
+
+def _ttl_columns(entry: Entry) -> tuple[bytes, int | None, str, int]:
+    """``value, expires_us, ttl_by, ttl_us`` of a TTL entry (``expires_us`` null while
+    an event-time entry waits for its first watermark)."""
+    expires = None if entry.deadline == PENDING else entry.deadline
+    return encode(entry.value), expires, entry.ttl.by, entry.ttl.duration_us
 
 
 def _write_bucket_file(
@@ -155,7 +184,7 @@ def _write_bucket_file(
 ) -> CanonicalFile:
     metadata = {
         b"gic.format": FILE_FORMAT.encode(),
-        b"gic.version": str(VERSION).encode(),
+        b"gic.version": str(FILE_VERSION).encode(),
         b"gic.bucket": str(bucket).encode(),
         b"gic.num_buckets": str(num_buckets).encode(),
     }
@@ -289,89 +318,16 @@ def read_canonical_bucket(resolver: StoreResolver, src_uri: str, entry: Canonica
     meta = table.schema.metadata or {}
     if meta.get(b"gic.format") != FILE_FORMAT.encode():
         raise CorruptFileError("not a canonical state file (schema metadata)", uri=uri)
-    if meta.get(b"gic.version") != str(VERSION).encode():
+    version = (meta.get(b"gic.version") or b"").decode("ascii", "replace")
+    if version not in FILE_VERSIONS:
         raise UnsupportedVersionError(
-            f"canonical state file version {meta.get(b'gic.version')!r} is not supported",
+            f"canonical state file version {version!r:.20} is not supported (supported: "
+            f"{', '.join(FILE_VERSIONS)}); upgrade the runtime to read it",
             uri=uri,
         )
-    if table.num_rows != entry.rows or not table.schema.remove_metadata().equals(SCHEMA):
+    expected = SCHEMA if version == str(FILE_VERSION) else pa.schema(list(SCHEMA)[:_V1_COLUMNS])
+    if table.num_rows != entry.rows or not table.schema.remove_metadata().equals(expected):
         raise CorruptFileError("canonical bucket file's rows or columns do not match", uri=uri)
+    for field in list(SCHEMA)[len(expected) :]:
+        table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table
-
-
-@dataclass(frozen=True, slots=True)
-class CanonicalImportStats:
-    """What :func:`restore_from_canonical` did."""
-
-    files_read: int
-    rows_imported: int
-    changes: int
-
-
-def restore_from_canonical(
-    backend: KeyedStateBackend, src_uri: str, resolver: StoreResolver
-) -> CanonicalImportStats:
-    """Replace the state of ``backend``'s buckets with the rows of the canonical savepoint
-    at ``src_uri`` whose keys route into them (see the module doc on lineage)."""
-    index = read_canonical_index(resolver, src_uri)
-    backend.restore({}, resolver)
-    same_layout = index.num_buckets == backend.num_buckets
-    owned = backend.bucket_range
-    files = [f for f in index.files if not same_layout or f.bucket in owned]
-    rows = changes = 0
-    for entry in files:
-        table = read_canonical_bucket(resolver, src_uri, entry)
-        pending: tuple[int, bytes] | None = None
-        chunks: list[bytes] = []
-        for r in table.to_pylist():
-            key = r["key"]
-            bucket = (
-                r["bucket"] if same_layout else bucket_for(decode_key(key), backend.num_buckets)
-            )
-            if bucket not in owned:
-                continue
-            kind = _KIND_BYTES.get(r["kind"])
-            if kind is None:
-                raise CorruptFileError(
-                    f"unknown state kind {r['kind']!r}", uri=join(src_uri, entry.name)
-                )
-            skey = state_prefix(kind, r["state"]) + key
-            if kind == KIND_LIST:
-                if pending is not None and pending != (bucket, skey):
-                    backend.write_raw(pending[0], Op.APPEND, pending[1], b"".join(chunks))
-                    changes += 1
-                    chunks = []
-                pending = (bucket, skey)
-                chunks.append(r["value"])
-            elif kind == KIND_TIMER:
-                changes += _import_timer(backend, bucket, r, join(src_uri, entry.name))
-            else:
-                if kind == KIND_MAP:
-                    if r["user_key"] is None:
-                        raise CorruptFileError(
-                            "map row without user_key", uri=join(src_uri, entry.name)
-                        )
-                    skey += r["user_key"]
-                backend.write_raw(bucket, Op.PUT, skey, r["value"])
-                changes += 1
-            rows += 1
-        if pending is not None:
-            backend.write_raw(pending[0], Op.APPEND, pending[1], b"".join(chunks))
-            changes += 1
-    return CanonicalImportStats(len(files), rows, changes)
-
-
-def _import_timer(backend: KeyedStateBackend, bucket: int, row: Mapping[str, Any], uri: str) -> int:
-    """Write a timer row's timer and due entries; returns the changes written."""
-    domain = next((d for d in DOMAINS if d == row["state"]), None)
-    raw_at = row["user_key"]
-    at = None if raw_at is None else decode_key(raw_at)
-    if domain is None or isinstance(at, bool) or not isinstance(at, int):
-        raise CorruptFileError(
-            f"timer row with domain {row['state']!r:.40} and time {at!r:.40}: the domain "
-            "must be 'event' or 'processing' and the time integer microseconds",
-            uri=uri,
-        )
-    backend.write_raw(bucket, Op.PUT, due_key(domain, row["key"], at))
-    backend.write_raw(bucket, Op.PUT, timer_key(domain, row["key"], at))
-    return 2

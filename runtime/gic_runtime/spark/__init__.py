@@ -6,6 +6,13 @@ the API, :mod:`gic_runtime.spark.driver` for the per-batch protocol and
 """
 
 from gic_runtime.processing import KeyState, StateAccess, Timer, count, max_, min_, sum_
+from gic_runtime.processing.window_specs import (
+    Window,
+    WindowSpec,
+    session_window,
+    sliding,
+    tumbling,
+)
 from gic_runtime.spark.driver import Driver
 from gic_runtime.spark.job import (
     GICJob,
@@ -31,12 +38,17 @@ __all__ = [
     "StateAccess",
     "StatefulStream",
     "Timer",
+    "Window",
+    "WindowSpec",
     "count",
     "from_micros",
     "local_spark",
     "max_",
     "min_",
+    "session_window",
+    "sliding",
     "start_driver",
     "sum_",
     "to_micros",
+    "tumbling",
 ]

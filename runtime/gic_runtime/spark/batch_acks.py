@@ -153,4 +153,5 @@ def batch_report(
         max_event_time_us=stored.manifest.event_time.max_event_time_us,
         late_rows=sum(s.late_rows for s in stats),
         timers_fired=sum(s.timers_fired for s in stats),
+        expired=sum(s.expired for s in stats),
     )

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.config import GICSettings, env_var
 from gic_runtime.errors import ConfigurationError, GICError
-from gic_runtime.event_time import BatchTime, EventTimeSpec
+from gic_runtime.event_time import BatchTime, EventTimeSpec, parse_duration
 from gic_runtime.processing import (
     AggregateProcessor,
     Aggregation,
@@ -46,6 +46,8 @@ from gic_runtime.processing import (
     TimerFunction,
     aggregate_schema,
 )
+from gic_runtime.processing.window_specs import WindowSpec
+from gic_runtime.processing.windows import WindowFunction, WindowProcessor, window_schema
 from gic_runtime.sinks import FileSink, Sink
 from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
 from gic_runtime.spark.fingerprint import query_fingerprint
@@ -189,6 +191,45 @@ class KeyedStream:
         processor = BatchProcessor(self.key, fn, schema, on_timers)
         return StatefulStream(self.job, self.df, self.key, processor, self.event_time)
 
+    def window(
+        self,
+        spec: WindowSpec,
+        *,
+        lateness: str | float | None = None,
+        process: WindowFunction | None = None,
+        output_schema: str | pa.Schema | None = None,
+        **aggregations: Aggregation,
+    ) -> StatefulStream:
+        """Windows over the stream's event time (``tumbling("1 minute")``,
+        ``sliding("10 minutes", every="1 minute")``, ``session_window("30 seconds")``), each
+        emitted once when the watermark reaches its end plus ``lateness`` (0 when left
+        out): with ``aggregations`` (``count=count()``) a row ``key, window_start,
+        window_end, ...``; with ``process=fn`` whatever ``fn(key, window, rows)``
+        returns (``output_schema`` then says what). State and timers of a window are
+        freed when it is emitted."""
+        if self.event_time is None:
+            raise ConfigurationError(
+                "window() needs event time: keyed(df, key=..., event_time='<column>', "
+                "watermark='<bound>')"
+            )
+        input_schema = self._input_schema()
+        late = 0 if lateness is None else parse_duration(lateness, what="lateness")
+        if process is not None:
+            if aggregations or output_schema is None:
+                raise ConfigurationError(
+                    "window(..., process=fn) takes output_schema= and no aggregations"
+                )
+            schema = arrow_schema(self.job.spark, output_schema)
+        else:
+            if output_schema is not None:
+                raise ConfigurationError("output_schema= goes with process=; aggregates set it")
+            schema = window_schema(input_schema.field(self.key), aggregations, input_schema)
+        processor = WindowProcessor(
+            self.key, self.event_time.column, spec, schema, aggregations, process, late,
+            input_schema,
+        )  # fmt: skip
+        return StatefulStream(self.job, self.df, self.key, processor, self.event_time)
+
     def aggregate(self, **aggregations: Aggregation) -> StatefulStream:
         """Running aggregates per key, e.g. ``aggregate(n=count(), total=sum_("x"))``;
         outputs the key and the new values of every key updated in the batch."""
@@ -215,6 +256,10 @@ class _Drained:
     @property
     def has_timers(self) -> bool:
         return self.inner.has_timers
+
+    @property
+    def sweeps_ttl(self) -> bool:
+        return self.inner.sweeps_ttl
 
     def __call__(
         self,

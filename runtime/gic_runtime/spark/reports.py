@@ -62,6 +62,8 @@ class BatchReport:
     stream keeps them)."""
     timers_fired: int = 0
     """Timers that fired in this batch."""
+    expired: int = 0
+    """State entries whose time to live passed, removed in this batch."""
 
     @property
     def local_hit_ratio(self) -> float:

@@ -44,8 +44,9 @@ def make_stage(
     """The ``mapInArrow`` function of batch ``barrier.checkpoint_id``. With
     ``event_time``, rows older than ``barrier.watermark_us`` are late (dropped unless
     kept, counted) and the task reports its largest event time
-    (:mod:`gic_runtime.processing.late_rows`). A processor with timers fires the task's
-    due timers after its rows, also when it got none."""
+    (:mod:`gic_runtime.processing.late_rows`). After its rows (also when it got none)
+    the task removes the state entries whose time to live passed, then fires its due
+    timers."""
 
     def stage(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext as SparkTaskContext
@@ -73,6 +74,7 @@ def make_stage(
             table = None
 
         def process(ctx: TaskContext) -> Iterator[pa.Table]:
+            ctx.backend.set_batch_time(time)
             if table is not None:
                 ctx.count_rows_in(table.num_rows)
                 rows, rows_buckets = table, buckets
@@ -85,6 +87,8 @@ def make_stage(
                     yield from processor(
                         rows, ctx.backend, barrier.checkpoint_id, buckets=rows_buckets, time=time
                     )
+            if processor.sweeps_ttl:
+                ctx.count_expired(ctx.backend.expire())
             if processor.has_timers:
                 yield from processor.fire_timers(ctx.backend, time, ctx.count_timers_fired)
             crashpoints.hit("in_task", barrier.checkpoint_id)

@@ -132,6 +132,7 @@ class Telemetry:
             watermark_us=report.watermark_us,
             late_rows=report.late_rows,
             timers_fired=report.timers_fired,
+            expired=report.expired,
         )
         sweep = self.status.last_sweep
         if report.orphans_deleted:
@@ -158,6 +159,7 @@ class Telemetry:
                 watermark_us=report.watermark_us,
                 late_rows=report.late_rows,
                 timers_fired=report.timers_fired,
+                expired=report.expired,
             ),
             materialization=MaterializationStatus(
                 started=old.started + report.materializations_started,

@@ -40,12 +40,10 @@ from gic_runtime.changelog.records import Op
 from gic_runtime.errors import RestoreError, StateError
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.state.fetch import ChangeReader, FetchSettings
-from gic_runtime.state.keys import KIND_NAMES
+from gic_runtime.state.registry import StateRegistry
 from gic_runtime.state.restore import RestoreSummary, check_coverage, restore_range
 from gic_runtime.state.routing import BUCKET_SPOT_CHECKS, check_routed_buckets, route_key
-from gic_runtime.state.states import ListState, MapState, StateBackend, ValueState
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
-from gic_runtime.state.timers import TimerState
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = ["BUCKET_SPOT_CHECKS", "KeyedStateBackend", "MaterializationView", "RestoreSummary"]
@@ -85,7 +83,7 @@ class MaterializationView:
     view: BucketView = field(compare=False)
 
 
-class KeyedStateBackend:
+class KeyedStateBackend(StateRegistry):
     """Keyed state of buckets ``bucket_range`` (contiguous) out of ``num_buckets``.
 
     Call :meth:`restore` before the first change unless the store and the changelog
@@ -114,41 +112,8 @@ class KeyedStateBackend:
         self._lo = bucket_range.start
         self._hi = bucket_range.stop
         self._tracks = {b: _Track(floor=changelog.next_seq(b)) for b in bucket_range}
-        self._states: dict[str, Any] = {}
-        self._timers: TimerState | None = None
+        StateRegistry.__init__(self)
         self._unreferenced: list[SnapshotHandle] = []
-
-    # --- states --------------------------------------------------------------------------
-
-    def _state(self, cls: type[Any], name: str) -> Any:
-        existing = self._states.get(name)
-        if existing is None:
-            owner: StateBackend = self  # what a state needs (checked by the type checker)
-            existing = self._states[name] = cls(owner, name)
-        elif not isinstance(existing, cls):
-            raise StateError(
-                f"state {name!r} is a {KIND_NAMES[existing.kind]} state, not a "
-                f"{KIND_NAMES[cls.kind]} state; use a different name"
-            )
-        return existing
-
-    def value_state(self, name: str) -> ValueState:
-        result: ValueState = self._state(ValueState, name)
-        return result
-
-    def map_state(self, name: str) -> MapState:
-        result: MapState = self._state(MapState, name)
-        return result
-
-    def list_state(self, name: str) -> ListState:
-        result: ListState = self._state(ListState, name)
-        return result
-
-    def timer_state(self) -> TimerState:
-        """The timers of this backend's keys (:mod:`gic_runtime.state.timers`)."""
-        if self._timers is None:
-            self._timers = TimerState(self)
-        return self._timers
 
     # --- routing and the dual write ------------------------------------------------------
 

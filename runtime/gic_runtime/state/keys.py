@@ -27,7 +27,9 @@ Composite store keys (inside one bucket)
     ``key_prefix(...)`` of exactly one key's entries. Timers (:mod:`gic_runtime.state.timers`)
     are entries of kind ``t`` named after their time domain, with the timer's time as
     the user key; their time index (kind ``d``) is derived from them and is not a state
-    of its own (:func:`parse_store_key` refuses it, exports skip it).
+    of its own (:func:`parse_store_key` refuses it, exports skip it). States with a time
+    to live use the kinds ``V``, ``M``, ``L`` and an expiry index of kind ``x``
+    (:mod:`gic_runtime.state.ttl`).
 """
 
 from __future__ import annotations
@@ -51,10 +53,28 @@ KIND_VALUE: Final = b"v"
 KIND_MAP: Final = b"m"
 KIND_LIST: Final = b"l"
 KIND_TIMER: Final = b"t"
+KIND_VALUE_TTL: Final = b"V"
+KIND_MAP_TTL: Final = b"M"
+KIND_LIST_TTL: Final = b"L"
+"""States with a time to live (:mod:`gic_runtime.state.ttl`): values carry deadlines."""
 KIND_DUE: Final = b"d"
 """The time index of timers: derived from the ``t`` entries, never exported."""
-KIND_NAMES: Final = {KIND_VALUE: "value", KIND_MAP: "map", KIND_LIST: "list", KIND_TIMER: "timer"}
-KEYED_KINDS: Final = (KIND_MAP, KIND_TIMER)
+KIND_EXPIRY: Final = b"x"
+"""The expiry index of TTL states: derived, never exported."""
+KIND_NAMES: Final = {
+    KIND_VALUE: "value",
+    KIND_MAP: "map",
+    KIND_LIST: "list",
+    KIND_TIMER: "timer",
+    KIND_VALUE_TTL: "value",
+    KIND_MAP_TTL: "map",
+    KIND_LIST_TTL: "list",
+}
+TTL_KINDS: Final = {KIND_VALUE: KIND_VALUE_TTL, KIND_MAP: KIND_MAP_TTL, KIND_LIST: KIND_LIST_TTL}
+"""The kind of a state with a TTL, by the kind of the same state without."""
+KEYED_KINDS: Final = (KIND_MAP, KIND_TIMER, KIND_MAP_TTL)
+DERIVED_KINDS: Final = (KIND_DUE, KIND_EXPIRY)
+"""Index entries derived from other entries: not states, not exported."""
 """Kinds whose entries carry a user key after the key."""
 
 _I64 = struct.Struct("<q")

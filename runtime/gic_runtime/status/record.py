@@ -87,7 +87,7 @@ class CheckpointStatus:
     placement: live executors (0 in local mode) and the bucket ranges ``[start, stop)``
     whose task ran on another executor than in the batch before; with event time, the
     watermark the checkpoint records (microseconds since the epoch) and the batch's late
-    rows; the timers that fired in the batch."""
+    rows; the timers that fired in the batch and the state entries that expired."""
 
     id: Count
     created_at: Finite
@@ -102,6 +102,7 @@ class CheckpointStatus:
     watermark_us: Int | None = None
     late_rows: Count = 0
     timers_fired: Count = 0
+    expired: Count = 0
 
 
 @json_record("restore status", required=("released",))

@@ -1,0 +1,335 @@
+"""Windowed processing over event time, built on timers: aggregates per key and window
+(tumbling, sliding, session; :mod:`gic_runtime.processing.window_specs`), or a
+function called once per closed window with its rows.
+
+:class:`WindowProcessor` keeps, per key, one map entry per open window in the state
+``win:open`` (user key: the window's start; value: ``[last event time, *aggregates]``,
+the last event time being what a session's end follows) and one event-time timer at
+the window's close: its end plus the allowed lateness (a session's end is its last row
+plus the gap). A row adds to every window it belongs to; a session row merges the
+sessions it touches. When the timer fires (the watermark reached it) the window is
+emitted once -- ``key, window_start, window_end`` and the aggregates, or what the
+window function returns for its rows -- and its state and rows are deleted.
+
+With a window function the rows themselves are kept in ``win:rows`` (user key:
+``[event time, batch, row]``), temporal columns as integers; a row is deleted once no
+open window can still need it.
+
+Invariants: every open window has exactly one timer, at its close; a window is emitted
+at most once (its timer fires once: :mod:`gic_runtime.processing.firing`); rows whose
+event time is null, or whose windows all closed already, are ignored (the stage has
+dropped rows older than the watermark unless the stream keeps them); a window's
+aggregates equal the aggregates over the rows of all batches that fell into it.
+
+Not thread-safe: a processor runs on the task thread that owns the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gic_runtime.errors import ConfigurationError, StateError
+from gic_runtime.event_time import BatchTime
+from gic_runtime.processing.aggregates import Aggregation, aggregate_schema
+from gic_runtime.processing.firing import due_now
+from gic_runtime.processing.processors import Buckets, FiredCounter, check_keys
+from gic_runtime.processing.window_specs import Window, WindowSpec
+from gic_runtime.state.backend import KeyedStateBackend
+
+__all__ = ["WindowFunction", "WindowProcessor", "window_schema"]
+
+WindowFunction = Callable[[Any, Window, pa.Table], Any]
+"""``fn(key, window, rows)``: a closed window's rows (input order within a batch);
+returns output rows (dicts or a table) or ``None``."""
+
+_OPEN, _ROWS = "win:open", "win:rows"
+_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
+    "count": lambda old, new: old + new,
+    "sum": lambda old, new: old + new,
+    "min": min,
+    "max": max,
+}
+
+
+def _merge(kind: str, old: Any, new: Any) -> Any:
+    if old is None:
+        return new
+    if new is None:
+        return old
+    return _COMBINE[kind](old, new)
+
+
+def window_schema(
+    key_field: pa.Field, aggregations: Mapping[str, Aggregation], input_schema: pa.Schema
+) -> pa.Schema:
+    """Output of windowed aggregates: the key, ``window_start`` and ``window_end``
+    (timestamp[us, UTC]), then each aggregate as :func:`aggregate_schema` types it."""
+    base = aggregate_schema(key_field, aggregations, input_schema)
+    for name in ("window_start", "window_end"):
+        if name in aggregations or name == key_field.name:
+            raise ConfigurationError(f"{name!r} is a window column; name the aggregate otherwise")
+    stamp = pa.timestamp("us", tz="UTC")
+    bounds = [pa.field("window_start", stamp), pa.field("window_end", stamp)]
+    return pa.schema([base.field(0), *bounds, *list(base)[1:]])
+
+
+def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if not pa.types.is_timestamp(column.type):
+        raise ConfigurationError(f"the event-time column is {column.type}, not a timestamp")
+    return pc.cast(pc.cast(column, pa.timestamp("us", tz=column.type.tz)), pa.int64())
+
+
+@dataclass(frozen=True)
+class WindowProcessor:
+    """Windowed aggregates (``aggregations``) or a window function (``fn``) per key
+    over the event time in ``time_column`` (see the module docstring)."""
+
+    key_column: str
+    time_column: str
+    spec: WindowSpec
+    output_schema: pa.Schema
+    aggregations: Mapping[str, Aggregation] = field(default_factory=dict)
+    fn: WindowFunction | None = None
+    lateness_us: int = 0
+    input_schema: pa.Schema | None = None
+
+    def __post_init__(self) -> None:
+        if (self.fn is None) == (not self.aggregations):
+            raise ConfigurationError("window() takes aggregations or process=, one of them")
+        if self.lateness_us < 0:
+            raise ConfigurationError("allowed lateness must be >= 0")
+
+    has_timers = True
+    sweeps_ttl = False
+
+    @property
+    def _kinds(self) -> list[str]:
+        return [a.kind for a in self.aggregations.values()] or ["count"]
+
+    # --- rows ----------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        table: pa.Table,
+        backend: KeyedStateBackend,
+        batch_id: int,
+        *,
+        buckets: Buckets = None,
+        time: BatchTime | None = None,
+    ) -> Iterator[pa.Table]:
+        check_keys(table, self.key_column)
+        if self.time_column not in table.column_names:
+            raise ConfigurationError(f"event-time column {self.time_column!r} is not in the input")
+        times = _micros(table.column(self.time_column))
+        # rows without a time, or whose windows all closed already, are ignored
+        watermark = None if time is None else time.watermark_us
+        alive = pc.is_valid(times)
+        if watermark is not None:
+            reach = self.spec.size_us + self.lateness_us  # a row's latest window close
+            alive = pc.and_(alive, pc.greater(pc.add(times, reach), watermark))
+        alive = pc.fill_null(alive, False)
+        table, times = table.filter(alive), times.filter(alive)
+        if table.num_rows == 0:
+            return iter(())
+        contributions = self._contributions(table)
+        ts = times.to_numpy()
+        if self.spec.kind == "session":
+            self._sessions(table, ts, contributions, backend)
+        else:
+            self._fixed(table, ts, contributions, backend, watermark)
+        if self.fn is not None:
+            self._keep_rows(table, ts, backend, batch_id)
+        return iter(())
+
+    def _contributions(self, table: pa.Table) -> list[list[Any]]:
+        """Per aggregate, each row's value (1 for counts)."""
+        if not self.aggregations:
+            return [[1] * table.num_rows]
+        out: list[list[Any]] = []
+        for agg in self.aggregations.values():
+            if agg.kind == "count":
+                out.append([1] * table.num_rows)
+            else:
+                agg.arrow_spec(table)  # names an input column
+                column = table.column(agg.column)
+                if pa.types.is_timestamp(column.type):  # kept in state as integers
+                    column = pc.cast(column, pa.int64())
+                out.append(column.to_pylist())
+        return out
+
+    def _close_at(self, end: int) -> int:
+        return end + self.lateness_us
+
+    def _fixed(
+        self,
+        table: pa.Table,
+        ts: Any,
+        contributions: list[list[Any]],
+        backend: KeyedStateBackend,
+        watermark: int | None,
+    ) -> None:
+        starts, rows = self.spec.starts(ts)
+        if watermark is not None:  # a sliding row's earlier windows may have closed
+            still = starts + self.spec.size_us + self.lateness_us > watermark
+            starts, rows = starts[still], rows[still]
+        keys = table.column(self.key_column).to_pylist()
+        open_, timers, kinds = backend.map_state(_OPEN), backend.timer_state(), self._kinds
+        size = self.spec.size_us
+        merged: dict[tuple[Any, int], list[Any]] = {}
+        for start, row in zip(starts.tolist(), rows.tolist(), strict=True):
+            slot = (keys[row], start)
+            values = [c[row] for c in contributions]
+            have = merged.get(slot)
+            merged[slot] = values if have is None else [
+                _merge(k, a, b) for k, a, b in zip(kinds, have, values, strict=True)
+            ]  # fmt: skip
+        for (key, start), values in merged.items():
+            old = open_.get(key, start)
+            if old is None:
+                timers.register(key, self._close_at(start + size))
+                open_.put(key, start, [start + size, *values])
+            else:
+                combined = [_merge(k, a, b) for k, a, b in zip(kinds, old[1:], values, strict=True)]
+                open_.put(key, start, [old[0], *combined])
+
+    def _sessions(
+        self, table: pa.Table, ts: Any, contributions: list[list[Any]], backend: KeyedStateBackend
+    ) -> None:
+        keys = table.column(self.key_column).to_pylist()
+        gap, kinds = self.spec.size_us, self._kinds
+        open_, timers = backend.map_state(_OPEN), backend.timer_state()
+        by_key: dict[Any, list[int]] = {}
+        for row in np.argsort(ts, kind="stable").tolist():
+            by_key.setdefault(keys[row], []).append(row)
+        for key, rows in by_key.items():
+            before = {start: v for start, v in open_.items(key)}
+            sessions = {start: list(v) for start, v in before.items()}
+            for row in rows:
+                t = int(ts[row])
+                start, last, values = t, t, [c[row] for c in contributions]
+                for s in [s for s, v in sessions.items() if s - gap <= t <= v[0] + gap]:
+                    v = sessions.pop(s)
+                    start, last = min(start, s), max(last, v[0])
+                    values = [_merge(k, a, b) for k, a, b in zip(kinds, v[1:], values, strict=True)]
+                sessions[start] = [last, *values]
+            for s, v in before.items():
+                if sessions.get(s) != v:
+                    timers.delete(key, self._close_at(v[0] + gap))
+                    if s not in sessions:
+                        open_.remove(key, s)
+            for s, v in sessions.items():
+                if before.get(s) != v:
+                    open_.put(key, s, v)
+                    timers.register(key, self._close_at(v[0] + gap))
+
+    def _keep_rows(self, table: pa.Table, ts: Any, backend: KeyedStateBackend, batch: int) -> None:
+        rows = backend.map_state(_ROWS)
+        plain = _plain(table)
+        keys = table.column(self.key_column).to_pylist()
+        for i, (key, values) in enumerate(zip(keys, plain, strict=True)):
+            rows.put(key, [int(ts[i]), batch, i], values)
+
+    # --- closing windows -----------------------------------------------------------------
+
+    def fire_timers(
+        self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None
+    ) -> Iterator[pa.Table]:
+        open_ = backend.map_state(_OPEN)
+        out: list[pa.Table] = []
+        rows: list[dict[str, Any]] = []
+        n = 0
+        for key, timer in due_now(backend, time):
+            n += 1
+            window, values = self._closing(open_, key, timer.at_us - self.lateness_us)
+            if window is None:
+                continue
+            open_.remove(key, window.start_us)
+            if self.fn is None:
+                rows.append(self._aggregate_row(key, window, values))
+            else:
+                table = self._window_rows(backend, key, window)
+                result = self.fn(key, window, table)
+                if result is not None:
+                    out.append(_fit(result, self.output_schema))
+        if fired is not None:
+            fired(n)
+        if rows:
+            out.append(_fit(rows, self.output_schema))
+        yield from (t for t in out if t.num_rows)
+
+    def _closing(self, open_: Any, key: Any, end: int) -> tuple[Window | None, list[Any]]:
+        """The window of ``key`` ending at ``end`` and its aggregates."""
+        if self.spec.kind != "session":
+            start = end - self.spec.size_us
+            values = open_.get(key, start)
+            return (None, []) if values is None else (Window(start, end), values[1:])
+        for start, v in open_.items(key):
+            if v[0] + self.spec.size_us == end:
+                return Window(start, end), v[1:]
+        return None, []
+
+    def _aggregate_row(self, key: Any, window: Window, values: list[Any]) -> dict[str, Any]:
+        row: dict[str, Any] = {self.key_column: key}
+        row["window_start"], row["window_end"] = window.start, window.end
+        row.update(zip(self.aggregations, values, strict=True))
+        return row
+
+    def _window_rows(self, backend: KeyedStateBackend, key: Any, window: Window) -> pa.Table:
+        """The kept rows of ``window`` (deleting those no open window needs)."""
+        rows = backend.map_state(_ROWS)
+        last = window.end_us - self.spec.size_us if self.spec.kind == "session" else None
+        keep_from = window.start_us + self.spec.every_us if self.spec.kind == "sliding" else None
+        found: list[list[Any]] = []
+        for user_key, values in rows.items(key):
+            t = user_key[0]
+            inside = window.start_us <= t <= last if last is not None else (
+                window.start_us <= t < window.end_us
+            )  # fmt: skip
+            if inside:
+                found.append(values)
+            if inside and (keep_from is None or t < keep_from):
+                rows.remove(key, user_key)
+        assert self.input_schema is not None
+        return _table(found, self.input_schema)
+
+
+def _plain(table: pa.Table) -> list[list[Any]]:
+    """Rows of ``table`` as msgpack-encodable lists (temporal columns as integers)."""
+    columns = []
+    for column in table.columns:
+        typ = column.type
+        values = column
+        if pa.types.is_temporal(typ):
+            values = pc.cast(column, pa.int32() if pa.types.is_date32(typ) else pa.int64())
+        elif pa.types.is_decimal(typ):
+            raise StateError(f"a window function cannot keep {typ} columns; cast them first")
+        columns.append(values.to_pylist())
+    return [list(row) for row in zip(*columns, strict=True)] if columns else []
+
+
+def _table(rows: list[list[Any]], schema: pa.Schema) -> pa.Table:
+    """The kept ``rows`` as a table of ``schema`` again."""
+    arrays = []
+    for i, f in enumerate(schema):
+        values = [r[i] for r in rows]
+        if pa.types.is_temporal(f.type):
+            raw = pa.array(values, pa.int32() if pa.types.is_date32(f.type) else pa.int64())
+            arrays.append(raw.cast(f.type))
+        else:
+            arrays.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _fit(result: Any, schema: pa.Schema) -> pa.Table:
+    try:
+        if isinstance(result, pa.Table):
+            return result.select(schema.names).cast(schema)
+        return pa.Table.from_pylist(list(result), schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
+        raise StateError(f"a window's output does not fit {schema}: {exc}") from exc
