@@ -11,10 +11,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -129,60 +126,6 @@ def test_sessions_close_exactly_once_across_restarts(tmp_path: Path) -> None:
     assert stored[-1].manifest.event_time.watermark_us == int(
         (T0 + timedelta(seconds=max(s for f in files for _, s in f))).timestamp() * 1_000_000
     )
-
-
-TWO_EXECUTORS = """
-import sys
-from pyspark.sql import SparkSession
-spark = (
-    SparkSession.builder.master("local-cluster[2,1,1024]")
-    .appName("sessions")
-    .config("spark.ui.enabled", "false")
-    .config("spark.executor.memory", "768m")
-    .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-    .getOrCreate()
-)
-spark.sparkContext.addPyFile("examples/sessions.py")  # its functions run on executors
-sys.path.insert(0, "examples")
-import sessions
-sessions.main(["--input", "clicks/", "--output", "sessions/"])
-"""
-
-
-@pytest.mark.slow
-def test_sessions_on_two_executors(tmp_path: Path) -> None:
-    """Timers registered and fired in the Python workers of two executor JVMs."""
-    work = tmp_path / "work"
-    (work / "clicks").mkdir(parents=True)
-    (work / "examples").symlink_to(REPO / "examples")
-    files = [clicks(i) for i in range(NUM_FILES)]
-    stamp = time.time_ns()
-    for i, events in enumerate(files):
-        path = work / "clicks" / f"f{i}.json"
-        path.write_text(file_text(events))
-        os.utime(path, ns=(stamp + i * 10**9, stamp + i * 10**9))  # taken in this order
-    env = clean_env(
-        GIC_STORAGE=(work / "gic-data").as_uri(),
-        GIC_NUM_BUCKETS="16",
-        GIC_LOCAL_DIR=str(tmp_path / "local"),
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", TWO_EXECUTORS],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    written = written_sessions(work / "sessions")
-    assert len(written) == len(set(written))
-    assert set(written) == reference_sessions(files)
-    stored = load_retained(StoreResolver(), (work / "gic-data").as_uri(), "sessions")
-    assert stored[-1].manifest.event_time.watermark_us is not None
 
 
 SILENCE_S = 3.0

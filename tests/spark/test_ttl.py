@@ -6,11 +6,7 @@ remembered -- across a restart, and on two executor JVMs."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -91,53 +87,3 @@ def test_dedup_forgets_on_time_across_a_restart(tmp_path: Path) -> None:
     assert [r["code"] for r in results] == [0, 0], results
     check(work / "unique", "".join(r["stdout"] for r in results))
     assert remembered((work / "gic-data").resolve().as_uri(), "dedup") == 2  # b and e
-
-
-TWO_EXECUTORS = """
-import sys
-from pyspark.sql import SparkSession
-spark = (
-    SparkSession.builder.master("local-cluster[2,1,1024]")
-    .appName("dedup")
-    .config("spark.ui.enabled", "false")
-    .config("spark.executor.memory", "768m")
-    .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-    .getOrCreate()
-)
-spark.sparkContext.addPyFile("examples/dedup.py")  # its function runs on executors
-sys.path.insert(0, "examples")
-import dedup
-dedup.main(["--input", "orders/", "--output", "unique/"])
-"""
-
-
-@pytest.mark.slow
-def test_dedup_on_two_executors(tmp_path: Path) -> None:
-    """Expiry runs in the Python workers of two executor JVMs."""
-    work = tmp_path / "work"
-    (work / "orders").mkdir(parents=True)
-    (work / "examples").symlink_to(REPO / "examples")
-    stamp = time.time_ns()
-    for i, events in enumerate(FILES):
-        path = work / "orders" / f"f{i}.json"
-        path.write_text(file_text(events))
-        os.utime(path, ns=(stamp + i * 10**9, stamp + i * 10**9))  # taken in this order
-    env = clean_env(
-        GIC_STORAGE=(work / "gic-data").as_uri(),
-        GIC_NUM_BUCKETS=str(BUCKETS),
-        GIC_LOCAL_DIR=str(tmp_path / "local"),
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", TWO_EXECUTORS],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    check(work / "unique", done.stdout)
-    assert remembered((work / "gic-data").as_uri(), "dedup") == 2

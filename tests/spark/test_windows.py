@@ -6,10 +6,6 @@ same rows, across a restart; the same on two executor JVMs."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -95,52 +91,3 @@ def test_windows_equal_sparks_own_across_a_restart(tmp_path: Path, spark: SparkS
         got = written(work / out)
         assert len(got) == len(set(got)), f"a window was written twice ({out})"
         assert set(got) == spark_reference(spark, gap), out
-
-
-TWO_EXECUTORS = """
-import sys
-from pyspark.sql import SparkSession
-spark = (
-    SparkSession.builder.master("local-cluster[2,1,1024]")
-    .appName("windowed-counts")
-    .config("spark.ui.enabled", "false")
-    .config("spark.executor.memory", "768m")
-    .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-    .getOrCreate()
-)
-sys.path.insert(0, "examples")
-import windowed_counts
-windowed_counts.main(["--input", "views/", "--output", "minutes/"])
-"""
-
-
-@pytest.mark.slow
-def test_windows_on_two_executors(tmp_path: Path, spark: SparkSession) -> None:
-    work = tmp_path / "work"
-    (work / "views").mkdir(parents=True)
-    (work / "examples").symlink_to(REPO / "examples")
-    stamp = time.time_ns()
-    for i, events in enumerate(FILES):
-        path = work / "views" / f"f{i}.json"
-        path.write_text(file_text(events))
-        os.utime(path, ns=(stamp + i * 10**9, stamp + i * 10**9))  # taken in this order
-    env = clean_env(
-        GIC_STORAGE=(work / "gic-data").as_uri(),
-        GIC_NUM_BUCKETS="16",
-        GIC_LOCAL_DIR=str(tmp_path / "local"),
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", TWO_EXECUTORS],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    got = written(work / "minutes")
-    assert len(got) == len(set(got))
-    assert set(got) == spark_reference(spark, None)

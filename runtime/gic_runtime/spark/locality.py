@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +168,53 @@ class PlacementReport:
     """Tasks that ran on another executor than in the batch before."""
 
 
+_HELPERS: dict[str, Any] = {}
+"""The placement helper of each Spark application in this process: one instance, from
+one class loader, for every query of the application (py4j caches a class's methods by
+name, so a second copy of the class loaded by another loader breaks calls on it)."""
+_HELPERS_LOCK = threading.Lock()
+
+
+def _shared_helper(spark: SparkSession) -> Any:
+    """The application's placement helper, loaded once (``None``: unavailable)."""
+    sc = spark.sparkContext
+    app = str(sc.applicationId)
+    with _HELPERS_LOCK:
+        if app not in _HELPERS:
+            _HELPERS[app] = _load_helper(sc)
+        return _HELPERS[app]
+
+
+def _load_helper(sc: Any) -> Any:
+    jvm: Any = sc._jvm
+    try:
+        return jvm.io.gic.spark.Placement()
+    except Exception:  # py4j: the class is not on the driver's class path
+        pass
+    try:
+        jar = placement_jar()
+    except ConfigurationError as exc:
+        _log.warning("state tasks run unpinned: %s", exc)
+        jar = None
+    if jar is None:
+        _log.warning(
+            "state tasks run unpinned (no placement helper jar and no JDK to build it; "
+            "set %s): on several executors bucket ranges restore when they move",
+            JAR_ENV,
+        )
+        return None
+    sc._jsc.sc().addJar(str(jar))  # executors fetch it before their next task
+    gateway: Any = sc._gateway
+    urls = gateway.new_array(jvm.java.net.URL, 1)
+    urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
+    loader = jvm.java.net.URLClassLoader(
+        urls, jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    )
+    cls = loader.loadClass(PLACEMENT_CLASS)
+    ctor = cls.getDeclaredConstructor(gateway.new_array(jvm.java.lang.Class, 0))
+    return ctor.newInstance(gateway.new_array(jvm.java.lang.Object, 0))
+
+
 class StickyPlacement:
     """Pins each batch's stateful stage to the tasks' executors (see the module
     docstring). One per driver attempt; batch thread only."""
@@ -181,38 +229,9 @@ class StickyPlacement:
         self._ran: dict[int, str] = {}
 
     def _jvm_helper(self) -> Any:
-        if self._helper is not None or self._unavailable:
-            return self._helper
-        sc = self.spark.sparkContext
-        jvm: Any = sc._jvm
-        try:
-            self._helper = jvm.io.gic.spark.Placement()
-            return self._helper
-        except Exception:  # py4j: the class is not on the driver's class path
-            pass
-        try:
-            jar = placement_jar()
-        except ConfigurationError as exc:
-            _log.warning("state tasks run unpinned: %s", exc)
-            jar = None
-        if jar is None:
-            _log.warning(
-                "state tasks run unpinned (no placement helper jar and no JDK to build it; "
-                "set %s): on several executors bucket ranges restore when they move",
-                JAR_ENV,
-            )
-            self._unavailable = True
-            return None
-        sc._jsc.sc().addJar(str(jar))  # executors fetch it before their next task
-        gateway: Any = sc._gateway
-        urls = gateway.new_array(jvm.java.net.URL, 1)
-        urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
-        loader = jvm.java.net.URLClassLoader(
-            urls, jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        )
-        cls = loader.loadClass(PLACEMENT_CLASS)
-        ctor = cls.getDeclaredConstructor(gateway.new_array(jvm.java.lang.Class, 0))
-        self._helper = ctor.newInstance(gateway.new_array(jvm.java.lang.Object, 0))
+        if self._helper is None and not self._unavailable:
+            self._helper = _shared_helper(self.spark)
+            self._unavailable = self._helper is None
         return self._helper
 
     def live_executors(self) -> list[str]:
