@@ -33,6 +33,7 @@ from gic_runtime.errors import StateError
 from gic_runtime.event_time import EventTimeSpec
 from gic_runtime.handles import BucketState
 from gic_runtime.processing import Processor
+from gic_runtime.processing.initial_state import InitialState
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement
 from gic_runtime.spark.placement import route
 from gic_runtime.spark.reports import BatchReport
@@ -50,6 +51,7 @@ def collect_acks(
     processor: Processor,
     placement: StickyPlacement | None,
     event_time: EventTimeSpec | None = None,
+    initial: InitialState | None = None,
 ) -> tuple[list[TaskAck], PlacementReport]:
     """Run the stateful stage of ``barrier``'s batch over ``df`` (keyed by column
     ``key``); returns the tasks' acks and where the tasks ran. An executor's failure
@@ -59,7 +61,8 @@ def collect_acks(
     if placement is not None:
         routed, report = placement.pin(routed)
     try:
-        rows = routed.mapInArrow(make_stage(barrier, processor, event_time), ACK_SCHEMA).collect()
+        stage = make_stage(barrier, processor, event_time, initial)
+        rows = routed.mapInArrow(stage, ACK_SCHEMA).collect()
     except Exception as exc:
         raise executor_error(exc) from exc
     acks = [TaskAck.from_bytes(bytes(r["ack"])) for r in rows]

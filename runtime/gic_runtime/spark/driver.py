@@ -57,6 +57,7 @@ from gic_runtime.spark.batch_acks import batch_report, collect_acks, max_event_t
 from gic_runtime.spark.batch_output import BatchOutput
 from gic_runtime.spark.cleanup import clean_up_after_stop, run_drain
 from gic_runtime.spark.control_requests import serve_pending
+from gic_runtime.spark.initial_state import InitialInput, with_initial
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
 from gic_runtime.spark.placement import partition_keys
 from gic_runtime.spark.reports import BatchReport, StartInfo
@@ -91,6 +92,7 @@ class Driver:
         query: QueryFingerprint | None = None,
         event_time: EventTimeSpec | None = None,
         event_time_progress: EventTimeProgress = NO_PROGRESS,
+        initial: InitialInput | None = None,
     ) -> None:
         """A driver over what :func:`~gic_runtime.spark.startup.start_driver` opened:
         ``timeline`` taken to the first batch, ``telemetry`` that reported the start,
@@ -103,6 +105,7 @@ class Driver:
         self.on_batch = on_batch
         self.query = query
         self.event_time = event_time
+        self.initial = initial
         self._progress = event_time_progress
         self.root = settings.storage
         self.job_id = settings.job_id
@@ -178,6 +181,9 @@ class Driver:
                 staging_uri=self._output.staging_uri(batch_id),
                 watermark_us=self._progress.watermark_us,
             )
+            fresh = self._last_id is None and not self._expected and self._canonical is None
+            if fresh and self.initial is not None:
+                df = with_initial(df, self.initial)  # a job without state: its first batch
             acks = self._run_stage(df, barrier)
             crashpoints.hit("after_acks", batch_id)
             states = merge_acks(acks, barrier)
@@ -247,6 +253,7 @@ class Driver:
         acks, self._placement_report = collect_acks(
             df, barrier, key=self.key, part_keys=self._part_keys, processor=self.processor,
             placement=self.placement, event_time=self.event_time,
+            initial=self.initial.state if self.initial is not None else None,
         )  # fmt: skip
         return acks
 

@@ -32,6 +32,7 @@ from gic_runtime.executor.core import TaskContext, run_task
 from gic_runtime.executor.state_stack import local_paths
 from gic_runtime.materialization.background import wait_for_markers
 from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
+from gic_runtime.processing.initial_state import InitialState
 from gic_runtime.processing.late_rows import split_late
 from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
 
@@ -39,14 +40,18 @@ ACK_SCHEMA = "ack binary"
 
 
 def make_stage(
-    barrier: Barrier, processor: Processor, event_time: EventTimeSpec | None = None
+    barrier: Barrier,
+    processor: Processor,
+    event_time: EventTimeSpec | None = None,
+    initial: InitialState | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of batch ``barrier.checkpoint_id``. With
     ``event_time``, rows older than ``barrier.watermark_us`` are late (dropped unless
     kept, counted) and the task reports its largest event time
     (:mod:`gic_runtime.processing.late_rows`). After its rows (also when it got none)
     the task removes the state entries whose time to live passed, then fires its due
-    timers."""
+    timers. With ``initial``, rows carrying initial state are applied first
+    (:mod:`gic_runtime.processing.initial_state`)."""
 
     def stage(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext as SparkTaskContext
@@ -64,9 +69,12 @@ def make_stage(
         time = BatchTime(barrier.checkpoint_id, barrier.processing_time_us, barrier.watermark_us)
         tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
         buckets: pa.ChunkedArray | None = None
+        initial_rows: pa.Table | None = None
         if tables:
             table = pa.concat_tables(tables)
             bucket_column_ok(table, BUCKET_COLUMN, owned)
+            if initial is not None:
+                table, initial_rows = initial.split(table)
             if BUCKET_COLUMN in table.column_names:
                 buckets = table.column(BUCKET_COLUMN)
             table = drop_columns(table, INTERNAL_COLUMNS)
@@ -75,6 +83,8 @@ def make_stage(
 
         def process(ctx: TaskContext) -> Iterator[pa.Table]:
             ctx.backend.set_batch_time(time)
+            if initial is not None and initial_rows is not None:
+                initial.apply(initial_rows, ctx.backend, time)
             if table is not None:
                 ctx.count_rows_in(table.num_rows)
                 rows, rows_buckets = table, buckets

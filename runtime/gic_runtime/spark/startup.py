@@ -56,6 +56,7 @@ from gic_runtime.sinks import Sink
 from gic_runtime.spark import checkpoint_dir
 from gic_runtime.spark.batch_output import BatchOutput, start_origin
 from gic_runtime.spark.driver import Driver
+from gic_runtime.spark.initial_state import InitialInput
 from gic_runtime.spark.locality import StickyPlacement
 from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.spark.telemetry import Telemetry, record_failure
@@ -84,6 +85,7 @@ def start_driver(
     on_batch: Callable[[BatchReport], None] | None = None,
     query: QueryFingerprint | None = None,
     event_time: EventTimeSpec | None = None,
+    initial: InitialInput | None = None,
 ) -> Driver:
     """Everything before the first batch (see the module docstring); returns the driver,
     complete, whose :attr:`~gic_runtime.spark.driver.Driver.start_info` says where the
@@ -168,6 +170,7 @@ def start_driver(
         query=query,
         event_time=event_time,
         event_time_progress=progress,
+        initial=initial,
     )
 
 
