@@ -34,6 +34,7 @@ __all__ = [
     "AggregateProcessor",
     "Aggregation",
     "aggregate_schema",
+    "combine",
     "count",
     "max_",
     "min_",
@@ -85,6 +86,15 @@ _COMBINE: dict[str, Callable[[Any, Any], Any]] = {
     "min": min,
     "max": max,
 }
+
+
+def combine(kind: AggKind | str, old: Any, new: Any) -> Any:
+    """An aggregate of ``kind`` over two parts (``None``: a part without values)."""
+    if old is None:
+        return new
+    if new is None:
+        return old
+    return _COMBINE[kind](old, new)
 
 
 @dataclass(frozen=True)
@@ -156,11 +166,7 @@ class AggregateProcessor:
             state = backend.value_state(f"agg:{name}")
             located = state.locate_many(keys, key_buckets)
             old = state.get_located(located)
-            combine = _COMBINE[agg.kind]
-            new = [
-                b if o is None else (o if b is None else combine(o, b))
-                for o, b in zip(old, batch_values, strict=True)
-            ]
+            new = [combine(agg.kind, o, b) for o, b in zip(old, batch_values, strict=True)]
             state.set_located(located, new)
             columns[name] = pa.array(new)
         out = pa.table(columns)

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from gic_runtime.errors import ConfigurationError, StateError
 from gic_runtime.event_time import BatchTime
-from gic_runtime.processing.aggregates import Aggregation, aggregate_schema
+from gic_runtime.processing.aggregates import Aggregation, aggregate_schema, combine
 from gic_runtime.processing.firing import due_now
 from gic_runtime.processing.processors import Buckets, FiredCounter, check_keys
 from gic_runtime.processing.window_specs import Window, WindowSpec
@@ -49,20 +49,11 @@ WindowFunction = Callable[[Any, Window, pa.Table], Any]
 returns output rows (dicts or a table) or ``None``."""
 
 _OPEN, _ROWS = "win:open", "win:rows"
-_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
-    "count": lambda old, new: old + new,
-    "sum": lambda old, new: old + new,
-    "min": min,
-    "max": max,
-}
 
 
-def _merge(kind: str, old: Any, new: Any) -> Any:
-    if old is None:
-        return new
-    if new is None:
-        return old
-    return _COMBINE[kind](old, new)
+def _combined(kinds: list[str], old: list[Any], new: list[Any]) -> list[Any]:
+    """Each aggregate of ``kinds`` over the parts ``old`` and ``new``."""
+    return [combine(k, a, b) for k, a, b in zip(kinds, old, new, strict=True)]
 
 
 def window_schema(
@@ -186,16 +177,14 @@ class WindowProcessor:
             slot = (keys[row], start)
             values = [c[row] for c in contributions]
             have = merged.get(slot)
-            merged[slot] = values if have is None else [
-                _merge(k, a, b) for k, a, b in zip(kinds, have, values, strict=True)
-            ]  # fmt: skip
+            merged[slot] = values if have is None else _combined(kinds, have, values)
         for (key, start), values in merged.items():
             old = open_.get(key, start)
             if old is None:
                 timers.register(key, self._close_at(start + size))
                 open_.put(key, start, [start + size, *values])
             else:
-                combined = [_merge(k, a, b) for k, a, b in zip(kinds, old[1:], values, strict=True)]
+                combined = _combined(kinds, old[1:], values)
                 open_.put(key, start, [old[0], *combined])
 
     def _sessions(
@@ -216,7 +205,7 @@ class WindowProcessor:
                 for s in [s for s, v in sessions.items() if s - gap <= t <= v[0] + gap]:
                     v = sessions.pop(s)
                     start, last = min(start, s), max(last, v[0])
-                    values = [_merge(k, a, b) for k, a, b in zip(kinds, v[1:], values, strict=True)]
+                    values = _combined(kinds, v[1:], values)
                 sessions[start] = [last, *values]
             for s, v in before.items():
                 if sessions.get(s) != v:
