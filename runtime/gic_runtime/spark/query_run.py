@@ -12,15 +12,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
 
+from gic_runtime.config import GICSettings
 from gic_runtime.errors import GICError
+from gic_runtime.event_time import EventTimeSpec
 from gic_runtime.processing import Processor
 from gic_runtime.sinks import Sink
 from gic_runtime.spark.driver import BatchReport, Driver, StartInfo
 from gic_runtime.spark.fingerprint import query_fingerprint
+from gic_runtime.spark.initial_state import InitialInput
 from gic_runtime.spark.startup import start_driver
 from gic_runtime.spark.termination import (
     SIGTERM_REASON,
@@ -28,11 +32,46 @@ from gic_runtime.spark.termination import (
     bound_query_stop,
     control_loop,
 )
+from gic_runtime.storage.uri import StoreResolver
 
-if TYPE_CHECKING:
-    from gic_runtime.spark.streams import StatefulStream
 
-__all__ = ["GICQuery", "RunSummary"]
+class QuerySource(Protocol):
+    """What a query runs (:class:`~gic_runtime.spark.streams.StatefulStream`): its
+    job, the input, the key, the processing, event time and initial state."""
+
+    @property
+    def job(self) -> JobContext: ...
+
+    @property
+    def df(self) -> DataFrame: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def processor(self) -> Processor: ...
+
+    @property
+    def event_time(self) -> EventTimeSpec | None: ...
+
+    @property
+    def initial(self) -> InitialInput | None: ...
+
+
+class JobContext(Protocol):
+    """What a query needs of its job."""
+
+    @property
+    def spark(self) -> SparkSession: ...
+
+    @property
+    def settings(self) -> GICSettings: ...
+
+    @property
+    def resolver(self) -> StoreResolver: ...
+
+
+__all__ = ["GICQuery", "JobContext", "QuerySource", "RunSummary"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,7 +94,7 @@ class RunSummary:
 class GICQuery:
     """A runnable stateful query (see the module docstring)."""
 
-    def __init__(self, stream: StatefulStream, sink: Sink, processor: Processor) -> None:
+    def __init__(self, stream: QuerySource, sink: Sink, processor: Processor) -> None:
         self.stream = stream
         self.sink = sink
         self.processor = processor

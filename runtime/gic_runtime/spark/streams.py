@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -41,14 +41,11 @@ from gic_runtime.processing.window_specs import WindowSpec
 from gic_runtime.processing.windows import WindowFunction, WindowProcessor, window_schema
 from gic_runtime.sinks import FileSink
 from gic_runtime.spark.initial_state import InitialInput, prepare_initial
-from gic_runtime.spark.query_run import GICQuery
+from gic_runtime.spark.query_run import GICQuery, JobContext
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
 from gic_runtime.spark.spark_sinks import DiscardSink, ForeachBatchSink
 
-if TYPE_CHECKING:
-    from gic_runtime.spark.job import GICJob
-
-__all__ = ["KeyedStream", "StatefulStream", "to_uri"]
+__all__ = ["JobContext", "KeyedStream", "StatefulStream", "to_uri"]
 
 
 def to_uri(path: str) -> str:
@@ -62,7 +59,7 @@ def to_uri(path: str) -> str:
 class KeyedStream:
     """A streaming DataFrame keyed by one column."""
 
-    job: GICJob
+    job: JobContext
     df: DataFrame
     key: str
     event_time: EventTimeSpec | None = None
@@ -196,7 +193,7 @@ class _Drained:
 class StatefulStream:
     """A keyed stream with its processor, waiting for a sink."""
 
-    job: GICJob
+    job: JobContext
     df: DataFrame
     key: str
     processor: Processor
