@@ -131,3 +131,14 @@ def parse_snapshot_epoch(name: str) -> int | None:
 
 def savepoint_dir(root: str, savepoint_id: str) -> str:
     return join(root, "savepoints", validate_id("savepoint id", savepoint_id))
+
+
+def restore_source_location(uri: str) -> str:
+    """Where a restore source's files are, as the runtime opens it: a native savepoint
+    named by its ``_savepoint.manifest`` is its directory; a directory or a checkpoint's
+    manifest is itself (trailing slashes dropped). Two names of one source give one
+    location."""
+    location = uri.rstrip("/")
+    if location.endswith("/" + SAVEPOINT_MANIFEST):
+        location = location[: -len(SAVEPOINT_MANIFEST) - 1]
+    return location

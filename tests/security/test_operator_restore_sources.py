@@ -156,3 +156,24 @@ def test_retention_skips_a_savepoint_an_unreleased_restore_holds(world: World) -
     world.reconcile("wc")
     assert world.kube.get_object("savepoints", NS, "wc-sp-old") is not None
     assert old.exists()
+
+
+@pytest.mark.parametrize("named", ["manifest", "directory/"])
+def test_a_source_named_by_its_manifest_file_is_held_too(world: World, named: str) -> None:
+    """``spec.restore.path`` may name a native savepoint by its directory (with or
+    without a trailing slash) or by its ``_savepoint.manifest``, as the runtime accepts
+    both; protection compares the location the runtime opens, so either name holds the
+    Savepoint against disposal and retention."""
+    source = completed_savepoint(world, "sp")
+    path = source.as_uri() if named == "manifest" else source.parent.as_uri() + "/"
+    world.apply_job("copier", restore={"path": path})
+    pod = world.reconcile("copier")["driverPod"]
+    world.kube.set_pod_phase(NS, pod, "Running")
+    world.driver_reports(
+        "copier",
+        restored_from=RestoreStatus(source=path, mode=RuntimeRestoreMode.NO_CLAIM, released=False),
+    )
+    status = world.reconcile("copier")
+    assert status["restoredFrom"]["released"] is False
+    assert dispose(world, "sp").startswith("waits")
+    assert source.exists()

@@ -40,6 +40,7 @@ from gic_operator.operator_errors import UntrustedInputError
 from gic_operator.operator_settings import StorageAllowlist
 from gic_operator.storage.job_storage import normalize_uri
 from gic_runtime.errors import GICError
+from gic_runtime.layout import restore_source_location
 
 
 def restore_problem(spec: GICJobSpec) -> str | None:
@@ -120,7 +121,8 @@ def holders(
         restored = GICJobStatus.read(body.status).restored_from
         name = body.name
         if restored is not None:
-            source = _normalized(restored.path)
+            # the location the runtime opened, however the spec named it
+            source = restore_source_location(_normalized(restored.path))
             uses = restored.savepoint == savepoint or (bool(path) and source == path)
             if uses and restored.mode is RestoreMode.CLAIM:
                 held.append((name, RestoreMode.CLAIM))
