@@ -49,6 +49,7 @@ WindowFunction = Callable[[Any, Window, pa.Table], Any]
 returns output rows (dicts or a table) or ``None``."""
 
 _OPEN, _ROWS = "win:open", "win:rows"
+_KEY, _START = "_key", "_start"
 
 
 def _combined(kinds: list[str], old: list[Any], new: list[Any]) -> list[Any]:
@@ -128,12 +129,11 @@ class WindowProcessor:
         table, times = table.filter(alive), times.filter(alive)
         if table.num_rows == 0:
             return iter(())
-        contributions = self._contributions(table)
         ts = times.to_numpy()
         if self.spec.kind == "session":
-            self._sessions(table, ts, contributions, backend)
+            self._sessions(table, ts, self._contributions(table), backend)
         else:
-            self._fixed(table, ts, contributions, backend, watermark)
+            self._fixed(table, ts, backend, watermark)
         if self.fn is not None:
             self._keep_rows(table, ts, backend, batch_id)
         return iter(())
@@ -158,34 +158,52 @@ class WindowProcessor:
         return end + self.lateness_us
 
     def _fixed(
-        self,
-        table: pa.Table,
-        ts: Any,
-        contributions: list[list[Any]],
-        backend: KeyedStateBackend,
-        watermark: int | None,
+        self, table: pa.Table, ts: Any, backend: KeyedStateBackend, watermark: int | None
     ) -> None:
         starts, rows = self.spec.starts(ts)
         if watermark is not None:  # a sliding row's earlier windows may have closed
             still = starts + self.spec.size_us + self.lateness_us > watermark
             starts, rows = starts[still], rows[still]
-        keys = table.column(self.key_column).to_pylist()
         open_, timers, kinds = backend.map_state(_OPEN), backend.timer_state(), self._kinds
         size = self.spec.size_us
-        merged: dict[tuple[Any, int], list[Any]] = {}
-        for start, row in zip(starts.tolist(), rows.tolist(), strict=True):
-            slot = (keys[row], start)
-            values = [c[row] for c in contributions]
-            have = merged.get(slot)
-            merged[slot] = values if have is None else _combined(kinds, have, values)
-        for (key, start), values in merged.items():
+        for key, start, values in self._per_window(table, starts, rows):
             old = open_.get(key, start)
             if old is None:
                 timers.register(key, self._close_at(start + size))
                 open_.put(key, start, [start + size, *values])
             else:
-                combined = _combined(kinds, old[1:], values)
-                open_.put(key, start, [old[0], *combined])
+                open_.put(key, start, [old[0], *_combined(kinds, old[1:], values)])
+
+    def _per_window(
+        self, table: pa.Table, starts: Any, rows: Any
+    ) -> Iterator[tuple[Any, int, list[Any]]]:
+        """``(key, window start, aggregates)`` of the batch's rows per window (rows
+        repeated for each window they are in), aggregated with Arrow's ``group_by``."""
+        taken = pa.array(rows)
+        columns: dict[str, Any] = {
+            _KEY: table.column(self.key_column).take(taken),
+            _START: pa.array(starts, pa.int64()),
+        }
+        specs: list[tuple[Any, str]] = []
+        names: list[str] = []
+        for i, agg in enumerate(self.aggregations.values() or [Aggregation("count")]):
+            if agg.kind == "count":
+                specs.append(([], "count_all"))
+                names.append("count_all")
+                continue
+            agg.arrow_spec(table)  # names an input column
+            column = table.column(agg.column)
+            if pa.types.is_timestamp(column.type):  # kept in state as integers
+                column = pc.cast(column, pa.int64())
+            columns[f"_v{i}"] = column.take(taken)
+            specs.append((f"_v{i}", agg.kind))
+            names.append(f"_v{i}_{agg.kind}")
+        grouped = pa.table(columns).group_by([_KEY, _START], use_threads=False).aggregate(specs)
+        keys = grouped.column(_KEY).to_pylist()
+        window_starts = grouped.column(_START).to_pylist()
+        values = [grouped.column(n).to_pylist() for n in names]
+        for i, (key, start) in enumerate(zip(keys, window_starts, strict=True)):
+            yield key, start, [v[i] for v in values]
 
     def _sessions(
         self, table: pa.Table, ts: Any, contributions: list[list[Any]], backend: KeyedStateBackend
