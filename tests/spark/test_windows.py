@@ -57,11 +57,13 @@ def spark_reference(spark: SparkSession, gap: str | None) -> set[tuple[Any, ...]
         F.count("*").alias("views"), F.min("ts").alias("first_view")
     )
     watermark = T0 + timedelta(seconds=max(s for f in FILES for _, s in f) - 10)
+    # GIC writes a window once the watermark reaches its end, a session once past it
+    limit = watermark if gap else watermark + timedelta(microseconds=1)
     return {
         (r["page"], r["w"]["start"].astimezone(UTC), r["w"]["end"].astimezone(UTC),
          r["views"], r["first_view"].astimezone(UTC))
         for r in found.collect()
-        if r["w"]["end"].astimezone(UTC) <= watermark
+        if r["w"]["end"].astimezone(UTC) < limit
     }  # fmt: skip
 
 

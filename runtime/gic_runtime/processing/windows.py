@@ -123,7 +123,7 @@ class WindowProcessor:
         watermark = None if time is None else time.watermark_us
         alive = pc.is_valid(times)
         if watermark is not None:
-            reach = self.spec.size_us + self.lateness_us  # a row's latest window close
+            reach = self._close_at(self.spec.size_us)  # a row's latest window close
             alive = pc.and_(alive, pc.greater(pc.add(times, reach), watermark))
         alive = pc.fill_null(alive, False)
         table, times = table.filter(alive), times.filter(alive)
@@ -155,7 +155,14 @@ class WindowProcessor:
         return out
 
     def _close_at(self, end: int) -> int:
-        return end + self.lateness_us
+        """When the window ending at ``end`` closes: once the watermark reaches its end
+        plus the lateness; a session once the watermark is past it (a row at exactly a
+        session's end is not late, and still joins it)."""
+        return end + self.lateness_us + (1 if self.spec.kind == "session" else 0)
+
+    def _end_of(self, close_at: int) -> int:
+        """The end of the window whose timer is at ``close_at`` (:meth:`_close_at`)."""
+        return close_at - self.lateness_us - (1 if self.spec.kind == "session" else 0)
 
     def _fixed(
         self, table: pa.Table, ts: Any, backend: KeyedStateBackend, watermark: int | None
@@ -253,7 +260,7 @@ class WindowProcessor:
         n = 0
         for key, timer in due_now(backend, time):
             n += 1
-            window, values = self._closing(open_, key, timer.at_us - self.lateness_us)
+            window, values = self._closing(open_, key, self._end_of(timer.at_us))
             if window is None:
                 continue
             open_.remove(key, window.start_us)
