@@ -27,6 +27,7 @@ from itertools import islice
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gic_runtime.checkpoint.catalog import find_latest_checkpoint, read_manifest
 from gic_runtime.checkpoint.manifest import Manifest
@@ -43,6 +44,8 @@ from gic_runtime.savepoint.canonical import (
     read_canonical_index,
 )
 from gic_runtime.savepoint.native import load_savepoint, objects_outside
+from gic_runtime.state.keys import bucket_for, encode
+from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.restore import restore_bucket
 from gic_runtime.state.stores import KVStore
 from gic_runtime.storage.uri import StoreResolver, join
@@ -52,12 +55,14 @@ __all__ = [
     "BucketSource",
     "StateSource",
     "bucket_rows",
+    "key_rows",
     "latest_state_source",
     "open_state_source",
 ]
 
 CHUNK_ROWS: Final = 10_000
 """Store entries (or canonical rows) turned into one table at a time."""
+_EMPTY: Final = bucket_table(0, [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,3 +207,17 @@ def bucket_rows(
                 yield bucket_table(source.bucket, chunk)
     finally:
         kv.close()
+
+
+def key_rows(resolver: StoreResolver, source: StateSource, key: Any) -> tuple[int, pa.Table]:
+    """The bucket of ``key`` in ``source`` and the canonical rows of ``key`` there: only
+    that bucket is read (rebuilt in memory for a checkpoint)."""
+    bucket = bucket_for(key, source.num_buckets)
+    found = source.bucket(bucket)
+    if found is None:
+        return bucket, _EMPTY
+    wanted = pa.scalar(encode(key), pa.binary())
+    parts = [
+        t.filter(pc.equal(t["key"], wanted)) for t in bucket_rows(resolver, found, InMemoryStore)
+    ]
+    return bucket, pa.concat_tables([_EMPTY, *parts])
