@@ -60,6 +60,13 @@ def test_read_change_write_and_restore(spark: SparkSession, tmp_path: Path) -> N
     index = write_state(changed, str(target), num_buckets=4, typed=["key"])
     assert index.num_buckets == 4 and (target / "_canonical.json").is_file()
     assert sum(f.rows for f in index.files) == len(counted) + 1
+    written = read_state(spark, str(target), key_type="string", value_type="bigint").collect()
+    assert {r.key: r.value for r in written} == {
+        **counted,
+        "apple": counted["apple"] + 100,
+        "zebra": 7,
+    }
+    assert all(r.bucket == bucket_for(r.key, 4) for r in written)
 
     src2, out2 = tmp_path / "in2", tmp_path / "out2"
     src2.mkdir()

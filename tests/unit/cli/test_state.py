@@ -4,9 +4,16 @@ printed terminal-safe."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from gic_runtime.savepoint.canonical import write_canonical_savepoint
+from gic_runtime.checkpoint.catalog import write_manifest
+from gic_runtime.checkpoint.manifest import map_uris
+from gic_runtime.savepoint.canonical import (
+    CanonicalIndex,
+    write_canonical_index,
+    write_canonical_savepoint,
+)
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
@@ -85,3 +92,38 @@ def test_canonical_savepoint_typed_keys_and_stored_text(gic: Any, storage: Any) 
     assert "name\\x1b[2J" in shown.stdout and '"[bold]x\\u0007"' in shown.stdout
     timer = gic("state", "42", "--int", "--from", uri)
     assert "1970-01-01T00:00:01Z" in timer.stdout
+
+
+def test_a_native_savepoint(gic: Any, storage: Any) -> None:
+    storage.run_job("wc", range(1, 3))
+    taken = gic("savepoint", "--storage", storage.root, "--job-id", "wc")
+    assert taken.exit_code == 0, taken.stderr
+    [entry] = [e for e in storage.channel("wc").entries() if e.outcome is not None]
+    doc = gic.json("state", "k3", "--from", entry.outcome.path)
+    assert doc["source"]["kind"] == "native-savepoint"
+    assert [e["value"] for e in doc["entries"]] == [3]
+
+
+def test_a_manifest_naming_objects_elsewhere_is_refused(gic: Any, storage: Any) -> None:
+    stored = storage.run_job("wc", range(1, 3))[-1]
+    moved = map_uris(stored.manifest, lambda uri: uri.replace("/jobs/wc/", "/jobs/other/"))
+    uri = storage.store.uri_for("elsewhere/chk-000000000002.manifest")
+    write_manifest(storage.resolver, uri, moved)
+    refused = gic("state", "k3", "--from", uri)
+    assert refused.exit_code == 1
+    [line] = gic.errors(refused)
+    assert "object(s) outside its directory and its restore source" in line
+
+
+def test_a_canonical_index_naming_another_file_is_refused(gic: Any, storage: Any) -> None:
+    backend = KeyedStateBackend(range(4), 4, InMemoryStore(), TestingChangelogWriter())
+    backend.value_state("count").set("k", 1)
+    uri = storage.store.uri_for("savepoints/canon")
+    index = write_canonical_savepoint(backend, uri, storage.resolver)
+    [f] = index.files
+    storage.store.delete_many(["savepoints/canon/_canonical.json"])
+    renamed = dataclasses.replace(f, name="../../secret.parquet")
+    write_canonical_index(storage.resolver, uri, CanonicalIndex(4, (renamed,)))
+    refused = gic("state", "k", "--from", uri)
+    assert refused.exit_code == 1
+    assert "its file must be bucket-" in refused.stderr
