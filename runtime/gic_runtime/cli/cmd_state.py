@@ -62,7 +62,8 @@ With --json, prints one JSON document: source (kind, uri, num_buckets), key (the
 as JSON), bucket, and entries, each: state, kind (value | map | list | timer), user_key
 (a map entry's key; a timer's time in microseconds), index (a list element's
 position), value, expires_us, ttl_by, ttl_us. Bytes appear as {"$bytes": base64}, maps
-with keys other than text as {"$map": [[key, value], ...]}.
+with keys other than text as a "$map" object holding key-value pairs (docs/operations.md
+section 15.5).
 
 Exits 1 when the key has no state there (or none of the --state names).
 """

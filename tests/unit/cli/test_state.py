@@ -17,6 +17,7 @@ from gic_runtime.savepoint.canonical import (
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
+from gic_runtime.status import JobState
 from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 
@@ -127,3 +128,13 @@ def test_a_canonical_index_naming_another_file_is_refused(gic: Any, storage: Any
     refused = gic("state", "k", "--from", uri)
     assert refused.exit_code == 1
     assert "its file must be bucket-" in refused.stderr
+
+
+def test_nothing_there_and_no_checkpoint_yet(gic: Any, storage: Any, tmp_path: Any) -> None:
+    nothing = gic("state", "k", "--from", str(tmp_path / "nowhere"))
+    assert nothing.exit_code == 1
+    [line] = gic.errors(nothing)
+    assert line.startswith("error: no state at file://") and "chk-N.manifest" in line
+    storage.write_status("fresh", JobState.RUNNING)
+    fresh = gic("state", "k", "--storage", storage.root, "--job-id", "fresh")
+    assert fresh.exit_code == 1 and "has no completed checkpoint" in fresh.stderr
