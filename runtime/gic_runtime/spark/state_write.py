@@ -19,6 +19,7 @@ from their beginning (no engine offsets), and its event time starts without a wa
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Collection, Iterator
 from typing import Final
@@ -38,6 +39,8 @@ from gic_runtime.storage.s3_settings import S3Settings
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = ["write_state"]
+
+_log = logging.getLogger(__name__)
 
 _FILES: Final = "bucket int, name string, rows long, size long, crc long"
 _ROW_ERROR: Final = re.compile(re.escape(ROW_MARK) + r" ([^\n]*)")
@@ -93,7 +96,10 @@ def write_state(
         files = [CanonicalFile(r.bucket, r.name, r.rows, r.size, r.crc) for r in reported]
         return finish(resolver, uri, num_buckets, files)
     except Exception as exc:
-        discard(resolver, uri, num_buckets)
+        try:
+            discard(resolver, uri, num_buckets)
+        except Exception as cleanup:  # the write's own error matters more
+            _log.warning("write_state: removing the bucket files in %s failed: %r", uri, cleanup)
         found = _ROW_ERROR.search(str(exc))
         if found is None:
             raise
