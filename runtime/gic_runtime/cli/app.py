@@ -8,6 +8,7 @@
     gic checkpoints [--json]         retained checkpoints, status, pending requests
     gic savepoints [--json]          savepoints under the root (or of one job)
     gic describe ID|PATH [--json]    what a checkpoint or savepoint holds, who owns it
+    gic state KEY [--from ID|PATH]   one key's state, without Spark
     gic gc [--dry-run] [--force]     orphan sweep of the job's directory
     gic demo                         the word-count demo (make run)
     gic --version                    the installed version
@@ -43,6 +44,7 @@ from gic_runtime.cli import (
     cmd_run,
     cmd_savepoint,
     cmd_savepoints,
+    cmd_state,
 )
 from gic_runtime.cli.common import debug_enabled, print_error
 from gic_runtime.errors import GICError
@@ -149,6 +151,7 @@ app.command("jobs", help=cmd_jobs.HELP)(cmd_jobs.jobs)
 app.command("checkpoints", help=cmd_checkpoints.HELP)(cmd_checkpoints.checkpoints)
 app.command("savepoints", help=cmd_savepoints.HELP)(cmd_savepoints.savepoints)
 app.command("describe", help=cmd_describe.HELP)(cmd_describe.describe)
+app.command("state", help=cmd_state.HELP)(cmd_state.state)
 app.command("gc", help=cmd_gc.HELP)(cmd_gc.gc)
 app.command("demo", help=cmd_demo.HELP)(cmd_demo.demo)
 

@@ -179,9 +179,13 @@ def _ttl_columns(entry: Entry) -> tuple[bytes, int | None, str, int]:
     return encode(entry.value), expires, entry.ttl.by, entry.ttl.duration_us
 
 
-def _write_bucket_file(
-    resolver: StoreResolver, dest_uri: str, bucket: int, num_buckets: int, table: Any
-) -> CanonicalFile:
+def bucket_file_name(bucket: int) -> str:
+    """The name of ``bucket``'s file in a canonical savepoint directory."""
+    return f"bucket-{bucket:05d}.parquet"
+
+
+def encode_bucket_file(bucket: int, num_buckets: int, table: Any) -> bytes:
+    """The Parquet bytes of ``bucket``'s canonical rows ``table``, with the file metadata."""
     metadata = {
         b"gic.format": FILE_FORMAT.encode(),
         b"gic.version": str(FILE_VERSION).encode(),
@@ -190,14 +194,22 @@ def _write_bucket_file(
     }
     sink = pa.BufferOutputStream()
     pq.write_table(table.replace_schema_metadata(metadata), sink, compression="zstd")
-    data = sink.getvalue().to_pybytes()
-    name = f"bucket-{bucket:05d}.parquet"
+    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+
+
+def _write_bucket_file(
+    resolver: StoreResolver, dest_uri: str, bucket: int, num_buckets: int, table: Any
+) -> CanonicalFile:
+    data = encode_bucket_file(bucket, num_buckets, table)
+    name = bucket_file_name(bucket)
     store, key = resolver.resolve(join(dest_uri, name))
     store.put(key, data, if_absent=True)
     return CanonicalFile(bucket, name, table.num_rows, len(data), crc32c(data))
 
 
-def _write_index(resolver: StoreResolver, dest_uri: str, index: CanonicalIndex) -> None:
+def write_canonical_index(resolver: StoreResolver, dest_uri: str, index: CanonicalIndex) -> None:
+    """Write the index of the canonical savepoint in ``dest_uri`` (create-if-absent): the
+    last write of an export, which makes it complete."""
     body = index.body()
     doc = {
         "format": INDEX_FORMAT,
@@ -224,7 +236,7 @@ def write_canonical_savepoint(
         if table.num_rows:
             files.append(_write_bucket_file(resolver, dest_uri, bucket, backend.num_buckets, table))
     index = CanonicalIndex(backend.num_buckets, tuple(files))
-    _write_index(resolver, dest_uri, index)
+    write_canonical_index(resolver, dest_uri, index)
     return index
 
 
@@ -250,7 +262,7 @@ def write_canonical_from_states(
         if table.num_rows:
             files.append(_write_bucket_file(resolver, dest_uri, bucket, num_buckets, table))
     index = CanonicalIndex(num_buckets, tuple(files))
-    _write_index(resolver, dest_uri, index)
+    write_canonical_index(resolver, dest_uri, index)
     return index
 
 

@@ -24,6 +24,8 @@ from gic_runtime.spark.job import (
 from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.spark.session import local_spark
 from gic_runtime.spark.startup import start_driver
+from gic_runtime.spark.state_read import read_state
+from gic_runtime.spark.state_write import write_state
 from gic_runtime.state.timers import from_micros, to_micros
 
 __all__ = [
@@ -45,10 +47,12 @@ __all__ = [
     "local_spark",
     "max_",
     "min_",
+    "read_state",
     "session_window",
     "sliding",
     "start_driver",
     "sum_",
     "to_micros",
     "tumbling",
+    "write_state",
 ]
