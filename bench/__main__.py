@@ -19,6 +19,8 @@ BENCHMARKS = (
     "state_throughput",
     "w1_keyed_count",
     "w2_event_log",
+    "w3_sessions",
+    "w4_windowed_count",
     "w1_s3",
     "soak",
     "recovery",
@@ -27,6 +29,8 @@ BENCHMARKS = (
 MODULES = {
     "w1_keyed_count": "bench.streaming.w1_keyed_count",
     "w2_event_log": "bench.streaming.w2_event_log",
+    "w3_sessions": "bench.streaming.w3_sessions",
+    "w4_windowed_count": "bench.streaming.w4_windowed_count",
     "w1_s3": "bench.streaming.w1_s3",
     "soak": "bench.streaming.soak",
     "recovery": "bench.streaming.recovery",
