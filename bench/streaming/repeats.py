@@ -99,15 +99,14 @@ def commit_with_logs(record: BatchRecord, kind: str) -> float:
 
 
 def summarize_run(result: RunResult) -> dict[str, Any]:
-    """:func:`harness.summarize` plus the commit time with logs; batch lists dropped."""
+    """:func:`harness.summarize` (batch records included) plus the commit time with logs
+    and the output's fingerprint."""
     out = harness.summarize(result)
     kind = str(result.notes.get("kind", ""))
     commits = [commit_with_logs(r, kind) for r in result.measured]
     out["commit_with_logs_ms_p50"] = round(common.percentile(commits, 50), 3)
     out["commit_with_logs_ms_p99"] = round(common.percentile(commits, 99), 3)
     out["output"] = result.notes.get("output")
-    for name in ("measured_batches", "warmup_batches"):
-        out.pop(name, None)
     return out
 
 
