@@ -24,6 +24,7 @@ Runs in the system's own process (see :mod:`bench.streaming.runner`).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,10 +214,18 @@ def output_fingerprint(path: Path, batches: int) -> dict[str, Any]:
     return outputs.fingerprint(rows, ids, batches)
 
 
+STATE_KINDS = frozenset((b"v", b"m", b"l", b"V", b"M", b"L"))
+"""Store key kinds of state entries (values, map entries, lists, with or without TTL);
+the others are timers, their time index and the TTL expiry index
+(:mod:`gic_runtime.state.keys`)."""
+
+
 class RestoreSampler:
     """Every ``every`` batches, the time to rebuild the whole latest checkpoint from
     storage into an empty in-memory store, in this (the driver's) process, single
-    threaded, right after the batch (inside its ``on_batch`` callback)."""
+    threaded, right after the batch (inside its ``on_batch`` callback); and the entries
+    the rebuilt state holds (``state_entries``: :data:`STATE_KINDS`; ``other_entries``:
+    timers and indexes)."""
 
     def __init__(self, storage: str, every: int) -> None:
         self.storage = storage
@@ -235,9 +244,13 @@ class RestoreSampler:
         summary = restore_range(
             store, list(stored.manifest.buckets.values()), make_resolver(self.storage)
         )
+        elapsed = (time.perf_counter() - began) * 1000
+        kinds = Counter(k[:1] for b in store.buckets() for k, _ in store.snapshot_items(b))
         self.samples[batch_id] = {
-            "restore_ms": (time.perf_counter() - began) * 1000,
+            "restore_ms": elapsed,
             "restore_snapshot_entries": float(summary.snapshot_entries),
             "restore_replayed": float(summary.replayed),
+            "state_entries": float(sum(n for k, n in kinds.items() if k in STATE_KINDS)),
+            "other_entries": float(sum(n for k, n in kinds.items() if k not in STATE_KINDS)),
         }
         store.close()
