@@ -26,6 +26,13 @@ Layout (one concept per module):
 ``modes``
     Cluster modes (``local[2]``, ``local-cluster``, standalone) and running a workload in
     each, with the overview across modes and the multi-executor goal.
-``w1_keyed_count`` / ``w2_event_log`` / ``w1_s3`` / ``soak`` / ``recovery``
+``timed_workloads`` / ``gic_timed`` / ``spark_timed`` / ``spark_sessions`` / ``outputs``
+    The event-time workloads (sessions, windowed count, TTL churn), GIC's and Spark's
+    jobs for them, and output fingerprints with reference outputs.
+``repeats`` / ``plots_timed``
+    Comparisons repeated in interleaved rounds: medians, spreads, per-round ratios,
+    goals, output agreement, and their plot.
+``w1_keyed_count`` / ``w2_event_log`` / ``w1_s3`` / ``soak`` / ``recovery`` /
+``w3_sessions`` / ``w4_windowed_count`` / ``w5_ttl_soak``
     Entry points (``python -m bench NAME``, or ``python -m bench.streaming.NAME``).
 """

@@ -123,6 +123,13 @@ def snapshots(stored: StoredManifest | None) -> dict[str, int]:
     return {st.snapshot.uri: st.snapshot.size for st in states if st.snapshot is not None}
 
 
+def buckets_with_state(stored: StoredManifest | None) -> int:
+    """Buckets the manifest records with any change (seq > 0)."""
+    if stored is None:
+        return 0
+    return sum(1 for state in stored.manifest.buckets.values() if state.seq > 0)
+
+
 def local_hit_ratio(parts: Mapping[str, float]) -> float | None:
     """The batch's local-hit ratio from its parts (see :data:`LOCAL_HIT_DEFINITION`)."""
     if "local_hits" not in parts or "restored" not in parts:
@@ -181,6 +188,11 @@ def record(
         "restored": float(report.restored),
         "empty": float(report.empty),
         "materializations_adopted": float(report.materializations_adopted),
+        "rows_out": float(report.rows_out),
+        "timers_fired": float(report.timers_fired),
+        "expired": float(report.expired),
+        "late_rows": float(report.late_rows),
+        "state_snapshot_bytes": float(sum(snapshots(stored).values())),
     }
     parts["local_hit_ratio"] = local_hit_ratio(parts) or 0.0
     if stage is not None and stage.stats:

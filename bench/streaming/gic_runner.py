@@ -18,9 +18,10 @@
 
 Workloads: ``keyed_count`` runs ``.aggregate(count=count())`` on the ``key`` column;
 ``event_log`` runs :func:`append_events` (a list state per key, one append of the
-batch's events per key: what the Spark baseline's ``collect_list`` keeps). Both read only
-the columns they need and ``.discard()`` their output, as the baselines use the ``noop``
-sink. 128 buckets, one state task per shuffle partition.
+batch's events per key: what the Spark baseline's ``collect_list`` keeps); both
+``.discard()`` their output, as the baselines use the ``noop`` sink. The event-time ones
+run the option ``processor`` of :mod:`bench.streaming.gic_timed` (option ``output``: into
+a Parquet sink, fingerprinted). 128 buckets, one state task per shuffle partition.
 
 Executor-local state: in local mode under ``<scratch>/<local_dir option>`` (default
 ``local``; a restart given a new name starts with an empty local directory, as a replaced
@@ -52,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bench.streaming import checkpoint_bytes, gic_records, spark_query, workloads
+from bench.streaming import checkpoint_bytes, gic_records, gic_timed, spark_query, workloads
 from bench.streaming.checkpoint_bytes import StoredSample
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
 from bench.streaming.workloads import WorkloadSpec
@@ -123,9 +124,13 @@ def append_events(table: pa.Table, states: StateAccess) -> pa.Table:
     )
 
 
-def _stateful(job: GICJob, spark: SparkSession, workload: WorkloadSpec) -> StatefulStream:
+def _stateful(
+    job: GICJob, spark: SparkSession, workload: WorkloadSpec, processor: str
+) -> StatefulStream:
     from gic_runtime.spark import count
 
+    if processor:
+        return gic_timed.stateful(job, spark, workload, processor)
     source = workloads.source(spark, workload)
     if workload.kind == workloads.KEYED_COUNT:
         return job.keyed(source.select("key"), key="key").aggregate(count=count())
@@ -185,6 +190,12 @@ class Options:
     """Executor-local directory under the scratch directory (local mode only)."""
     stored_bytes_every: int = 0
     """Sample the bytes under the storage root after every N-th batch (0: never)."""
+    processor: str = ""
+    """An event-time workload's processor (:data:`bench.streaming.gic_timed.PROCESSORS`)."""
+    output: bool = False
+    """Write the output to a Parquet sink (not ``discard``) and fingerprint it."""
+    restore_every: int = 0
+    """Time a restore of the whole state after every N-th batch (0: never)."""
 
 
 def _settings(
@@ -253,7 +264,10 @@ def run_gic(
         try:
             collector = spark_query.ProgressCollector(spark, batches=total)
             job = GICJob(spark, settings)
-            query: GICQuery = _stateful(job, spark, workload).discard()
+            stream = _stateful(job, spark, workload, opts.processor)
+            output = scratch / "output"
+            query: GICQuery = stream.to_parquet(str(output)) if opts.output else stream.discard()
+            restores = gic_timed.RestoreSampler(storage, opts.restore_every)
             got = _Collected([], {})
 
             def on_batch(report: BatchReport) -> None:
@@ -267,6 +281,7 @@ def run_gic(
                     got.manifest_sizes[report.batch_id] = size
                 if sampler is not None:
                     sampler.batch_done(report.batch_id)
+                restores.batch_done(report.batch_id, stored)
 
             timer = threading.Timer(params.timeout_s, _stop_on_timeout, (query, params.timeout_s))
             timer.daemon = True
@@ -288,7 +303,10 @@ def run_gic(
     records = gic_records.records(
         total, got.batches, progress, stages, summary.stop_reason, manifest_sizes=got.manifest_sizes
     )
-    records = [_with_sample(r, samples.get(r.batch_id)) for r in records]
+    records = [
+        _with_sample(r, samples.get(r.batch_id), restores.samples.get(r.batch_id, {}))
+        for r in records
+    ]
     first = progress[records[0].batch_id]
     notes = _notes(
         spec,
@@ -307,8 +325,13 @@ def run_gic(
         before_first_batch_ms=round((spark_query.start_ns(first) - started_ns) / 1e6, 1),
         state_snapshot_bytes=sum(gic_records.snapshots(latest).values()),
         buckets_with_snapshot=len(gic_records.snapshots(latest)),
-        buckets_with_state=_buckets_with_state(latest),
+        buckets_with_state=gic_records.buckets_with_state(latest),
     )
+    if opts.processor:
+        notes["processor"] = opts.processor
+    if opts.output:
+        notes["output"] = gic_timed.output_fingerprint(output, total)
+        notes["sink"] = "to_parquet in the scratch directory (published after each checkpoint)"
     return RunResult(
         system=variant,
         warmup=tuple(records[: params.warmup]),
@@ -317,21 +340,13 @@ def run_gic(
     )
 
 
-def _buckets_with_state(stored: StoredManifest | None) -> int:
-    if stored is None:
-        return 0
-    return sum(1 for state in stored.manifest.buckets.values() if state.seq > 0)
-
-
-def _with_sample(record: BatchRecord, sample: StoredSample | None) -> BatchRecord:
-    if sample is None:
-        return record
-    parts = {
-        **record.parts,
-        "stored_bytes": float(sample.bytes),
-        "stored_files": float(sample.files),
-    }
-    parts.update({f"stored_{kind}_bytes": float(n) for kind, n in sample.kinds.items()})
+def _with_sample(
+    record: BatchRecord, sample: StoredSample | None, restore: dict[str, float]
+) -> BatchRecord:
+    parts = {**record.parts, **restore}
+    if sample is not None:
+        parts.update(stored_bytes=float(sample.bytes), stored_files=float(sample.files))
+        parts.update({f"stored_{kind}_bytes": float(n) for kind, n in sample.kinds.items()})
     return dataclasses.replace(record, parts=parts)
 
 

@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 
 KEYED_COUNT = "keyed_count"
 EVENT_LOG = "event_log"
+SESSIONS = "sessions"
+WINDOWED_COUNT = "windowed_count"
+TTL_CHURN = "ttl_churn"
+KINDS = (KEYED_COUNT, EVENT_LOG, SESSIONS, WINDOWED_COUNT, TTL_CHURN)
+"""Workload kinds; the event-time ones (:mod:`bench.streaming.timed_workloads`) are the
+last three."""
 PAYLOAD_CHARS = 64
 
 
@@ -50,7 +56,7 @@ class WorkloadSpec:
     name: str
     """Benchmark name; also the result file's name (``bench/results/<name>.json``)."""
     kind: str
-    """``keyed_count`` or ``event_log``."""
+    """One of :data:`KINDS`."""
     keys: int
     """Size of the key space."""
     rows_per_batch: int
@@ -59,10 +65,8 @@ class WorkloadSpec:
     """Input partitions and shuffle partitions (``spark.sql.shuffle.partitions``)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in (KEYED_COUNT, EVENT_LOG):
-            raise BenchmarkError(
-                f"unknown workload kind {self.kind!r}; use {KEYED_COUNT!r} or {EVENT_LOG!r}"
-            )
+        if self.kind not in KINDS:
+            raise BenchmarkError(f"unknown workload kind {self.kind!r}; use one of {KINDS}")
         if min(self.keys, self.rows_per_batch, self.partitions) < 1:
             raise BenchmarkError(f"workload sizes must be positive, got {self}")
 
@@ -84,6 +88,10 @@ class WorkloadSpec:
             ),
             "key": f"pmod(xxhash64(value), {self.keys}) as long (Spark xxhash64, seed 42)",
         }
+        if self.kind not in (KEYED_COUNT, EVENT_LOG):
+            from bench.streaming.timed_workloads import describe
+
+            return {**base, **describe(self)}
         if self.kind == KEYED_COUNT:
             base["state"] = "one count per key (value state)"
             base["spark_baseline"] = "groupBy(key).count(), update output mode, noop sink"

@@ -1,0 +1,75 @@
+"""Plot of a repeated comparison (:mod:`bench.streaming.repeats`): one row per cluster
+mode; left, every system's median rows/s with its min-max spread over the rounds
+(baselines grey); right, each contender's median rows/s over the best baseline of the
+same round, with its spread, the goal and the aim. Stateless; matplotlib's Agg backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import common
+
+if TYPE_CHECKING:
+    from bench.streaming.repeats import Comparison
+
+
+def plot_comparison(path: Path, comparison: Comparison, per_mode: Mapping[str, Any]) -> Path:
+    """Write the figure to ``path``; return it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = max(1, len(per_mode))
+    fig, axes = plt.subplots(rows, 2, figsize=(13, 4.2 * rows), squeeze=False)
+    for (left, right), (mode, data) in zip(axes, per_mode.items(), strict=False):
+        systems = data["systems"]
+        names = [n for n in systems if systems[n]["rows_per_s"]["median"] is not None]
+        med = [systems[n]["rows_per_s"]["median"] for n in names]
+        low = [m - systems[n]["rows_per_s"]["min"] for n, m in zip(names, med, strict=True)]
+        high = [systems[n]["rows_per_s"]["max"] - m for n, m in zip(names, med, strict=True)]
+        colors = ["0.55" if n in comparison.baselines else f"C{i}" for i, n in enumerate(names)]
+        bars = left.bar(range(len(names)), med, 0.6, yerr=[low, high], color=colors, capsize=4)
+        for bar, value in zip(bars, med, strict=True):
+            left.annotate(
+                f"{value / 1000:.1f}k",
+                (bar.get_x() + bar.get_width() / 2, value),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+        left.set_xticks(range(len(names)))
+        left.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
+        left.set_title(f"{mode} ({data['master']}): rows/s, median and min-max over rounds")
+        ratios = data["ratios"]["ratios"]
+        contenders = [c for c in ratios if ratios[c]["median"] is not None]
+        values = [ratios[c]["median"] for c in contenders]
+        err = [
+            [v - ratios[c]["min"] for c, v in zip(contenders, values, strict=True)],
+            [ratios[c]["max"] - v for c, v in zip(contenders, values, strict=True)],
+        ]
+        drawn = right.bar(range(len(contenders)), values, 0.5, yerr=err, color="C3", capsize=4)
+        for bar, value in zip(drawn, values, strict=True):
+            right.annotate(
+                f"{value:.2f}x",
+                (bar.get_x() + bar.get_width() / 2, value),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        right.axhline(comparison.goal, color="black", linestyle="--", linewidth=1, label="goal")
+        if comparison.aim:
+            right.axhline(comparison.aim, color="grey", linestyle=":", linewidth=1, label="aim")
+        right.set_xticks(range(len(contenders)))
+        right.set_xticklabels(contenders, fontsize=8)
+        identical = data["outputs"]["identical"]
+        right.set_title(
+            f"rows/s / best baseline of the round (outputs identical: {identical})", fontsize=9
+        )
+        right.legend(fontsize=7)
+    versus = f"{', '.join(comparison.contenders)} vs {', '.join(comparison.baselines)}"
+    fig.suptitle(f"{comparison.name}: {versus}")
+    return common.save_figure(fig, path)
