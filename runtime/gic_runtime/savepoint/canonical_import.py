@@ -35,7 +35,7 @@ from gic_runtime.state.keys import (
     state_prefix,
 )
 from gic_runtime.state.timers import DOMAINS, due_key, timer_key
-from gic_runtime.state.ttl import PENDING, TTL, index_key, pending_key, wrap
+from gic_runtime.state.ttl import PENDING, TTL, index_entry, wrap
 from gic_runtime.storage.uri import StoreResolver, join
 
 __all__ = ["CanonicalImportStats", "restore_from_canonical"]
@@ -152,8 +152,6 @@ def _import_ttl_entry(
 ) -> bytes:
     """Index an imported TTL entry (its deadline, or pending) and return its stored form."""
     expires = row.get("expires_us")
-    if expires is None:
-        backend.write_raw(bucket, Op.PUT, pending_key(skey), ttl.duration_us.to_bytes(8, "big"))
-        return wrap(PENDING, ttl, row["value"])
-    backend.write_raw(bucket, Op.PUT, index_key(ttl.by, expires, skey))
-    return wrap(expires, ttl, row["value"])
+    deadline = PENDING if expires is None else int(expires)
+    backend.write_raw(bucket, Op.PUT, *index_entry(ttl, deadline, skey))
+    return wrap(deadline, ttl, row["value"])

@@ -56,6 +56,7 @@ __all__ = [
     "Clock",
     "Entry",
     "expire_due",
+    "index_entry",
     "index_key",
     "join_elements",
     "pending_key",
@@ -159,6 +160,15 @@ def join_elements(elements: list[Entry]) -> bytes:
 def index_key(domain: Domain, deadline_us: int, store_key: bytes) -> bytes:
     """Expiry index entry of ``store_key`` at ``deadline_us``."""
     return KIND_EXPIRY + _DOMAIN_BYTE[domain] + _U64.pack(deadline_us + _BIAS) + store_key
+
+
+def index_entry(ttl: TTL, deadline_us: int, store_key: bytes) -> tuple[bytes, bytes]:
+    """The index entry ``(key, value)`` of ``store_key`` written with ``ttl`` and due at
+    ``deadline_us``: its place in the expiry index, or, while the deadline is
+    :data:`PENDING`, in the pending index with the TTL (what :func:`expire_due` reads)."""
+    if deadline_us == PENDING:
+        return pending_key(store_key), _U64.pack(ttl.duration_us)
+    return index_key(ttl.by, deadline_us, store_key), b""
 
 
 def pending_key(store_key: bytes) -> bytes:

@@ -32,8 +32,7 @@ from gic_runtime.state.ttl import (
     PENDING,
     TTL,
     Clock,
-    index_key,
-    pending_key,
+    index_entry,
     split_elements,
     unwrap,
     wrap,
@@ -70,11 +69,7 @@ class _TTLState:
         return now is None or deadline == PENDING or deadline > now
 
     def _index(self, bucket: int, skey: bytes, deadline: int) -> None:
-        write = self._backend.write
-        if deadline == PENDING:
-            write(bucket, Op.PUT, pending_key(skey), self.ttl.duration_us.to_bytes(8, "big"))
-        else:
-            write(bucket, Op.PUT, index_key(self.ttl.by, deadline, skey))
+        self._backend.write(bucket, Op.PUT, *index_entry(self.ttl, deadline, skey))
 
     def _put(self, bucket: int, skey: bytes, value: Any) -> None:
         deadline = self._deadline()
