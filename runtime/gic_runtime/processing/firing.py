@@ -22,26 +22,39 @@ import pyarrow as pa
 
 from gic_runtime.event_time import BatchTime
 from gic_runtime.state.backend import KeyedStateBackend
-from gic_runtime.state.timers import Timer
+from gic_runtime.state.timers import DueTimer, Timer
 
-__all__ = ["FIRED_SCHEMA_NAMES", "due_now", "fired_table"]
+__all__ = ["FIRED_SCHEMA_NAMES", "due_now", "fired_table", "pop_due"]
 
 FIRED_SCHEMA_NAMES = ("key", "domain", "at")
 """Columns of the table a vectorized timer handler receives."""
 
 
-def due_now(backend: KeyedStateBackend, time: BatchTime) -> Iterator[tuple[Any, Timer]]:
-    """Pop and yield ``(key, timer)`` for every timer of ``backend``'s buckets due in the
-    batch at ``time`` (see the module docstring for order and what is skipped)."""
+def _due(backend: KeyedStateBackend, time: BatchTime) -> list[DueTimer]:
     timers = backend.timer_state()
     buckets = backend.bucket_range
     due = timers.due(buckets, "event", time.watermark_us)
     due += timers.due(buckets, "processing", time.processing_time_us)
     due.sort()
-    for item in due:
+    return due
+
+
+def due_now(backend: KeyedStateBackend, time: BatchTime) -> Iterator[tuple[Any, Timer]]:
+    """Pop and yield ``(key, timer)`` for every timer of ``backend``'s buckets due in the
+    batch at ``time``, each popped just before it is yielded (see the module docstring
+    for order and what is skipped)."""
+    timers = backend.timer_state()
+    for item in _due(backend, time):
         key = timers.pop(item)
         if key is not None:
             yield key, item.timer
+
+
+def pop_due(backend: KeyedStateBackend, time: BatchTime) -> list[tuple[DueTimer, Any]]:
+    """Pop every timer due in the batch at ``time`` at once, in bulk (for handlers that
+    see all of them together, so none can delete another first): ``(due timer, key)``
+    in firing order."""
+    return backend.timer_state().pop_many(_due(backend, time))
 
 
 def fired_table(fired: list[tuple[Any, Timer]]) -> pa.Table:

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from gic_runtime.errors import ConfigurationError, StateError
 from gic_runtime.event_time import BatchTime
 from gic_runtime.processing.facades import KeyState, StateAccess
-from gic_runtime.processing.firing import due_now, fired_table
+from gic_runtime.processing.firing import due_now, fired_table, pop_due
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.timers import Timer
 
@@ -274,7 +274,7 @@ class BatchProcessor:
         handler = self.on_timers
         if handler is None:
             return
-        due = list(due_now(backend, time))
+        due = [(key, item.timer) for item, key in pop_due(backend, time)]
         if fired is not None:
             fired(len(due))
         if not due:

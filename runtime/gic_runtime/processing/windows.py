@@ -37,10 +37,12 @@ import pyarrow.compute as pc
 from gic_runtime.errors import ConfigurationError, StateError
 from gic_runtime.event_time import BatchTime
 from gic_runtime.processing.aggregates import Aggregation, aggregate_schema, combine
-from gic_runtime.processing.firing import due_now
+from gic_runtime.processing.firing import due_now, pop_due
 from gic_runtime.processing.processors import Buckets, FiredCounter, check_keys
+from gic_runtime.processing.window_rows import fit_output, plain_rows, rows_table
 from gic_runtime.processing.window_specs import Window, WindowSpec
 from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.states import Located
 
 __all__ = ["WindowFunction", "WindowProcessor", "window_schema"]
 
@@ -49,7 +51,7 @@ WindowFunction = Callable[[Any, Window, pa.Table], Any]
 returns output rows (dicts or a table) or ``None``."""
 
 _OPEN, _ROWS = "win:open", "win:rows"
-_KEY, _START = "_key", "_start"
+_KEY, _START, _BUCKET = "_key", "_start", "_bucket"
 
 
 def _combined(kinds: list[str], old: list[Any], new: list[Any]) -> list[Any]:
@@ -126,6 +128,10 @@ class WindowProcessor:
             reach = self._close_at(self.spec.size_us)  # a row's latest window close
             alive = pc.and_(alive, pc.greater(pc.add(times, reach), watermark))
         alive = pc.fill_null(alive, False)
+        if buckets is not None:
+            if len(buckets) != table.num_rows:
+                raise StateError(f"{len(buckets)} buckets given for {table.num_rows} rows")
+            buckets = buckets.filter(alive)
         table, times = table.filter(alive), times.filter(alive)
         if table.num_rows == 0:
             return iter(())
@@ -133,7 +139,7 @@ class WindowProcessor:
         if self.spec.kind == "session":
             self._sessions(table, ts, self._contributions(table), backend)
         else:
-            self._fixed(table, ts, backend, watermark)
+            self._fixed(table, ts, backend, watermark, buckets)
         if self.fn is not None:
             self._keep_rows(table, ts, backend, batch_id)
         return iter(())
@@ -165,28 +171,50 @@ class WindowProcessor:
         return close_at - self.lateness_us - (1 if self.spec.kind == "session" else 0)
 
     def _fixed(
-        self, table: pa.Table, ts: Any, backend: KeyedStateBackend, watermark: int | None
+        self,
+        table: pa.Table,
+        ts: Any,
+        backend: KeyedStateBackend,
+        watermark: int | None,
+        buckets: Buckets,
     ) -> None:
+        """Add the rows to their tumbling or sliding windows, in bulk: one read and one
+        write per (key, window) of the batch, and one new timer per new window."""
         starts, rows = self.spec.starts(ts)
         if watermark is not None:  # a sliding row's earlier windows may have closed
             still = starts + self.spec.size_us + self.lateness_us > watermark
             starts, rows = starts[still], rows[still]
-        open_, timers, kinds = backend.map_state(_OPEN), backend.timer_state(), self._kinds
-        size = self.spec.size_us
-        for key, start, values in self._per_window(table, starts, rows):
-            old = open_.get(key, start)
+        keys, window_starts, key_buckets, values = self._per_window(
+            table, starts, rows, buckets, backend
+        )
+        if not keys:
+            return
+        open_, size, kinds = backend.map_state(_OPEN), self.spec.size_us, self._kinds
+        located = open_.locate_entries(keys, window_starts, key_buckets)
+        fresh: list[int] = []
+        merged: list[list[Any]] = []
+        for i, old in enumerate(open_.get_located(located)):
+            new = [v[i] for v in values]
             if old is None:
-                timers.register(key, self._close_at(start + size))
-                open_.put(key, start, [start + size, *values])
+                fresh.append(i)
+                merged.append([window_starts[i] + size, *new])
             else:
-                open_.put(key, start, [old[0], *_combined(kinds, old[1:], values)])
+                merged.append([old[0], *_combined(kinds, old[1:], new)])
+        open_.set_located(located, merged)
+        if fresh:
+            backend.timer_state().register_many(
+                [keys[i] for i in fresh],
+                [self._close_at(window_starts[i] + size) for i in fresh],
+                buckets=[key_buckets[i] for i in fresh],
+            )
 
     def _per_window(
-        self, table: pa.Table, starts: Any, rows: Any
-    ) -> Iterator[tuple[Any, int, list[Any]]]:
-        """``(key, window start, aggregates)`` of the batch's rows per window (rows
-        repeated for each window they are in), aggregated with Arrow's ``group_by``."""
-        taken = pa.array(rows)
+        self, table: pa.Table, starts: Any, rows: Any, buckets: Buckets, backend: KeyedStateBackend
+    ) -> tuple[list[Any], list[int], list[int], list[list[Any]]]:
+        """The batch's rows aggregated per (key, window) with Arrow's ``group_by`` (rows
+        repeated for each window they are in): keys, window starts, the keys' buckets
+        and, per aggregate, the values -- ordered by bucket, key and window start."""
+        taken = pa.array(rows, pa.int64())
         columns: dict[str, Any] = {
             _KEY: table.column(self.key_column).take(taken),
             _START: pa.array(starts, pa.int64()),
@@ -205,12 +233,28 @@ class WindowProcessor:
             columns[f"_v{i}"] = column.take(taken)
             specs.append((f"_v{i}", agg.kind))
             names.append(f"_v{i}_{agg.kind}")
+        if buckets is not None:
+            columns[_BUCKET] = buckets.take(taken)
+            specs.append((_BUCKET, "min"))  # one bucket per key: any row's will do
         grouped = pa.table(columns).group_by([_KEY, _START], use_threads=False).aggregate(specs)
-        keys = grouped.column(_KEY).to_pylist()
-        window_starts = grouped.column(_START).to_pylist()
-        values = [grouped.column(n).to_pylist() for n in names]
-        for i, (key, start) in enumerate(zip(keys, window_starts, strict=True)):
-            yield key, start, [v[i] for v in values]
+        if buckets is None:
+            route = backend.route
+            routed = {k: route(k) for k in grouped.column(_KEY).unique().to_pylist()}
+            in_order = [routed[k] for k in grouped.column(_KEY).to_pylist()]
+            grouped = grouped.append_column(_BUCKET, pa.array(in_order, pa.int64()))
+        else:
+            grouped = grouped.rename_columns(
+                [_BUCKET if n == f"{_BUCKET}_min" else n for n in grouped.column_names]
+            )
+        grouped = grouped.sort_by(
+            [(_BUCKET, "ascending"), (_KEY, "ascending"), (_START, "ascending")]
+        )
+        return (
+            grouped.column(_KEY).to_pylist(),
+            grouped.column(_START).to_pylist(),
+            grouped.column(_BUCKET).to_pylist(),
+            [grouped.column(n).to_pylist() for n in names],
+        )
 
     def _sessions(
         self, table: pa.Table, ts: Any, contributions: list[list[Any]], backend: KeyedStateBackend
@@ -244,7 +288,7 @@ class WindowProcessor:
 
     def _keep_rows(self, table: pa.Table, ts: Any, backend: KeyedStateBackend, batch: int) -> None:
         rows = backend.map_state(_ROWS)
-        plain = _plain(table)
+        plain = plain_rows(table)
         keys = table.column(self.key_column).to_pylist()
         for i, (key, values) in enumerate(zip(keys, plain, strict=True)):
             rows.put(key, [int(ts[i]), batch, i], values)
@@ -254,6 +298,11 @@ class WindowProcessor:
     def fire_timers(
         self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None
     ) -> Iterator[pa.Table]:
+        if self.fn is None and self.spec.kind != "session":
+            closed = self._close_fixed(backend, time, fired)
+            if closed.num_rows:
+                yield closed
+            return
         open_ = backend.map_state(_OPEN)
         out: list[pa.Table] = []
         rows: list[dict[str, Any]] = []
@@ -270,12 +319,46 @@ class WindowProcessor:
                 table = self._window_rows(backend, key, window)
                 result = self.fn(key, window, table)
                 if result is not None:
-                    out.append(_fit(result, self.output_schema))
+                    out.append(fit_output(result, self.output_schema))
         if fired is not None:
             fired(n)
         if rows:
-            out.append(_fit(rows, self.output_schema))
+            out.append(fit_output(rows, self.output_schema))
         yield from (t for t in out if t.num_rows)
+
+    def _close_fixed(
+        self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter
+    ) -> pa.Table:
+        """Close every tumbling or sliding window whose timer is due, in bulk: pop the
+        timers, read and delete the windows (per bucket) and return their aggregates,
+        one row per window in firing order."""
+        popped = pop_due(backend, time)
+        if fired is not None:
+            fired(len(popped))
+        order = sorted(range(len(popped)), key=lambda i: popped[i][0].bucket)
+        keys = [popped[i][1] for i in order]
+        ends = [self._end_of(popped[i][0].at_us) for i in order]
+        key_buckets = [popped[i][0].bucket for i in order]
+        size = self.spec.size_us
+        open_ = backend.map_state(_OPEN)
+        located = open_.locate_entries(keys, [e - size for e in ends], key_buckets)
+        values = open_.get_located(located)
+        present = [j for j, v in enumerate(values) if v is not None]
+        open_.remove_located(
+            Located([located.store_keys[j] for j in present], [key_buckets[j] for j in present])
+        )
+        present.sort(key=lambda j: order[j])  # back to firing order
+        columns: dict[str, list[Any]] = {
+            self.key_column: [keys[j] for j in present],
+            "window_start": [ends[j] - size for j in present],
+            "window_end": [ends[j] for j in present],
+        }
+        for n, name in enumerate(self.aggregations, start=1):
+            columns[name] = [values[j][n] for j in present]
+        try:
+            return pa.Table.from_pydict(columns, schema=self.output_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise StateError(f"window aggregates do not fit {self.output_schema}: {exc}") from exc
 
     def _closing(self, open_: Any, key: Any, end: int) -> tuple[Window | None, list[Any]]:
         """The window of ``key`` ending at ``end`` and its aggregates."""
@@ -310,40 +393,4 @@ class WindowProcessor:
             if inside and (keep_from is None or t < keep_from):
                 rows.remove(key, user_key)
         assert self.input_schema is not None
-        return _table(found, self.input_schema)
-
-
-def _plain(table: pa.Table) -> list[list[Any]]:
-    """Rows of ``table`` as msgpack-encodable lists (temporal columns as integers)."""
-    columns = []
-    for column in table.columns:
-        typ = column.type
-        values = column
-        if pa.types.is_temporal(typ):
-            values = pc.cast(column, pa.int32() if pa.types.is_date32(typ) else pa.int64())
-        elif pa.types.is_decimal(typ):
-            raise StateError(f"a window function cannot keep {typ} columns; cast them first")
-        columns.append(values.to_pylist())
-    return [list(row) for row in zip(*columns, strict=True)] if columns else []
-
-
-def _table(rows: list[list[Any]], schema: pa.Schema) -> pa.Table:
-    """The kept ``rows`` as a table of ``schema`` again."""
-    arrays = []
-    for i, f in enumerate(schema):
-        values = [r[i] for r in rows]
-        if pa.types.is_temporal(f.type):
-            raw = pa.array(values, pa.int32() if pa.types.is_date32(f.type) else pa.int64())
-            arrays.append(raw.cast(f.type))
-        else:
-            arrays.append(pa.array(values, f.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _fit(result: Any, schema: pa.Schema) -> pa.Table:
-    try:
-        if isinstance(result, pa.Table):
-            return result.select(schema.names).cast(schema)
-        return pa.Table.from_pylist(list(result), schema=schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
-        raise StateError(f"a window's output does not fit {schema}: {exc}") from exc
+        return rows_table(found, self.input_schema)

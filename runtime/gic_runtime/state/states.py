@@ -16,9 +16,10 @@ appended to the changelog (dual write, see :class:`~gic_runtime.state.backend.Ke
 ``ListState.clear``       DELETE ``prefix+key``
 ========================  =======================================================
 
-Bulk path (:meth:`ValueState.locate_many`, ``get_located``, ``set_located``): keys are
-located once (bucket and store key; buckets may come precomputed from the routing side
-and are then spot-checked), and reads and writes go to the store and the changelog one
+Bulk path (:meth:`ValueState.locate_many` and :meth:`MapState.locate_entries`, then
+``get_located``, ``set_located`` and ``remove_located``): keys are located once (bucket
+and store key; buckets may come precomputed from the routing side and are then
+spot-checked), and reads and writes go to the store and the changelog one
 run of same-bucket keys at a time. The changes are exactly those of the single-key
 calls, in the same order.
 
@@ -121,8 +122,52 @@ class _State:
     def _locate(self, key: Any) -> tuple[int, bytes]:
         return self._backend.route(key), self._prefix + encode(key)
 
+    def _buckets(self, keys: Sequence[Any], buckets: Sequence[int] | None) -> list[int]:
+        """Each key's bucket: routed here, or ``buckets`` after the backend's spot check."""
+        if buckets is None:
+            route = self._backend.route
+            return [route(key) for key in keys]
+        self._backend.check_buckets(keys, buckets)
+        return list(buckets)
 
-class ValueState(_State):
+
+class _LocatedEntries(_State):
+    """Bulk reads and writes of single encoded values at :class:`Located` store keys
+    (value states, and map states' entries)."""
+
+    def get_located(self, located: Located, default: Any = None) -> list[Any]:
+        """Values at ``located``, ``default`` where absent."""
+        get_many = self._store.get_many
+        skeys = located.store_keys
+        out: list[Any] = []
+        for bucket, start, stop in located.runs:
+            out += [
+                default if raw is None else decode_value(raw)
+                for raw in get_many(bucket, skeys[start:stop])
+            ]
+        return out
+
+    def set_located(self, located: Located, values: Sequence[Any]) -> int:
+        """Set the values at ``located``, pairwise in order."""
+        if len(values) != len(located):
+            raise StateError(f"{len(values)} values for {len(located)} located keys")
+        encoded = encode_many(values)
+        skeys = located.store_keys
+        write_many = self._backend.write_many
+        for bucket, start, stop in located.runs:
+            write_many(bucket, Op.PUT, skeys[start:stop], encoded[start:stop])
+        return len(encoded)
+
+    def remove_located(self, located: Located) -> int:
+        """Delete the values at ``located`` (each one change, also where absent)."""
+        skeys = located.store_keys
+        write_many = self._backend.write_many
+        for bucket, start, stop in located.runs:
+            write_many(bucket, Op.DELETE, skeys[start:stop], [b""] * (stop - start))
+        return len(skeys)
+
+
+class ValueState(_LocatedEntries):
     """One value per key."""
 
     kind = KIND_VALUE
@@ -158,36 +203,8 @@ class ValueState(_State):
         ``pmod(xxhash64(key), B)`` on the routing side): then no key is hashed here
         except a sample that must agree (see :meth:`StateBackend.check_buckets`).
         Keys grouped by bucket (and ascending within it) read and write fastest."""
-        if buckets is None:
-            route = self._backend.route
-            bucket_list = [route(key) for key in keys]
-        else:
-            self._backend.check_buckets(keys, buckets)
-            bucket_list = list(buckets)
+        bucket_list = self._buckets(keys, buckets)
         return Located(encode_many(keys, self._prefix), bucket_list)
-
-    def get_located(self, located: Located, default: Any = None) -> list[Any]:
-        """Values at ``located`` (from :meth:`locate_many`), ``default`` where absent."""
-        get_many = self._store.get_many
-        skeys = located.store_keys
-        out: list[Any] = []
-        for bucket, start, stop in located.runs:
-            out += [
-                default if raw is None else decode_value(raw)
-                for raw in get_many(bucket, skeys[start:stop])
-            ]
-        return out
-
-    def set_located(self, located: Located, values: Sequence[Any]) -> int:
-        """Set the values at ``located`` (from :meth:`locate_many`), pairwise in order."""
-        if len(values) != len(located):
-            raise StateError(f"{len(values)} values for {len(located)} located keys")
-        encoded = encode_many(values)
-        skeys = located.store_keys
-        write_many = self._backend.write_many
-        for bucket, start, stop in located.runs:
-            write_many(bucket, Op.PUT, skeys[start:stop], encoded[start:stop])
-        return len(encoded)
 
     def set_many(self, items: Iterable[tuple[Any, Any]]) -> int:
         """Set every ``(key, value)`` in order; returns how many."""
@@ -200,7 +217,7 @@ class ValueState(_State):
         return n
 
 
-class MapState(_State):
+class MapState(_LocatedEntries):
     """A map of user keys to values per key."""
 
     kind = KIND_MAP
@@ -208,6 +225,21 @@ class MapState(_State):
     def _entry(self, key: Any, user_key: Any) -> tuple[int, bytes]:
         bucket, skey = self._locate(key)
         return bucket, skey + encode(user_key)
+
+    def locate_entries(
+        self, keys: Sequence[Any], user_keys: Sequence[Any], buckets: Sequence[int] | None = None
+    ) -> Located:
+        """Buckets and store keys of the entries ``(keys[i], user_keys[i])``, for
+        :meth:`get_located`, :meth:`set_located` and :meth:`remove_located` (``buckets``
+        as for :meth:`ValueState.locate_many`)."""
+        if len(user_keys) != len(keys):
+            raise StateError(f"{len(user_keys)} user keys for {len(keys)} keys")
+        bucket_list = self._buckets(keys, buckets)
+        entries = [
+            k + u
+            for k, u in zip(encode_many(keys, self._prefix), encode_many(user_keys), strict=True)
+        ]
+        return Located(entries, bucket_list)
 
     def get(self, key: Any, user_key: Any, default: Any = None) -> Any:
         bucket, ekey = self._entry(key, user_key)

@@ -41,8 +41,8 @@ from typing import Any, Final, Literal, TypeAlias
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
-from gic_runtime.state.keys import KIND_DUE, KIND_TIMER, decode_key, encode
-from gic_runtime.state.states import StateBackend
+from gic_runtime.state.keys import KIND_DUE, KIND_TIMER, decode_key, encode, encode_many
+from gic_runtime.state.states import Located, StateBackend
 
 __all__ = [
     "DOMAINS",
@@ -156,14 +156,35 @@ class TimerState:
         write(bucket, Op.PUT, timer_key(d, kbytes, at_us))
 
     def register_many(
-        self, keys: Sequence[Any], ats: Sequence[TimeValue], domain: str = "event"
+        self,
+        keys: Sequence[Any],
+        ats: Sequence[TimeValue],
+        domain: str = "event",
+        buckets: Sequence[int] | None = None,
     ) -> int:
-        """:meth:`register` of each ``(keys[i], ats[i])``; returns how many."""
+        """:meth:`register` of each ``(keys[i], ats[i])``, in bulk: one run of same-bucket
+        keys at a time, the run's due entries before its timer entries (``buckets``:
+        each key's bucket from the routing side, spot-checked, as for
+        :meth:`~gic_runtime.state.states.ValueState.locate_many`). Returns how many."""
         if len(keys) != len(ats):
             raise StateError(f"{len(ats)} times for {len(keys)} keys")
-        for key, at in zip(keys, ats, strict=True):
-            self.register(key, at, domain)
-        return len(keys)
+        d = _domain(domain)
+        at_list = [to_micros(at) for at in ats]
+        if buckets is None:
+            route = self._backend.route
+            bucket_list = [route(key) for key in keys]
+        else:
+            self._backend.check_buckets(keys, buckets)
+            bucket_list = list(buckets)
+        kbytes = encode_many(keys)
+        dkeys = [due_key(d, k, at) for k, at in zip(kbytes, at_list, strict=True)]
+        tkeys = [timer_key(d, k, at) for k, at in zip(kbytes, at_list, strict=True)]
+        write_many = self._backend.write_many
+        for bucket, start, stop in Located(dkeys, bucket_list).runs:
+            empty = [b""] * (stop - start)
+            write_many(bucket, Op.PUT, dkeys[start:stop], empty)
+            write_many(bucket, Op.PUT, tkeys[start:stop], empty)
+        return len(kbytes)
 
     def delete(self, key: Any, at: TimeValue, domain: str = "event") -> None:
         """Remove ``key``'s timer at ``at`` in ``domain`` (no-op when it has none)."""
@@ -220,6 +241,37 @@ class TimerState:
                 found.append(DueTimer(at, d, bucket, skey[n + 8 :]))
         found.sort()
         return found
+
+    def pop_many(self, dues: Sequence[DueTimer]) -> builtins.list[tuple[DueTimer, Any]]:
+        """:meth:`pop` of each of ``dues``, in bulk per bucket (the timer entries of a
+        bucket deleted before its due entries): ``(due, decoded key)`` of those whose
+        key still held them, in the order of ``dues``. For handlers that see every due
+        timer at once (a per-timer handler that may delete later timers pops one by one)."""
+        n = len(dues)
+        order = sorted(range(n), key=lambda i: dues[i].bucket)
+        held = [False] * n
+        get_many, write_many = self._store.get_many, self._backend.write_many
+        lo = 0
+        while lo < n:
+            bucket = dues[order[lo]].bucket
+            hi = lo + 1
+            while hi < n and dues[order[hi]].bucket == bucket:
+                hi += 1
+            run = order[lo:hi]
+            tkeys = [timer_key(dues[i].domain, dues[i].key, dues[i].at_us) for i in run]
+            found = get_many(bucket, tkeys)
+            kept = [j for j, raw in enumerate(found) if raw is not None]
+            if kept:
+                empty = [b""] * len(kept)
+                write_many(bucket, Op.DELETE, [tkeys[j] for j in kept], empty)
+                dkeys = [
+                    due_key(dues[run[j]].domain, dues[run[j]].key, dues[run[j]].at_us) for j in kept
+                ]
+                write_many(bucket, Op.DELETE, dkeys, empty)
+                for j in kept:
+                    held[run[j]] = True
+            lo = hi
+        return [(dues[i], decode_key(dues[i].key)) for i in range(n) if held[i]]
 
     def pop(self, due: DueTimer) -> Any | None:
         """Delete ``due``'s timer if the key still holds it and return the decoded key

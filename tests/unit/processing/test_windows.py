@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gic_runtime.errors import ConfigurationError
+from gic_runtime.errors import ConfigurationError, StateError
 from gic_runtime.event_time import BatchTime
 from gic_runtime.processing import count, max_, sum_
 from gic_runtime.processing.window_specs import (
@@ -25,6 +25,7 @@ from gic_runtime.processing.window_specs import (
 )
 from gic_runtime.processing.windows import WindowProcessor, window_schema
 from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.timers import from_micros
 from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
@@ -50,10 +51,15 @@ def _table(events: list[Event]) -> pa.Table:
 
 
 def _run(
-    proc: WindowProcessor, batches: list[list[Event]], delay: int, final: bool = True
+    proc: WindowProcessor,
+    batches: list[list[Event]],
+    delay: int,
+    final: bool = True,
+    routed: bool = False,
 ) -> tuple[list[dict[str, Any]], KeyedStateBackend]:
     """Run ``batches`` as the stage would (late rows dropped, watermark advancing), then
-    one batch without rows at the final watermark."""
+    one batch without rows at the final watermark; ``routed``: with each row's bucket
+    given, as the routing side computes it."""
     backend = KeyedStateBackend(range(B), B, InMemoryStore(), TestingChangelogWriter())
     out: list[dict[str, Any]] = []
     watermark: int | None = None
@@ -63,7 +69,9 @@ def _run(
         backend.set_batch_time(time)
         kept = [e for e in events if watermark is None or e[1] >= watermark]
         if kept:
-            out += [r for t in proc(_table(kept), backend, i, time=time) for r in t.to_pylist()]
+            buckets = pa.array([bucket_for(k, B) for k, _, _ in kept]) if routed else None
+            tables = proc(_table(kept), backend, i, buckets=buckets, time=time)
+            out += [r for t in tables for r in t.to_pylist()]
         out += [r for t in proc.fire_timers(backend, time) for r in t.to_pylist()]
         if events:
             top = max(t for _, t, _ in events)
@@ -142,25 +150,37 @@ SPECS = {
 
 
 class TestAgainstReference:
+    @pytest.mark.parametrize("routed", [False, True], ids=["hashed", "routed"])
     @pytest.mark.parametrize("name", sorted(SPECS))
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(batches=_batches, delay=st.integers(0, 15), lateness=st.sampled_from([0, 3]))
     # a row exactly at a session's end, arriving when the watermark is there: it joins
     @example(batches=[[("a", 48, 0), ("a", 57, 0)], [], [("a", 53, 0)]], delay=4, lateness=0)
     def test_each_window_once_with_its_aggregates(
-        self, name: str, batches: list[list[Event]], delay: int, lateness: int
+        self, name: str, routed: bool, batches: list[list[Event]], delay: int, lateness: int
     ) -> None:
         spec = SPECS[name]
         schema = window_schema(INPUT.field("k"), AGGS, INPUT)
         proc = WindowProcessor("k", "ts", spec, schema, AGGS, lateness_us=lateness * S)
-        out, backend = _run(proc, batches, delay)
+        out, backend = _run(proc, batches, delay, routed=routed)
         got = _got(out)
         assert len(got) == len(set(got)), "a window was emitted twice"
+        ends = [end for _, _, end, *_ in got]
+        assert ends == sorted(ends), "windows are emitted in the order they close"
         assert set(got) == _reference(spec, batches, delay, lateness)
         # what is left open is exactly what the final watermark has not closed
         open_windows = sum(len(backend.map_state("win:open").items(k)) for k in "abc")
         timers = sum(len(backend.timer_state().list(k)) for k in "abc")
         assert open_windows == timers
+
+
+def test_buckets_must_match_the_rows() -> None:
+    schema = window_schema(INPUT.field("k"), AGGS, INPUT)
+    proc = WindowProcessor("k", "ts", tumbling(10), schema, AGGS)
+    backend = KeyedStateBackend(range(B), B, InMemoryStore(), TestingChangelogWriter())
+    table = _table([("a", 1, 1), ("b", 2, 2)])
+    with pytest.raises(StateError, match="1 buckets given for 2 rows"):
+        list(proc(table, backend, 0, buckets=pa.array([0]), time=BatchTime(0, 0, None)))
 
 
 class TestWindowFunction:

@@ -11,7 +11,7 @@ import pytest
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
 from gic_runtime.state.backend import BUCKET_SPOT_CHECKS, KeyedStateBackend
-from gic_runtime.state.keys import KIND_VALUE, bucket_for, encode, state_prefix
+from gic_runtime.state.keys import KIND_VALUE, bucket_for, decode_key, encode, state_prefix
 from gic_runtime.state.states import Located
 from gic_runtime.state.stores import KVStore
 from gic_runtime.storage.uri import StoreResolver
@@ -128,3 +128,63 @@ class TestWriteMany:
         backend = _backend(make_store())
         with pytest.raises(StateError, match="1 values for 2 keys"):
             backend.write_many(0, Op.PUT, [b"a", b"b"], [b"1"])
+
+
+class TestMapEntries:
+    @pytest.mark.parametrize("given_buckets", [False, True])
+    def test_match_single_entry_calls(self, make_store: MakeStore, given_buckets: bool) -> None:
+        bulk, single = _backend(make_store()), _backend(make_store())
+        pairs = sorted(
+            ((k, u) for k in KEYS[::3] for u in (0, 7, "x")),
+            key=lambda p: (bucket_for(p[0], B), repr(p)),
+        )
+        keys, users = [k for k, _ in pairs], [u for _, u in pairs]
+        buckets = [bucket_for(k, B) for k in keys] if given_buckets else None
+        for round_ in range(2):
+            state = bulk.map_state("m")
+            located = state.locate_entries(keys, users, buckets)
+            old = state.get_located(located, default=0)
+            assert old == [single.map_state("m").get(k, u, 0) for k, u in pairs]
+            new = [o + round_ + i for i, o in enumerate(old)]
+            state.set_located(located, new)
+            for (k, u), value in zip(pairs, new, strict=True):
+                single.map_state("m").put(k, u, value)
+        gone = pairs[::2]
+        located = bulk.map_state("m").locate_entries([k for k, _ in gone], [u for _, u in gone])
+        assert bulk.map_state("m").remove_located(located) == len(gone)
+        for k, u in gone:
+            single.map_state("m").remove(k, u)
+        for key in set(keys):
+            assert bulk.map_state("m").items(key) == single.map_state("m").items(key)
+
+    def test_lengths_must_match(self, make_store: MakeStore) -> None:
+        with pytest.raises(StateError, match="1 user keys for 2 keys"):
+            _backend(make_store()).map_state("m").locate_entries(["a", "b"], [1])
+
+
+class TestBulkTimers:
+    @pytest.mark.parametrize("given_buckets", [False, True])
+    def test_register_and_pop_many_match_one_at_a_time(
+        self, make_store: MakeStore, given_buckets: bool
+    ) -> None:
+        bulk, single = _backend(make_store()), _backend(make_store())
+        keys = KEYS[::2]
+        ats = [(i * 37) % 11 for i in range(len(keys))]
+        buckets = [bucket_for(k, B) for k in keys] if given_buckets else None
+        assert bulk.timer_state().register_many(keys, ats, buckets=buckets) == len(keys)
+        for key, at in zip(keys, ats, strict=True):
+            single.timer_state().register(key, at)
+        for b in range(B):
+            assert bulk.store.scan(b, b"") == single.store.scan(b, b"")
+        due = bulk.timer_state().due(range(B), "event", 5)
+        gone = next(d for d in due if d.at_us == 3)
+        for backend in (bulk, single):  # deleted after the scan: must not fire
+            backend.timer_state().delete(decode_key(gone.key), 3)
+        popped = bulk.timer_state().pop_many(due)
+        expected = [(d, single.timer_state().pop(d)) for d in due]
+        assert [(d, k) for d, k in popped] == [(d, k) for d, k in expected if k is not None]
+        assert gone not in [d for d, _ in popped]
+        assert [d.at_us for d, _ in popped] == sorted(d.at_us for d, _ in popped)
+        for b in range(B):
+            assert bulk.store.scan(b, b"") == single.store.scan(b, b"")
+        assert bulk.timer_state().pop_many(due) == []  # never twice
