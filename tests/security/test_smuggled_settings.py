@@ -130,3 +130,27 @@ def test_ordinary_options_and_secret_locators_pass_into_the_command() -> None:
     command = launch_config.driver_command(plan)
     for key, value in conf.items():
         assert f"{key}={value}" in command
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "JAVA_TOOL_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "_JAVA_OPTIONS",
+        "SPARK_SUBMIT_OPTS",
+        "SPARK_JAVA_OPTS",
+        "SPARK_CONF_DIR",
+    ],
+)
+@pytest.mark.parametrize("how", ["value", "valueFrom"])
+def test_variables_the_jvm_reads_as_options_are_refused(name: str, how: str) -> None:
+    """``JAVA_TOOL_OPTIONS=-Dspark.kubernetes...`` would be the same smuggle through the
+    environment, and a ``valueFrom`` cannot be judged at all."""
+    source = {"configMapKeyRef": {"name": "opts", "key": "k"}}
+    var = {"name": name, "value": f"-D{HOST_PATH}=/"} if how == "value" else {"name": name}
+    if how == "valueFrom":
+        var["valueFrom"] = source
+    text = refusal(spec(env=[{"name": "TZ", "value": "UTC"}, var]))
+    assert f"spec.application.env[1].name: env {name} is not allowed" in text
+    assert "spark.driver.extraJavaOptions" in text
