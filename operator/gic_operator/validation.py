@@ -14,7 +14,9 @@ when it is in :data:`ALLOWED_SPARK_CONF` (exactly, or under one of its prefixes 
 :data:`FORBIDDEN_SPARK_CONF`, secret-looking names) and, when a prefix allowed it, is a
 setting Spark defines (:mod:`gic_operator.spark_settings`: Spark's own list, generated from
 the pinned PySpark, plus open-ended families such as ``spark.hadoop.*``); a misspelled key
-is refused with the closest known key suggested. Every refused key is reported, each
+is refused with the closest known key suggested. Values are judged too: JVM options as
+Spark splits them, and secrets under secret-looking names
+(:mod:`gic_operator.spark_conf_values`). Every refused key is reported, each
 under its own location, in the one message of the invalid spec. A ``podTemplate``'s
 refusals (security settings, host namespaces, ``hostPath`` and other volume types,
 the operator's labels, volumes and mount paths) are checked by its model
@@ -34,7 +36,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from gic_operator import spark_settings
+from gic_operator import spark_conf_values, spark_settings
 
 #: Longest value of one sparkConf entry.
 SPARK_CONF_VALUE_MAX = 4096
@@ -195,9 +197,6 @@ FORBIDDEN_SPARK_CONF: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 
-#: Names of settings that hold secrets: refused, since a sparkConf value ends up in the
-#: driver's command line, readable by anyone who may read the pod.
-_SECRET_NAME = re.compile(r"(?i)(secret|passw|token|access\.key|account\.key|credentials$)")
 _KEY = re.compile(r"^spark\.[A-Za-z0-9_.:/-]+$")
 _LOCAL_MASTER = re.compile(r"^local(\[(\*|[1-9][0-9]{0,3})(,[1-9][0-9]{0,3})?\])?$")
 _JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
@@ -238,10 +237,10 @@ def spark_conf_problem(key: str, value: str) -> str | None:
             "is not a Spark setting a GICJob may set (see the sparkConf allowlist in "
             "docs/operations.md)"
         )
-    if _SECRET_NAME.search(key):
+    if spark_conf_values.secret_name(key):
         return (
-            "looks like it holds a secret, and sparkConf values are plain text in the pod "
-            "spec; pass secrets as variables with spec.application.env valueFrom.secretKeyRef"
+            "looks like it holds a secret, and sparkConf values are plain text in the pod's "
+            f"command; {spark_conf_values.SECRET_ADVICE}"
         )
     unknown = _unknown(key)
     if unknown is not None:
@@ -252,10 +251,7 @@ def spark_conf_problem(key: str, value: str) -> str | None:
             f"service account token is only ever sent to its own cluster), not {value!r}"
         )
     if key in _JAVA_OPTIONS:
-        if re.search(r"-D\s*spark\.", value):
-            return "must not set Spark settings (-Dspark.*): use sparkConf entries"
-        if re.search(r"-Xm[xs]", value):
-            return "must not set the heap size: use the spec's memory fields"
+        return spark_conf_values.java_options_problem(value)
     return None
 
 

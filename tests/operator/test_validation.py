@@ -125,9 +125,9 @@ def test_refused_settings(key: str, why: str) -> None:
         ("spark.master", "k8s://https://elsewhere.example:6443", "only ever sent to its own"),
         ("spark.master", "spark://master:7077", "must be local"),
         ("spark.master", "yarn", "must be local"),
-        ("spark.driver.extraJavaOptions", "-Dspark.authenticate=false", "must not set Spark"),
-        ("spark.executor.extraJavaOptions", "-D spark.x=1", "must not set Spark"),
-        ("spark.driver.extraJavaOptions", "-Xmx64g", "heap size"),
+        ("spark.driver.extraJavaOptions", "-Dspark.authenticate=false", "sets the Spark setting"),
+        ("spark.executor.extraJavaOptions", "-D spark.x=1", "-D without a name"),
+        ("spark.driver.extraJavaOptions", "-Xmx64g", "sizes the heap"),
     ],
 )
 def test_refused_values(key: str, value: str, why: str) -> None:

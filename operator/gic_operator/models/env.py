@@ -3,14 +3,19 @@ Kubernetes' ``EnvVar`` shape, restricted to what a job may take a value from.
 
 Invariants checked at validation: a variable has a plain ``value`` or one ``valueFrom``
 (exactly one of a Secret key, a ConfigMap key or a field of the pod), never both; names
-and sizes are bounded; a field reference names only fields of the pod's own downward API.
+and sizes are bounded; a field reference names only fields of the pod's own downward API;
+no variable is one the JVM or Spark's scripts read as options or settings
+(:data:`OPTION_VARIABLES`: ``JAVA_TOOL_OPTIONS``, ``SPARK_CONF_DIR``, ...), which would pass
+JVM options and Spark settings around the sparkConf checks.
 Anything secret comes from a Secret (``valueFrom.secretKeyRef``): a plain value is
 readable by whoever may read the GICJob or its pods.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from collections.abc import Mapping
+
+from pydantic import Field, field_validator, model_validator
 
 from gic_operator.models.base import KubeModel
 
@@ -78,6 +83,18 @@ class EnvVarSource(KubeModel):
         return self
 
 
+#: Variables the JVM or Spark's scripts read as options or settings, with what they do: a
+#: job sets JVM options and Spark settings through sparkConf, where they are checked.
+OPTION_VARIABLES: Mapping[str, str] = {
+    "JAVA_TOOL_OPTIONS": "every JVM in the pod reads it as options",
+    "JDK_JAVA_OPTIONS": "the java launcher reads it as options",
+    "_JAVA_OPTIONS": "every JVM in the pod reads it as options",
+    "SPARK_SUBMIT_OPTS": "spark-submit passes it to the driver's JVM as options",
+    "SPARK_JAVA_OPTS": "older Spark scripts pass it to the JVM as options",
+    "SPARK_CONF_DIR": "Spark reads spark-defaults.conf from it as settings",
+}
+
+
 class EnvVar(KubeModel):
     """An environment variable of the driver and the executors (secrets: valueFrom)."""
 
@@ -94,6 +111,17 @@ class EnvVar(KubeModel):
     value_from: EnvVarSource | None = Field(
         None, description="Take the value from a Secret, a ConfigMap or the pod (not with value)."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_an_option_channel(cls, value: str) -> str:
+        if value in OPTION_VARIABLES:
+            raise ValueError(
+                f"env {value} is not allowed: {OPTION_VARIABLES[value]}, past the sparkConf "
+                "allowlist; set JVM options with sparkConf spark.driver.extraJavaOptions "
+                "and spark.executor.extraJavaOptions, Spark settings as sparkConf entries"
+            )
+        return value
 
     @model_validator(mode="after")
     def _value_or_source(self) -> EnvVar:

@@ -18,6 +18,9 @@ message naming the field):
   (:data:`ALLOWED_VOLUME_TYPES`; ``hostPath`` and the rest are refused), no mount
   propagation, and no annotation under ``kubernetes.io`` / ``k8s.io`` (AppArmor and
   seccomp annotations live there);
+* nothing in a template gives a pod an API credential: a ``projected`` volume projects no
+  ``serviceAccountToken`` (nor anything but Secrets, ConfigMaps, the downward API and
+  trust bundles; :mod:`gic_operator.models.volume_sources`);
 * nothing in a template takes over what the operator's own objects rely on: labels and
   annotations under ``gic.io/`` and ``app.kubernetes.io/managed-by`` (they select the
   job's pods), the volume names and mount paths of :data:`RESERVED_VOLUMES` and
@@ -43,6 +46,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from gic_operator.models.base import KubeModel
+from gic_operator.models.volume_sources import projected_problem
 
 #: Volume types a template may add: those the restricted Pod Security Standard allows.
 ALLOWED_VOLUME_TYPES: Final = (
@@ -221,8 +225,12 @@ class PodVolume(KubeModel):
                 f"volume {self.name!r} needs exactly one volume source "
                 f"({', '.join(ALLOWED_VOLUME_TYPES)}), got {len(sources)}"
             )
-        if not isinstance((self.model_extra or {})[sources[0]], dict):
+        source = (self.model_extra or {})[sources[0]]
+        if not isinstance(source, dict):
             raise ValueError(f"volume {self.name!r}: {sources[0]} must be an object")
+        problem = projected_problem(self.name, source) if sources[0] == "projected" else None
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 
