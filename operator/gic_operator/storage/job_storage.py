@@ -28,9 +28,12 @@ code: it is input, not truth. So:
   (:mod:`gic_operator.storage.control_files`);
 * S3 credentials come only from the operator's own environment
   (:meth:`gic_runtime.storage.S3Settings.from_env`), never from a job's Secret; a job
-  may override only the endpoint, and only one the allowlist admits (checked by the
-  reconcilers before any storage is opened). At most :data:`MAX_RESOLVERS` resolvers
-  (one per endpoint) are kept.
+  may override only the endpoint, and only one the allowlist admits: the operator opens
+  every job's storage through :mod:`gic_operator.storage.storage_access`, which checks
+  the endpoint before a client exists and every URI resolved against the allowed roots.
+  At most :data:`MAX_RESOLVERS` resolvers (one per endpoint) are kept;
+* a restore source named in a manifest (driver-written) is read only when it is the
+  location the operator recorded (:func:`same_source`).
 
 Thread-safety: a :class:`JobStorage` may be shared between threads (the resolver is
 thread-safe; the rest is immutable). The module's caches are guarded by a lock.
