@@ -177,7 +177,7 @@ def run_sweep(
 
     storage = JobStorage(resolver, root, JOB_ID)
     t0 = time.perf_counter()
-    result = storage.sweep_orphans()
+    result = storage.sweep_orphans(None)  # the job was not restored
     sweep_s = time.perf_counter() - t0
     log(f"  sweep: listed {result.listed:,}, deleted {result.deleted:,} in {sweep_s:.2f} s")
 

@@ -253,8 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _log.info("GICJobs in other namespaces get a Warning Event NotWatched")
     if not settings.allowlist.configured:
         _log.warning(
-            "no storage allowlist: GICJobs may name any storage and S3 endpoint, which the "
-            "operator then uses with its own credentials; set %s (and %s) to restrict them",
+            "no storage root is allowed: every GICJob is refused (StorageNotAllowed) until "
+            "%s names the roots jobs may use (and %s the S3 endpoints they may name), e.g. "
+            "the Helm value storageAllowlist.storage={s3://bucket/prefix}",
             ENV_ALLOWED_STORAGE,
             ENV_ALLOWED_S3_ENDPOINTS,
         )

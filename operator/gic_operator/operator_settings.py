@@ -13,10 +13,12 @@ comma-separated list of entries:
   compared exactly (scheme and host in lower case, no trailing ``/``).
 
 An entry ``NAMESPACE=VALUE`` applies to that namespace only, a bare ``VALUE`` to every
-namespace; ``*`` (or ``NAMESPACE=*``) allows anything. Once either variable is set the
-allowlist is on and whatever it does not list is refused (a job naming no endpoint uses
-the operator's own and needs no entry). With neither set everything is allowed and the
-operator logs a warning at start-up.
+namespace; ``*`` (or ``NAMESPACE=*``) allows anything, and only an explicit ``*`` does.
+Whatever the lists do not name is refused (a job naming no endpoint uses the operator's
+own and needs no entry); with neither variable set **nothing** is allowed: every GICJob
+is ``Invalid`` (``StorageNotAllowed``) until an administrator names a root, and the
+operator logs a warning at start-up saying how. Every storage access of the operator
+goes through :mod:`gic_operator.storage.storage_access`, which applies this list.
 
 Values are immutable (frozen dataclasses), so handlers may share one instance across
 threads.
@@ -113,28 +115,32 @@ def _parse_entries(variable: str, text: str, kind: str) -> tuple[AllowEntry, ...
 @dataclass(frozen=True)
 class StorageAllowlist:
     """Where GICJobs may keep checkpoints and which S3 endpoints they may name (module
-    docstring). ``None`` for both: unrestricted (no allowlist configured)."""
+    docstring). The default allows nothing; ``None`` for both (:meth:`unrestricted`)
+    allows everything, which only tests and an explicit ``*`` entry ask for."""
 
-    storage: tuple[AllowEntry, ...] | None = None
-    endpoints: tuple[AllowEntry, ...] | None = None
+    storage: tuple[AllowEntry, ...] | None = ()
+    endpoints: tuple[AllowEntry, ...] | None = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> StorageAllowlist:
-        """The allowlist the environment configures; raises
-        :class:`~gic_runtime.errors.ConfigurationError` naming a malformed entry."""
+        """The allowlist the environment configures (nothing set: nothing allowed);
+        raises :class:`~gic_runtime.errors.ConfigurationError` naming a malformed entry."""
         storage = environ.get(ENV_ALLOWED_STORAGE, "").strip()
         endpoints = environ.get(ENV_ALLOWED_S3_ENDPOINTS, "").strip()
-        if not storage and not endpoints:
-            return cls()
         return cls(
             storage=_parse_entries(ENV_ALLOWED_STORAGE, storage, "storage"),
             endpoints=_parse_entries(ENV_ALLOWED_S3_ENDPOINTS, endpoints, "endpoint"),
         )
 
+    @classmethod
+    def unrestricted(cls) -> StorageAllowlist:
+        """An allowlist that allows any storage and endpoint (in-process tests)."""
+        return cls(storage=None, endpoints=None)
+
     @property
     def configured(self) -> bool:
-        """Whether an allowlist is in force (else everything is allowed)."""
-        return self.storage is not None or self.endpoints is not None
+        """Whether any storage root is allowed at all (else every GICJob is refused)."""
+        return self.storage is None or bool(self.storage)
 
     @staticmethod
     def _for(entries: tuple[AllowEntry, ...] | None, namespace: str) -> list[str] | None:

@@ -2,7 +2,9 @@
 
 Invariant (docs/architecture.md I8): every file the runtime writes starts with a 4-byte magic and a
 2-byte format version, and carries CRC32C checksums; readers reject unknown versions and
-checksum mismatches with an error naming the file, never returning partial data.
+checksum mismatches with an error naming the file, never returning partial data. Those
+errors say which file and what is wrong, never quote its bytes: a reader may be pointed at
+a file that is not GIC's (a forged path), and its messages reach statuses and Events.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def check_header(
     got_magic, version, flags = HEADER.unpack_from(data, 0)
     if got_magic != magic:
         raise CorruptFileError(
-            f"not a {magic.decode()} file: magic is {got_magic!r}, expected {magic!r}", uri=uri
+            f"not a {magic.decode()} file: its first bytes are not the magic {magic!r}", uri=uri
         )
     if version not in supported:
         raise UnsupportedVersionError(
@@ -103,7 +105,7 @@ def decode_text_record(
         parts = []
     if len(parts) != 3 or parts[0] != magic or not parts[1].isdigit():
         raise CorruptFileError(
-            f"not a {what}: header line {data[:newline][:40]!r} is not "
+            f"not a {what}: its first line ({newline} bytes) is not the header "
             f"'{magic} <version> crc32c=<hex>'",
             uri=uri,
         )
@@ -117,7 +119,8 @@ def decode_text_record(
     crc = _CRC_FIELD.fullmatch(parts[2])
     if crc is None:
         raise CorruptFileError(
-            f"{what} header has a malformed checksum field {parts[2][:20]!r}", uri=uri
+            f"{what} header has a malformed checksum field (expected crc32c=<8 hex digits>)",
+            uri=uri,
         )
     payload = data[newline + 1 :]
     verify_crc(payload, int(crc.group(1), 16), what=f"{what} body", uri=uri)

@@ -31,7 +31,8 @@ from .helm import build_helm, helm_bin_dir, helm_missing
 #: The commands of the local path (README.md, "A local cluster"), from the repository root.
 INSTALL = (
     "helm install gic-operator charts/gic-operator -n gic-system --create-namespace "
-    "--set 'watchNamespaces={default}' --set warnUnwatchedJobs=true"
+    "--set 'watchNamespaces={default}' --set warnUnwatchedJobs=true "
+    '--set "storageAllowlist.storage={file://$PWD/.cluster/storage}"'
 )
 APPLY = 'sed "s|/path/to/gic|$PWD|g" examples/k8s/gicjob-local.yaml | kubectl apply -f -'
 WATCH = "kubectl get gicjob rate-count -w"

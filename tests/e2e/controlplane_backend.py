@@ -458,6 +458,8 @@ class ControlPlaneBackend:
             **self._credentials(),
             "KUBECONFIG": str(operator_kubeconfig),
             "GIC_S3_ENDPOINT_URL": self.s3.endpoint_url,
+            # The operator uses its credentials only on this session's bucket.
+            "GIC_ALLOWED_STORAGE": f"s3://{self.bucket}",
         }
         operator = OperatorProcess(operator_command(namespace), env, home / "operator.log")
         place = Place(

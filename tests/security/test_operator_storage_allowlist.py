@@ -154,8 +154,21 @@ def test_a_savepoint_of_a_job_with_disallowed_storage_opens_nothing(
     assert reconciled and reconciled[0]["reason"] == "StorageNotAllowed"
 
 
-def test_no_allowlist_allows_everything(world: World) -> None:
-    assert not StorageAllowlist.from_env({}).configured
+def test_no_allowlist_allows_nothing(world: World) -> None:
+    allowlist = StorageAllowlist.from_env({})
+    assert not allowlist.configured
+    assert not allowlist.storage_allowed(NS, world.storage_uri)
+    opened = restricted(world, {})
+    world.apply_job(
+        checkpointing={"storage": world.storage_uri, "buckets": 8, "s3EndpointUrl": ATTACKER}
+    )
+    status = invalid_because(world, "spec.checkpointing.storage")
+    assert "allowed: none" in status["message"] and "storageAllowlist.storage" in status["message"]
+    assert opened.opened == []
+
+
+def test_only_an_explicit_star_allows_everything(world: World) -> None:
+    restricted(world, {"GIC_ALLOWED_STORAGE": "*", "GIC_ALLOWED_S3_ENDPOINTS": "*"})
     world.apply_job(
         checkpointing={"storage": world.storage_uri, "buckets": 8, "s3EndpointUrl": ATTACKER}
     )
@@ -183,7 +196,6 @@ def test_storage_allowlist_format(
     allowlist = StorageAllowlist.from_env(
         {"GIC_ALLOWED_STORAGE": storage, "GIC_ALLOWED_S3_ENDPOINTS": endpoints}
     )
-    assert allowlist.configured
     assert allowlist.storage_allowed(namespace, uri) is allowed
 
 

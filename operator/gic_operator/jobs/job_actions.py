@@ -122,7 +122,9 @@ class JobActions:
             )
         sweep = p.status.last_sweep
         if sweep is None or sweep.epoch != epoch:
-            result = self.ctx.storage.sweep_orphans()
+            restored = p.status.restored_from
+            # A restore source is read only where the operator itself restored from.
+            result = self.ctx.storage.sweep_orphans(restored.path if restored else None)
             p.update(
                 last_sweep=SweepInfo(
                     time=rfc3339(p.now),

@@ -76,7 +76,8 @@ from gic_operator.operator_settings import (
 from gic_operator.reconcile.problems import RECONCILED
 from gic_operator.reconcile.status_pass import JobPass, KeyedLocks, Pass
 from gic_operator.savepoints.restore_sources import restore_problem
-from gic_operator.storage.job_storage import StorageFactory
+from gic_operator.storage.job_storage import JobStorage, StorageFactory
+from gic_operator.storage.storage_access import admit
 from gic_operator.validation import describe_validation_error
 from gic_runtime.errors import GICError
 
@@ -103,7 +104,7 @@ class JobController:
         self.storage_for = storage_for
         self.clock = clock
         self.metrics = metrics
-        self.allowlist = allowlist or StorageAllowlist()
+        self.allowlist = StorageAllowlist.unrestricted() if allowlist is None else allowlist
         self.recorder = JobRecorder(metrics, health_window_s)
         self._lock = KeyedLocks()
 
@@ -162,7 +163,15 @@ class JobController:
             p.update(phase=JobPhase.PENDING, message=None)
             p.event("Normal", "SpecValid", "the spec is valid again")
         job_id = job_storage_id(p)
-        storage = self.storage_for(spec, job_id)
+        namespace = p.namespace
+
+        def admitted(job_spec: GICJobSpec, jid: str) -> JobStorage:
+            # Every storage of the job is admitted: endpoint and each object's location.
+            opened = self.storage_for(job_spec, jid)
+            endpoint = job_spec.checkpointing.s3_endpoint_url
+            return admit(self.allowlist, namespace, opened, endpoint)
+
+        storage = admitted(spec, job_id)
         try:
             self.recorder.job_id(p, job_id)
             view = JobObserver(self.kube, storage).observe(p)
@@ -172,7 +181,7 @@ class JobController:
                 spec,
                 view,
                 self.kube,
-                self.storage_for,
+                admitted,
                 self.allowlist,
                 job_id,
                 storage,
@@ -200,7 +209,8 @@ def _access_problem(allowlist: StorageAllowlist, namespace: str, spec: GICJobSpe
             return (
                 f"invalid spec: {field}: {uri} is not storage the operator may use in "
                 f"namespace {namespace} (allowed: {allowed}); use an allowed location, or "
-                f"ask the operator's administrator to allow it ({ENV_ALLOWED_STORAGE})"
+                f"ask the operator's administrator to allow it ({ENV_ALLOWED_STORAGE}, Helm "
+                "value storageAllowlist.storage)"
             )
     endpoint = cp.s3_endpoint_url
     if endpoint and not allowlist.endpoint_allowed(namespace, endpoint):

@@ -87,7 +87,7 @@ class SavepointController:
         self.storage_for = storage_for
         self.clock = clock
         self.metrics = metrics
-        self.allowlist = allowlist or StorageAllowlist()
+        self.allowlist = StorageAllowlist.unrestricted() if allowlist is None else allowlist
         self.recorder = SavepointRecorder(kube, metrics)
         self.observer = SavepointObserver(kube, storage_for, self.allowlist)
         self.reconciler = SavepointReconciler(self.recorder)

@@ -2,6 +2,9 @@
 
 With ``disposeOnDelete: true`` the files are deleted — only a Completed savepoint, only
 its derived directory (:func:`gic_operator.savepoints.restore_sources.savepoint_place`),
+only through storage the allowlist admits, endpoint included
+(:func:`gic_operator.storage.storage_access.open_storage`: a refused one keeps the
+files with a Warning event ``DisposalRefused`` and sends no request),
 never one a job claimed (``status.claimedBy``, or a job restored from it in Claim mode),
 and not while a job restored from it NoClaim has not released it (the deletion then
 waits: :class:`~gic_operator.operator_errors.SavepointHeldError`). A disposal that keeps
@@ -16,11 +19,15 @@ from __future__ import annotations
 from gic_operator.kube.kube_api import KubeApi
 from gic_operator.kube.naming import job_id
 from gic_operator.models import RestoreMode, SavepointState
-from gic_operator.operator_errors import SavepointHeldError, UntrustedInputError
+from gic_operator.operator_errors import (
+    SavepointHeldError,
+    StorageNotAllowedError,
+    UntrustedInputError,
+)
 from gic_operator.operator_settings import StorageAllowlist
 from gic_operator.reconcile.status_pass import SavepointPass
 from gic_operator.savepoints.restore_sources import holders, savepoint_place
-from gic_operator.storage.job_storage import JobStorage
+from gic_operator.storage.storage_access import open_storage
 
 PLURAL = "savepoints"
 JOBS = "gicjobs"
@@ -45,8 +52,11 @@ def dispose(kube: KubeApi, allowlist: StorageAllowlist, p: SavepointPass, attemp
         return "nothing to dispose of"
     try:
         place = savepoint_place(kube, allowlist, p.namespace, body)
+        # The endpoint and root are admitted before any client for them exists.
+        job = job_id(p.namespace, str(spec.get("job")))
+        storage = open_storage(allowlist, p.namespace, place.root, job, place.endpoint)
         held = holders(kube.list_objects(JOBS, p.namespace), p.name, place.path)
-    except UntrustedInputError as exc:
+    except (UntrustedInputError, StorageNotAllowedError) as exc:
         message = f"files kept: {exc}"
         kube.event(body, "Warning", "DisposalRefused", message)
         return message
@@ -69,11 +79,6 @@ def dispose(kube: KubeApi, allowlist: StorageAllowlist, p: SavepointPass, attemp
         kube.event(body, "Normal", "SavepointHeld", message)
         raise SavepointHeldError(message)
     try:
-        storage = JobStorage.open(
-            place.root,
-            job_id(p.namespace, str(spec.get("job"))),
-            endpoint_url=place.endpoint,
-        )
         deleted = storage.dispose_savepoint(place.path)
     except Exception as exc:
         return _disposal_failed(kube, p, attempt, exc)

@@ -27,6 +27,7 @@ from gic_operator.operator_errors import StorageNotAllowedError
 from gic_operator.operator_settings import StorageAllowlist
 from gic_operator.reconcile.status_pass import SavepointPass
 from gic_operator.storage.job_storage import JobStorage, StorageFactory
+from gic_operator.storage.storage_access import admit
 from gic_operator.validation import describe_validation_error
 from gic_runtime.control.model import Outcome
 from gic_runtime.errors import FormatError
@@ -123,4 +124,5 @@ class SavepointObserver:
                 f"namespace {p.namespace} (see the GICJob's status); nothing was read or written"
             )
         lineage = GICJobStatus.read(body.status).lineage
-        return self.storage_for(spec, job_id(p.namespace, job, lineage))
+        opened = self.storage_for(spec, job_id(p.namespace, job, lineage))
+        return admit(self.allowlist, p.namespace, opened, endpoint)

@@ -28,9 +28,12 @@ code: it is input, not truth. So:
   (:mod:`gic_operator.storage.control_files`);
 * S3 credentials come only from the operator's own environment
   (:meth:`gic_runtime.storage.S3Settings.from_env`), never from a job's Secret; a job
-  may override only the endpoint, and only one the allowlist admits (checked by the
-  reconcilers before any storage is opened). At most :data:`MAX_RESOLVERS` resolvers
-  (one per endpoint) are kept.
+  may override only the endpoint, and only one the allowlist admits: the operator opens
+  every job's storage through :mod:`gic_operator.storage.storage_access`, which checks
+  the endpoint before a client exists and every URI resolved against the allowed roots.
+  At most :data:`MAX_RESOLVERS` resolvers (one per endpoint) are kept;
+* a restore source named in a manifest (driver-written) is read only when it is the
+  location the operator recorded (:func:`same_source`).
 
 Thread-safety: a :class:`JobStorage` may be shared between threads (the resolver is
 thread-safe; the rest is immutable). The module's caches are guarded by a lock.
@@ -46,6 +49,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from gic_operator.models.gicjob import GICJobSpec
+from gic_operator.operator_errors import UntrustedInputError
 from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
 from gic_operator.storage.control_files import MAX_CONTROL_BYTES, ControlRequests
 from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
@@ -62,7 +66,7 @@ from gic_runtime.errors import (
     RestoreError,
 )
 from gic_runtime.fencing import claim_epoch, highest_epoch
-from gic_runtime.layout import validate_id
+from gic_runtime.layout import restore_source_location, validate_id
 from gic_runtime.status import JobStatus, decode_status, status_uri
 from gic_runtime.storage.listing import count_bounded, list_bounded
 from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
@@ -80,6 +84,7 @@ __all__ = [
     "open_job_storage",
     "read_bounded",
     "resolver_for",
+    "same_source",
 ]
 
 _log = logging.getLogger(__name__)
@@ -126,6 +131,20 @@ def resolver_for(endpoint_url: str | None) -> StoreResolver:
                 _resolvers.popitem(last=False)
         _resolvers.move_to_end(endpoint_url)
         return resolver
+
+
+def same_source(named: str, recorded: str) -> bool:
+    """Whether restore source ``named`` (read from a manifest a driver wrote) is the
+    location ``recorded`` (what the operator itself passed to the driver), both
+    normalized as the runtime opens them
+    (:func:`~gic_runtime.layout.restore_source_location`); never true for a URI that
+    does not parse."""
+    try:
+        return restore_source_location(normalize_uri(named)) == restore_source_location(
+            normalize_uri(recorded)
+        )
+    except GICError:
+        return False
 
 
 def _inside(uri: str, directory: str) -> bool:
@@ -191,7 +210,7 @@ class JobStorage(ControlRequests):
         source ``source`` (the URI the operator passed to the driver), judged from the
         job's manifests and the source's manifest, never from the driver's report.
         ``False`` while that cannot be told (no checkpoint yet, a manifest unreadable,
-        the manifests naming another source)."""
+        the manifests naming another source: that one is never read)."""
         source = normalize_uri(source)
         refs = list_checkpoints(self.resolver, self.root, self.job_id)
         if not refs:
@@ -216,7 +235,7 @@ class JobStorage(ControlRequests):
         if lineage is None:
             base = manifest_base_dir(source) if source.endswith(".manifest") else source
             return not any(_inside(u, base) for s in retained for u in s.manifest.uris())
-        if lineage.mode is RestoreMode.CLAIM or not _inside(lineage.source_uri, source):
+        if lineage.mode is RestoreMode.CLAIM or not same_source(lineage.source_uri, source):
             return False  # a claimed source is the job's own: never released
         uris: frozenset[str] = frozenset()
         if lineage.source_checkpoint_id >= 0:
@@ -237,8 +256,15 @@ class JobStorage(ControlRequests):
         Every driver with a lower epoch stops before its next manifest."""
         return claim_epoch(self.resolver, self.root, self.job_id, claimed_by=claimed_by)
 
-    def sweep_orphans(self) -> SweepResult:
+    def sweep_orphans(self, recorded_source: str | None) -> SweepResult:
         """Delete what no retained checkpoint references (inside ``jobs/<job_id>/``).
+
+        ``recorded_source`` is the restore source the operator itself recorded for the
+        job (``status.restoredFrom.path``, ``None``: none). A restore source the newest
+        manifest names is read only when it is that same location
+        (:func:`same_source`); any other raises
+        :class:`~gic_operator.operator_errors.UntrustedInputError`, nothing read or
+        deleted.
 
         Precondition (the caller's duty): no driver of the job can still write -- the
         old driver is gone and a new epoch was claimed. An unreadable manifest, or an
@@ -247,15 +273,39 @@ class JobStorage(ControlRequests):
         """
         retained = load_retained(self.resolver, self.root, self.job_id)
         return sweep_orphans(
-            self.resolver, self.root, self.job_id, retained, policy=self._policy(retained)
+            self.resolver,
+            self.root,
+            self.job_id,
+            retained,
+            policy=self._policy(retained, recorded_source),
         )
 
-    def _policy(self, retained: tuple[StoredManifest, ...]) -> OwnershipPolicy:
+    def _policy(
+        self, retained: tuple[StoredManifest, ...], recorded_source: str | None
+    ) -> OwnershipPolicy:
         """The job's ownership policy as its driver builds it (the restore source's files
         are protected or claimed while the lineage is not released); refuses when the
-        source is unreadable, since which files belong to it is then unknown."""
+        source is unreadable, since which files belong to it is then unknown, and when
+        it is not the source the operator recorded (then it is not read at all)."""
         if not retained:
             return OwnershipPolicy.for_job(self.root, self.job_id)
+        lineage = retained[-1].manifest.restored_from
+        reads_source = (
+            lineage is not None and not lineage.released and lineage.source_checkpoint_id >= 0
+        )
+        if (
+            lineage is not None
+            and reads_source
+            and not (recorded_source and same_source(lineage.source_uri, recorded_source))
+        ):
+            raise UntrustedInputError(
+                f"cannot sweep job {self.job_id}: its newest checkpoint "
+                f"{retained[-1].uri} names restore source {lineage.source_uri}, which is "
+                f"not the one the operator restored the job from "
+                f"({recorded_source or 'none'}); the operator neither reads it nor "
+                "deletes anything. The job's driver wrote that manifest: inspect its "
+                "checkpoints (gic checkpoints) and restore the job from a source you trust"
+            )
         policy, warning = policy_for(self.resolver, self.root, retained[-1].manifest)
         if warning is not None:
             lineage = retained[-1].manifest.restored_from

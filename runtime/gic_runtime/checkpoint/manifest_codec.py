@@ -114,11 +114,11 @@ def _relativizer(prefix: str, checkpoint_id: int) -> Callable[[str], str]:
 def _resolver(base: str) -> Callable[[str], str]:
     def resolve(name: str) -> str:
         if not isinstance(name, str):
-            raise ValueError(f"object name {name!r:.40} is not a string")
+            raise ValueError(f"an object name is a JSON {type(name).__name__}, not a string")
         if "://" in name:
             return name
         if not _is_valid_relative(name):
-            raise ValueError(f"relative object name {name!r} escapes the manifest's directory")
+            raise ValueError("a relative object name escapes the manifest's directory")
         return join(base, name)
 
     return resolve
@@ -202,7 +202,7 @@ def _json_object(value: Any, name: str) -> dict[str, Any]:
 def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manifest:
     rel = obj["base"]
     if rel not in (".", ".."):
-        raise ValueError(f"base must be '.' or '..', got {rel!r}")
+        raise ValueError("base must be '.' or '..'")
     resolve = _resolver(_base_from_rel(manifest_uri, rel))
     if version == 1:
         buckets = _v1_buckets(obj["buckets"])
@@ -259,5 +259,5 @@ def _v1_buckets(buckets_json: Any) -> dict[int, BucketState]:
 
 def _int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise ValueError(f"{name} must be an integer, not a JSON {type(value).__name__}")
     return value

@@ -226,7 +226,7 @@ def test_sweep_deletes_only_orphans_inside_the_job_directory(storage: JobStorage
     )
     referenced = set().union(*(s.manifest.uris() for s in written[-DEFAULT_RETAINED_CHECKPOINTS:]))
 
-    result = storage.sweep_orphans()
+    result = storage.sweep_orphans(None)
 
     assert result.deleted >= 1 and result.deleted_bytes >= 50
     assert not exists(storage, orphan)
@@ -235,7 +235,7 @@ def test_sweep_deletes_only_orphans_inside_the_job_directory(storage: JobStorage
     assert exists(storage, other_job) and exists(storage, savepoint)
     assert control == target(storage, "sp-2")
     assert ControlChannel(storage.resolver, storage.root, JOB).request("sp-2") is not None
-    assert storage.sweep_orphans().deleted == 0
+    assert storage.sweep_orphans(None).deleted == 0
 
 
 def test_sweep_refuses_when_a_claimed_source_is_unreadable(root: str) -> None:
@@ -249,7 +249,7 @@ def test_sweep_refuses_when_a_claimed_source_is_unreadable(root: str) -> None:
     store.delete_many([key])
 
     with pytest.raises(RestoreError, match="nothing was deleted"):
-        claimer.sweep_orphans()
+        claimer.sweep_orphans(source_manifests[-1].uri)
     assert exists(claimer, orphan)
 
 
