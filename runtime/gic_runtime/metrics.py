@@ -19,7 +19,10 @@ Series (``*_total`` are counters):
 * ``gic_batches_total``; ``gic_epoch`` (the driver's fencing epoch);
 * ``gic_restore_source_released`` (0/1);
 * ``gic_orphans_deleted_total``, ``gic_orphan_bytes_deleted_total``;
-* ``gic_savepoints_total{state=completed|failed}``.
+* ``gic_savepoints_total{state=completed|failed}``;
+* ``gic_control_requests_refused_total``: control requests the driver refused
+  (not authenticated, replayed, expired, or a savepoint target outside the job's
+  storage; :mod:`gic_runtime.control.auth`).
 
 Thread-safety: every method may be called from any thread (prometheus-client metrics are
 thread-safe).
@@ -192,6 +195,13 @@ class DriverMetrics:
             "gic_savepoints", "Savepoints finished, by state.", (*job, "state"), registry=reg
         )
         self._savepoints = {s: savepoints.labels(job_id, s) for s in SAVEPOINT_STATES}
+        self._refused = Counter(
+            "gic_control_requests_refused",
+            "Control requests refused (not authenticated, replayed, expired, or a target "
+            "outside the job's storage).",
+            job,
+            registry=reg,
+        ).labels(job_id)
 
     def observe_checkpoint(
         self,
@@ -257,6 +267,10 @@ class DriverMetrics:
                 f"unknown savepoint state {state!r}; use one of {list(SAVEPOINT_STATES)}"
             )
         counter.inc()
+
+    def observe_refused_request(self) -> None:
+        """Count a control request the driver refused."""
+        self._refused.inc()
 
     def set_restore_source_released(self, released: bool) -> None:
         self._released.set(1 if released else 0)

@@ -25,6 +25,7 @@ SERIES = [
     "gic_restore_source_released",
     "gic_orphans_deleted_total",
     "gic_savepoints_total",
+    "gic_control_requests_refused_total",
     "gic_epoch",
 ]
 

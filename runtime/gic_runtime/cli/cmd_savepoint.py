@@ -1,7 +1,10 @@
 """``gic savepoint``: take a savepoint of a job, through its driver or offline.
 
 Running job (a status record saying starting, running or stopping): the request goes
-through the durable :class:`~gic_runtime.control.ControlChannel`; the driver takes the
+through the durable :class:`~gic_runtime.control.ControlChannel`, authenticated with the
+job's control key (``GIC_CONTROL_KEY``, or the file ``--control-key-file`` names; a
+driver the operator launched honours nothing else, :mod:`gic_runtime.control.auth`);
+the driver takes the
 savepoint at the next batch boundary from the latest completed checkpoint and records
 the outcome, which this command waits for (``--no-wait`` returns after the request is
 stored; the request survives restarts of both sides).
@@ -18,6 +21,7 @@ Thread-safety: a command runs on one thread (rich's spinner refreshes on its own
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -40,6 +44,7 @@ from gic_runtime.cli.common import (
 )
 from gic_runtime.cli.inventory import open_existing_job
 from gic_runtime.control import ControlChannel, Outcome
+from gic_runtime.control.auth import CONTROL_KEY_ENV, ControlKey
 from gic_runtime.control.model import new_request_id
 from gic_runtime.driver.savepoint_requests import directory_size, write_canonical_extras
 from gic_runtime.errors import GICError
@@ -56,6 +61,10 @@ the driver takes the savepoint at the next batch boundary; the command waits for
 outcome and prints the savepoint path, checkpoint id and size. If the job is not running,
 the savepoint is taken directly from its latest checkpoint (offline) and recorded the
 same way. The default target is <storage>/savepoints/<request-id>.
+
+A driver launched by the operator honours only requests authenticated with the job's
+control key: set GIC_CONTROL_KEY or pass --control-key-file (the key is in the job's
+<job>-gic-control Secret, key 'key').
 """
 
 StopOpt = Annotated[
@@ -83,10 +92,29 @@ WaitOpt = Annotated[
     bool,
     typer.Option("--wait/--no-wait", help="Wait for the driver's outcome (a running job only)."),
 ]
+KeyFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--control-key-file",
+        help=f"File holding the job's control key (default: {CONTROL_KEY_ENV}); a driver "
+        "the operator launched honours only requests authenticated with it.",
+        show_default=False,
+        dir_okay=False,
+    ),
+]
 TimeoutOpt = Annotated[
     float,
     typer.Option("--timeout", min=0.0, help="Seconds to wait for the outcome."),
 ]
+
+
+def control_key(key_file: Path | None) -> ControlKey | None:
+    """The job's control key: from ``key_file`` when given, else ``GIC_CONTROL_KEY``
+    (``None`` when neither is set: the request goes unauthenticated)."""
+    try:
+        return ControlKey.from_file(str(key_file)) if key_file else ControlKey.from_env()
+    except GICError as exc:
+        raise CLIError(str(exc)) from None
 
 
 def _exists(resolver: StoreResolver, uri: str) -> bool:
@@ -113,8 +141,9 @@ def _online(
     target: str | None,
     wait: bool,
     timeout: float,
+    key: ControlKey | None,
 ) -> None:
-    channel = ControlChannel(ctx.resolver, ctx.root, ctx.job_id)
+    channel = ControlChannel(ctx.resolver, ctx.root, ctx.job_id, key=key)
     request = channel.request_savepoint(kind, fmt, target=target)
     rid = request.request_id
     if not wait:
@@ -147,7 +176,9 @@ def owned_directories(ctx: JobContext, latest: StoredManifest) -> list[str]:
     return within
 
 
-def _offline(ctx: JobContext, fmt: SavepointFormat, target: str | None, state: str) -> None:
+def _offline(
+    ctx: JobContext, fmt: SavepointFormat, target: str | None, state: str, key: ControlKey | None
+) -> None:
     retained = load_retained(ctx.resolver, ctx.root, ctx.job_id)
     if not retained:
         raise CLIError(
@@ -195,7 +226,7 @@ def _offline(ctx: JobContext, fmt: SavepointFormat, target: str | None, state: s
         )
     except GICError as exc:
         outcome = Outcome.failed(rid, str(exc), started_at=started)
-    channel = ControlChannel(ctx.resolver, ctx.root, ctx.job_id)
+    channel = ControlChannel(ctx.resolver, ctx.root, ctx.job_id, key=key)
     channel.request_savepoint(
         SavepointType.INTERMEDIATE,
         fmt,
@@ -218,14 +249,16 @@ def savepoint(
     target: TargetOpt = None,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = 600.0,
+    control_key_file: KeyFileOpt = None,
 ) -> None:
+    key = control_key(control_key_file)
     ctx = open_existing_job(storage, job_id, config)
     fmt = SavepointFormat(format)
     target_uri = to_uri(target) if target else None
     status = read_status(ctx.resolver, ctx.root, ctx.job_id)
     if driver_looks_alive(status, time.time()):
         kind = SavepointType.TERMINAL if stop else SavepointType.INTERMEDIATE
-        _online(ctx, kind, fmt=fmt, target=target_uri, wait=wait, timeout=timeout)
+        _online(ctx, kind, fmt=fmt, target=target_uri, wait=wait, timeout=timeout, key=key)
         return
     state = "has no status record" if status is None else f"is {status.state.value}"
     if stop:
@@ -233,4 +266,4 @@ def savepoint(
             f"job {ctx.job_id} is not running (it {state}), so there is nothing to stop; "
             "leave out --stop to take a savepoint of its latest checkpoint offline"
         )
-    _offline(ctx, fmt, target_uri, state)
+    _offline(ctx, fmt, target_uri, state, key)

@@ -44,7 +44,12 @@ FRESH_S = 120.0
 LIVE_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
 
 #: Environment variables whose values never appear in output.
-_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+_SECRET_ENV = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "GIC_CONTROL_KEY",  # a job's control key (gic_runtime.control.auth)
+)
 
 #: Command-line option of each setting the CLI sets, for error messages.
 OPTION_OF: dict[str, str] = {

@@ -7,7 +7,10 @@
         outcomes/<request_id>.out      write-once, GICO records
 
 Whoever wants something from a running driver (the ``gic`` CLI, the operator) writes a
-request; the driver polls, acts at a batch boundary and writes the outcome. Because
+request, authenticated with the job's control key when the channel has one
+(:mod:`gic_runtime.control.auth`); the driver polls, honours what its
+:class:`~gic_runtime.control.auth.RequestGuard` accepts at a batch boundary and writes
+the outcome. Because
 both live in storage, a request survives a restart of the driver and of the requester,
 and an outcome can be found afterwards by anyone.
 
@@ -35,6 +38,7 @@ guarded by a lock; storage writes are atomic).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +48,7 @@ from typing import TypeVar
 from gic_runtime.checkpoint.catalog import resolve_prefix
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 from gic_runtime.clock import Clock, SystemClock
+from gic_runtime.control.auth import ControlKey
 from gic_runtime.control.model import (
     ControlRequest,
     Outcome,
@@ -124,7 +129,8 @@ def _oldest_first(request: ControlRequest) -> tuple[float, str]:
 
 class ControlChannel:
     """Requests and outcomes of job ``job_id`` under storage ``root`` (see the module
-    docstring). ``clock`` and ``sleep`` drive :meth:`wait` (a test passes fakes)."""
+    docstring). Requests it writes carry a MAC with ``key`` when one is given.
+    ``clock`` and ``sleep`` drive :meth:`wait` (a test passes fakes)."""
 
     def __init__(
         self,
@@ -134,8 +140,10 @@ class ControlChannel:
         *,
         clock: Clock | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        key: ControlKey | None = None,
     ) -> None:
         self._resolver = resolver
+        self._key = key
         self.root = root
         self.job_id = validate_id("job id", job_id)
         self._clock = clock or SystemClock()
@@ -188,6 +196,8 @@ class ControlChannel:
         return self._submit(StopRequest(rid, requested_at=now, requested_by=requested_by))
 
     def _submit(self, request: _R) -> _R:
+        if self._key is not None:
+            request = dataclasses.replace(request, mac=self._key.mac(self.job_id, request))
         uri = request_uri(self.root, self.job_id, request.request_id)
         store, key = self._resolver.resolve(uri)
         try:

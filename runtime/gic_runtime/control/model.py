@@ -5,7 +5,9 @@ A *request* asks the running driver of a job to do something: take a savepoint
 (:class:`StopRequest`). An *outcome* (:class:`Outcome`) records how a request ended.
 Both are immutable values stored write-once (see :mod:`gic_runtime.control.channel`):
 
-* request ``<job>/control/requests/<request_id>.req``: record ``GICR`` version 1;
+* request ``<job>/control/requests/<request_id>.req``: record ``GICR`` version 2 (a
+  request may carry ``mac``, its authentication for the job, :mod:`gic_runtime.control.auth`;
+  version 1, written before requests were authenticated, is still read and has none);
 * outcome ``<job>/control/outcomes/<request_id>.out``: record ``GICO`` version 1;
 
 each in the text envelope of :mod:`gic_runtime.control.envelope` (header line with the
@@ -36,7 +38,10 @@ from gic_runtime.layout import validate_id
 
 REQUEST_MAGIC = "GICR"
 OUTCOME_MAGIC = "GICO"
-#: Version of both record kinds written by this runtime.
+#: Version of the requests written by this runtime (2: with ``mac``).
+REQUEST_VERSION = 2
+REQUEST_VERSIONS = frozenset({1, 2})
+#: Version of the outcomes written by this runtime.
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
 MAX_ERROR_CHARS = 8000
@@ -98,7 +103,8 @@ def new_request_id(prefix: str, now: float | None = None) -> str:
 @dataclass(frozen=True, slots=True)
 class SavepointRequest:
     """Take a savepoint of ``format`` into directory ``target`` (a URI). ``kind``
-    terminal stops the job after the savepoint completes (stop-with-savepoint)."""
+    terminal stops the job after the savepoint completes (stop-with-savepoint). ``mac``
+    authenticates it for the job (:mod:`gic_runtime.control.auth`)."""
 
     request_id: Text
     kind: SavepointType
@@ -106,6 +112,7 @@ class SavepointRequest:
     target: Text
     requested_at: Finite
     requested_by: Text
+    mac: Text | None = None
 
     @property
     def type(self) -> RequestType:
@@ -128,11 +135,12 @@ class SavepointRequest:
 @dataclass(frozen=True, slots=True)
 class StopRequest:
     """Stop the job at the next batch boundary, without a savepoint (the last completed
-    checkpoint is where a relaunch resumes)."""
+    checkpoint is where a relaunch resumes). ``mac`` as for :class:`SavepointRequest`."""
 
     request_id: Text
     requested_at: Finite
     requested_by: Text
+    mac: Text | None = None
 
     @property
     def type(self) -> RequestType:
@@ -213,7 +221,7 @@ class Outcome:
 def encode_request(request: ControlRequest) -> bytes:
     return encode_record(
         REQUEST_MAGIC,
-        FORMAT_VERSION,
+        REQUEST_VERSION,
         codec.to_json(request),
         what=f"request {request.request_id}",
     )
@@ -222,7 +230,7 @@ def encode_request(request: ControlRequest) -> bytes:
 def decode_request(data: bytes, uri: str) -> ControlRequest:
     """Parse a stored request; errors name ``uri``."""
     _, body = decode_record(
-        data, REQUEST_MAGIC, SUPPORTED_VERSIONS, what="GIC control request", uri=uri
+        data, REQUEST_MAGIC, REQUEST_VERSIONS, what="GIC control request", uri=uri
     )
 
     kind = body.get("type")

@@ -47,6 +47,7 @@ from gic_runtime import crashpoints
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings
 from gic_runtime.control import ControlChannel
+from gic_runtime.control.auth import ControlKey, RequestGuard
 from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.driver.timeline import CheckpointTimeline
 from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress, EventTimeSpec
@@ -93,10 +94,13 @@ class Driver:
         event_time: EventTimeSpec | None = None,
         event_time_progress: EventTimeProgress = NO_PROGRESS,
         initial: InitialInput | None = None,
+        control_key: ControlKey | None = None,
     ) -> None:
         """A driver over what :func:`~gic_runtime.spark.startup.start_driver` opened:
         ``timeline`` taken to the first batch, ``telemetry`` that reported the start,
-        ``output`` claimed, and the ``start_info`` that says where the attempt starts."""
+        ``output`` claimed, and the ``start_info`` that says where the attempt starts.
+        With ``control_key`` (``GIC_CONTROL_KEY``) it honours only control requests
+        authenticated with it (:mod:`gic_runtime.control.auth`)."""
         self.spark = spark
         self.settings = settings
         self.key = key
@@ -114,6 +118,7 @@ class Driver:
         self.timeline = timeline
         self.fence = timeline.fence
         self.control = ControlChannel(resolver, self.root, self.job_id)
+        self._guard = RequestGuard(self.root, self.job_id, control_key, wall=time.time)
         self.telemetry = telemetry
         self.placement = placement
         self.start_info = start_info
@@ -271,7 +276,7 @@ class Driver:
             self.fence.check()
             self.telemetry.heartbeat()
             self._stop_reason = serve_pending(
-                self.resolver, self.timeline, self.control, self.telemetry
+                self.resolver, self.timeline, self.control, self.telemetry, self._guard
             )
             return self._stop_reason
         finally:

@@ -45,6 +45,7 @@ from gic_runtime.checkpoint.catalog import find_latest_checkpoint
 from gic_runtime.checkpoint.manifest import Manifest
 from gic_runtime.checkpoint.sweep import SweepResult
 from gic_runtime.config import GICSettings
+from gic_runtime.control.auth import ControlKey
 from gic_runtime.driver.savepoint_requests import read_engine_record, read_event_time_record
 from gic_runtime.driver.timeline import CheckpointTimeline, RestoreRequest
 from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress, EventTimeSpec
@@ -102,6 +103,9 @@ def start_driver(
     output = BatchOutput(resolver, s.storage, s.job_id, sink)
     opened = _Opened(s.epoch)
     try:
+        # The key that authenticates control requests (GIC_CONTROL_KEY; none in local
+        # runs): a malformed one fails the start before anything is claimed.
+        control_key = ControlKey.from_env()
         # Before the job is claimed (nothing written yet): refuse checkpoints a
         # different query wrote.
         check_resume_query(resolver, s.storage, s.job_id, query, allow_change=s.allow_query_change)
@@ -171,6 +175,7 @@ def start_driver(
         event_time=event_time,
         event_time_progress=progress,
         initial=initial,
+        control_key=control_key,
     )
 
 

@@ -182,6 +182,10 @@ class Telemetry:
         self.metrics.observe_savepoint(outcome.state.value)
         self._write(last_savepoint=SavepointStatus.from_outcome(outcome))
 
+    def refused(self) -> None:
+        """Count a refused control request (``gic_control_requests_refused_total``)."""
+        self.metrics.observe_refused_request()
+
     def stopping(self) -> None:
         self._write(state=JobState.STOPPING)
 

@@ -34,6 +34,7 @@ from gic_runtime.checkpoint.catalog import load_retained
 from gic_runtime.checkpoint.manifest import RestoreMode
 from gic_runtime.config import GICSettings
 from gic_runtime.control import ControlChannel
+from gic_runtime.control.auth import ControlKey
 from gic_runtime.errors import GICError
 from gic_runtime.processing import count
 from gic_runtime.sinks import read_file_sink
@@ -204,7 +205,8 @@ def run_demo(base: Path, console: Console | None = None) -> bool:
         )
         background.wait_for_checkpoint(resolver, paths, 5)
         background.check()
-        control = ControlChannel(resolver, paths.storage, "word-count")
+        # the driver runs here: it honours requests with GIC_CONTROL_KEY when one is set
+        control = ControlChannel(resolver, paths.storage, "word-count", key=ControlKey.from_env())
         request = control.request_savepoint("stop", "native", requested_by="gic demo")
         out.print(f"requested stop-with-savepoint {request.request_id}")
         outcome = control.wait(

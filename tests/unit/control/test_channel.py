@@ -270,7 +270,7 @@ def test_request_round_trip_through_the_format() -> None:
         requested_by="me",
     )
     data = encode_request(req)
-    assert data.startswith(b"GICR 1 crc32c=")
+    assert data.startswith(b"GICR 2 crc32c=")
     assert decode_request(data, "file:///x/sp-1.req") == req
 
 
