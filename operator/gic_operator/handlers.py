@@ -66,12 +66,12 @@ class _Runtime:
 
     def build(self) -> None:
         kube = KubernetesApi()
-        allowlist = self.settings.allowlist
+        allowlist, keys = self.settings.allowlist, self.settings.control_keys
         self._jobs = JobController(
-            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
+            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist, control_keys=keys
         )
         self._savepoints = SavepointController(
-            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
+            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist, control_keys=keys
         )
 
     @property

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from gic_operator.control_keys import ENV_CONTROL_KEY, ControlKeys
 from gic_operator.operator_metrics import default_metrics
 from gic_operator.operator_settings import (
     ENV_ALLOWED_S3_ENDPOINTS,
@@ -165,6 +166,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.allowlist = StorageAllowlist.from_env(os.environ)
     except ConfigurationError as exc:
         problems.append(f"{exc} (format: comma-separated VALUE or NAMESPACE=VALUE entries)")
+    try:
+        args.control_keys = ControlKeys.from_env(os.environ)
+    except ConfigurationError as exc:
+        problems.append(str(exc))
     if problems:
         parser.error("; ".join(problems))
     args.namespace = list(dict.fromkeys(args.namespace))
@@ -180,6 +185,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         all_namespaces=bool(args.all_namespaces),
         allowlist=getattr(args, "allowlist", None) or StorageAllowlist(),
         warn_unwatched=bool(getattr(args, "warn_unwatched", False)),
+        control_keys=getattr(args, "control_keys", None) or ControlKeys.process_default(),
     )
 
 
@@ -258,6 +264,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "the Helm value storageAllowlist.storage={s3://bucket/prefix}",
             ENV_ALLOWED_STORAGE,
             ENV_ALLOWED_S3_ENDPOINTS,
+        )
+    if not settings.control_keys.configured:
+        _log.warning(
+            "no %s: the operator derives jobs' control keys from a random key of this "
+            "process, so after a restart it cannot authenticate control requests (savepoints, "
+            "stops) to drivers launched before it; set it to a long random value (the chart "
+            "does)",
+            ENV_CONTROL_KEY,
         )
     try:
         kopf.run(

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from gic_operator.control_keys import ControlKeys
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.storage.uri import StorageURI
 
@@ -191,3 +192,5 @@ class OperatorSettings:
     all_namespaces: bool = False
     allowlist: StorageAllowlist = field(default_factory=StorageAllowlist)
     warn_unwatched: bool = False
+    #: Derives each job's control key (``GIC_OPERATOR_CONTROL_KEY``).
+    control_keys: ControlKeys = field(default_factory=ControlKeys.process_default)

@@ -5,6 +5,7 @@ default (release namespace), namespaced and cluster-wide modes."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -367,11 +368,29 @@ def test_switches_turn_parts_off(helm: ModuleType) -> None:
             "peering": {"create": False},
             "metrics": {"service": {"enabled": False}},
             "networkPolicy": {"enabled": False},
+            "controlKey": {"secretName": "own-operator-key"},
         },
     )
     assert sorted(d["kind"] for d in docs) == ["Deployment"]
     pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "existing"
+    env = {e["name"]: e for e in _container(docs)["env"]}
+    ref = env["GIC_OPERATOR_CONTROL_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "own-operator-key", "key": "operator-key"}
+
+
+def test_the_operator_key_is_generated_and_given_by_reference(helm: ModuleType) -> None:
+    """Each job's control key is derived from the operator key: the chart generates one
+    (kept across upgrades) and passes it by ``secretKeyRef``, never as a value."""
+    docs = _render(helm)
+    [secret] = [d for d in docs if d["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == "gic-gic-operator-control-key"
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    key = base64.b64decode(secret["data"]["operator-key"]).decode()
+    assert len(key) == 48 and key.isalnum()
+    env = {e["name"]: e for e in _container(docs)["env"]}
+    ref = env["GIC_OPERATOR_CONTROL_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "gic-gic-operator-control-key", "key": "operator-key"}
 
 
 def test_metrics_off_renders_no_port_no_service_no_scrape_rule(helm: ModuleType) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.unit.cli.conftest import BUCKETS, GIC, TestingStorage
 
 from gic_runtime.checkpoint.manifest import SavepointFormat, SavepointType
 from gic_runtime.config import GICSettings
@@ -37,7 +38,6 @@ from gic_runtime.layout import SAVEPOINT_MANIFEST
 from gic_runtime.spark.control_requests import serve_pending
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.status import JobState
-from tests.unit.cli.conftest import BUCKETS, GIC, TestingStorage
 
 JOB_A = "tenant-a.events"
 JOB_B = "tenant-b.orders"

@@ -152,6 +152,7 @@ class JobActions:
         if not pending.requested:
             self.ctx.storage.request_savepoint(
                 rid,
+                key=self.ctx.control_keys.for_job(p.namespace, p.name, p.uid),
                 kind=SavepointType.TERMINAL,
                 format=self.ctx.spec.savepoints.format,
                 requested_by=f"gic-operator {what} {p.namespace}/{p.name}",

@@ -56,6 +56,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gic_operator.control_keys import ControlKeys
 from gic_operator.jobs.job_observer import JobObserver, job_storage_id
 from gic_operator.jobs.job_policy import SavepointPolicy
 from gic_operator.jobs.job_reconciler import JobReconciler
@@ -99,8 +100,10 @@ class JobController:
         metrics: OperatorMetrics | None = None,
         health_window_s: float = DEFAULT_HEALTH_WINDOW_S,
         allowlist: StorageAllowlist | None = None,
+        control_keys: ControlKeys | None = None,
     ) -> None:
         self.kube = kube
+        self.control_keys = control_keys or ControlKeys.process_default()
         self.storage_for = storage_for
         self.clock = clock
         self.metrics = metrics
@@ -185,6 +188,7 @@ class JobController:
                 self.allowlist,
                 job_id,
                 storage,
+                control_keys=self.control_keys,
                 warn=self.recorder.problems.driver_failure,
             )
             JobReconciler(ctx).reconcile()

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gic_operator.control_keys import ControlKeys
 from gic_operator.jobs.job_observer import JobView
 from gic_operator.jobs.job_policy import DriverFailure, restart_delay
 from gic_operator.kube.bodies import Body
@@ -48,6 +49,7 @@ from gic_operator.launch.launcher import (
     driver_pod,
     driver_service,
     executor_template_config_map,
+    job_control_secret,
 )
 from gic_operator.models import (
     GICJobSpec,
@@ -83,6 +85,8 @@ class JobContext:
     #: The job's id in storage and its storage (a stateless upgrade moves both on).
     job_id: str
     storage: JobStorage
+    #: Derives the job's control key (its Secret at launch, its requests' MACs).
+    control_keys: ControlKeys = field(default_factory=ControlKeys.process_default)
     #: Posts a driver's failure (pass, reason, message): the recorder's gated
     #: :meth:`~gic_operator.reconcile.problems.ProblemReporter.driver_failure`.
     warn: Callable[[JobPass, str, str], None] | None = None
@@ -211,6 +215,10 @@ class JobSteps:
             p.event("Warning", "InvalidSpec", message)
             return False
         self.ctx.kube.apply_service(p.namespace, driver_service(p.namespace, p.name, p.uid))
+        # the key the driver authenticates control requests with (local masters too)
+        key = self.ctx.control_keys.for_job(p.namespace, p.name, p.uid)
+        control = job_control_secret(p.namespace, p.name, p.uid, key)
+        self.ctx.kube.create_secret(p.namespace, control)
         if on_kubernetes(plan.spec):  # executors: their pod template and the RPC secret
             self.ctx.kube.create_secret(p.namespace, auth_secret(p.namespace, p.name, p.uid))
             self.ctx.kube.apply_config_map(p.namespace, executor_template_config_map(plan))

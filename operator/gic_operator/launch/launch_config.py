@@ -6,8 +6,9 @@ Invariants:
 
 * everything the operator decides -- job id, storage, fencing epoch, restore source --
   travels as plain ``GIC_*`` variables the runtime reads (:mod:`gic_runtime.config`);
-  S3 credentials and the executors' RPC key travel only as ``secretKeyRef``, never as
-  values;
+  S3 credentials, the executors' RPC key and the driver's control key
+  (``GIC_CONTROL_KEY``, :mod:`gic_operator.control_keys`) travel only as
+  ``secretKeyRef``, never as values; the control key reaches the driver only;
 * the operator's Spark configuration is applied after the user's ``sparkConf``, so it
   wins; the user's ``env`` must not set a variable the operator sets
   (:func:`validate_launch` refuses that);
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gic_operator.control_keys import CONTROL_SECRET_KEY
 from gic_operator.launch.launch_plan import (
     AUTH_ENV_KEY,
     AUTH_FILE,
@@ -40,6 +42,7 @@ from gic_operator.launch.launch_plan import (
     TEMPLATE_FILE,
     LaunchPlan,
     auth_secret_name,
+    control_secret_name,
     executor_labels,
     master,
     spark_memory_mib,
@@ -47,6 +50,7 @@ from gic_operator.launch.launch_plan import (
 from gic_operator.models.env import EnvVar
 from gic_operator.models.gicjob import SPARK_SERVICE_ACCOUNT
 from gic_runtime.config import GICSettings, env_var
+from gic_runtime.control.auth import CONTROL_KEY_ENV
 from gic_runtime.errors import ConfigurationError
 
 #: Spark's log level in a driver's log unless the user's ``sparkConf`` sets this key: at
@@ -117,14 +121,21 @@ METRICS_HOST_ENV = {
 }
 
 
+def control_key_env(name: str) -> dict[str, Any]:
+    """``GIC_CONTROL_KEY`` from GICJob ``name``'s ``<job>-gic-control`` Secret."""
+    ref = {"name": control_secret_name(name), "key": CONTROL_SECRET_KEY}
+    return {"name": CONTROL_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}
+
+
 def driver_env(plan: LaunchPlan) -> list[dict[str, Any]]:
     """The driver container's environment: the ``GIC_*`` settings (``GIC_METRICS_HOST``
-    from the downward API), the user's ``env``, then the S3 credentials by
-    ``secretKeyRef`` (when ``credentialsSecret`` is set)."""
+    from the downward API), the user's ``env``, the S3 credentials by ``secretKeyRef``
+    (when ``credentialsSecret`` is set), then the job's control key by
+    ``secretKeyRef``."""
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in settings_env(plan).items()]
     env.append(dict(METRICS_HOST_ENV))
     env += [_user_env(e) for e in plan.spec.application.env]
-    return env + _credential_env(plan)
+    return [*env, *_credential_env(plan), control_key_env(plan.name)]
 
 
 def executor_env(plan: LaunchPlan) -> list[dict[str, Any]]:
@@ -213,7 +224,7 @@ def validate_launch(plan: LaunchPlan) -> None:
     variables together with any ``GIC_*`` the user's ``env`` adds, which must not set a
     variable the operator sets."""
     reserved = set(settings_env(plan)) | set(_secret_names(plan)) | set(_SPARK_RESERVED_ENV)
-    reserved.add(str(METRICS_HOST_ENV["name"]))
+    reserved |= {str(METRICS_HOST_ENV["name"]), CONTROL_KEY_ENV}
     clashes = sorted({e.name for e in plan.spec.application.env} & reserved)
     if clashes:
         raise ConfigurationError(

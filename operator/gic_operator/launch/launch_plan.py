@@ -170,6 +170,11 @@ def auth_secret_name(name: str) -> str:
     return _object_name(name, "-spark-rpc")
 
 
+def control_secret_name(name: str) -> str:
+    """The Secret with GICJob ``name``'s control key (:mod:`gic_operator.control_keys`)."""
+    return _object_name(name, "-gic-control")
+
+
 def executor_template_name(name: str) -> str:
     """The ConfigMap with GICJob ``name``'s executor pod template."""
     return _object_name(name, "-executor-template")

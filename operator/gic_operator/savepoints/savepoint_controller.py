@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gic_operator.control_keys import ControlKeys
 from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import parse_time
 from gic_operator.kube.kube_api import KubeApi
@@ -82,6 +83,7 @@ class SavepointController:
         clock: Callable[[], float] = time.time,
         metrics: OperatorMetrics | None = None,
         allowlist: StorageAllowlist | None = None,
+        control_keys: ControlKeys | None = None,
     ) -> None:
         self.kube = kube
         self.storage_for = storage_for
@@ -90,7 +92,8 @@ class SavepointController:
         self.allowlist = StorageAllowlist.unrestricted() if allowlist is None else allowlist
         self.recorder = SavepointRecorder(kube, metrics)
         self.observer = SavepointObserver(kube, storage_for, self.allowlist)
-        self.reconciler = SavepointReconciler(self.recorder)
+        keys = control_keys or ControlKeys.process_default()
+        self.reconciler = SavepointReconciler(self.recorder, keys)
         self._lock = KeyedLocks()
 
     def reconcile(self, body: Mapping[str, Any]) -> dict[str, Any] | None:

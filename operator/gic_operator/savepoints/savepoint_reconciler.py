@@ -17,6 +17,7 @@ Thread-safety: used by one reconcile at a time (the savepoint's lock).
 
 from __future__ import annotations
 
+from gic_operator.control_keys import ControlKeys
 from gic_operator.kube.conditions import parse_time
 from gic_operator.models import JobPhase, SavepointState
 from gic_operator.operator_errors import UntrustedInputError
@@ -29,8 +30,9 @@ from gic_operator.storage.driver_reports import checked_outcome_path, status_int
 class SavepointReconciler:
     """Takes one pass's step on a Savepoint (see the module doc)."""
 
-    def __init__(self, recorder: SavepointRecorder) -> None:
+    def __init__(self, recorder: SavepointRecorder, control_keys: ControlKeys) -> None:
         self.recorder = recorder
+        self.control_keys = control_keys
 
     def reconcile(self, p: SavepointPass, view: SavepointView, state: SavepointState) -> None:
         rec = self.recorder
@@ -57,8 +59,10 @@ class SavepointReconciler:
             self.recorder.waiting(p, spec.job, view.job_status.phase)
             return
         kind = spec.mode.to_runtime()
+        assert view.job is not None
         request.storage.request_savepoint(
             request.rid,
+            key=self.control_keys.for_job(p.namespace, spec.job, view.job.uid),
             kind=kind,
             format=spec.format,
             requested_by=f"gic-operator savepoint {p.namespace}/{p.name}",

@@ -6,9 +6,12 @@ savepoint or a stop (``<job>/control/requests/``), reading how a request ended
 (``<job>/control/outcomes/``), and abandoning a request no driver served. The records
 are the runtime's (:mod:`gic_runtime.control`).
 
-Invariants: requests are write-once and idempotent by id -- asking again with the same
+Invariants: every request carries a MAC with the job's control key
+(:mod:`gic_operator.control_keys`), so the job's driver honours it; requests are
+write-once and idempotent by id -- asking again with the same
 id and intent returns the stored request, and a request already stored under the id
-with another intent (e.g. another target) is refused, never adopted; an outcome is
+with another intent (e.g. another target) or without the job's MAC is refused, never
+adopted; an outcome is
 write-once, so the first one written (by a driver or by :meth:`abandon_request`)
 stands; every read of a request or outcome is bounded (:data:`MAX_CONTROL_BYTES`,
 :func:`~gic_operator.storage.bounded_reads.read_bounded`), and an outcome that names another
@@ -19,9 +22,11 @@ Thread-safety: as :class:`~gic_operator.storage.job_storage.JobStorage` (no stat
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
+from gic_runtime.control.auth import ControlKey
 from gic_runtime.control.channel import outcome_uri, request_uri
 from gic_runtime.control.model import (
     ControlRequest,
@@ -60,32 +65,46 @@ class ControlRequests:
         data = read_bounded(self.resolver, uri, MAX_CONTROL_BYTES, "control request")
         return None if data is None else decode_request(data, uri)
 
-    def _submit(self, request: SavepointRequest | StopRequest) -> ControlRequest:
-        """Write ``request`` once; an existing one with the same intent is returned, one
-        with another intent refused (:class:`~gic_runtime.errors.ConfigurationError`)."""
+    def _submit(self, request: SavepointRequest | StopRequest, key: ControlKey) -> ControlRequest:
+        """Write ``request`` once, authenticated with the job's control ``key``; an
+        existing one with the same intent is returned, one with another intent refused
+        (:class:`~gic_runtime.errors.ConfigurationError`)."""
+        request = dataclasses.replace(request, mac=key.mac(self.job_id, request))
         rid = request.request_id
         existing = self._request(rid)
         if existing is None:
-            store, key = self.resolver.resolve(request_uri(self.root, self.job_id, rid))
+            store, name = self.resolver.resolve(request_uri(self.root, self.job_id, rid))
             try:
-                create_once(store, key, encode_request(request))
+                create_once(store, name, encode_request(request))
                 return request
             except ObjectExistsError:
                 existing = self._request(rid)
-        if existing is not None and request.same_intent(existing):
+        if (
+            existing is not None
+            and request.same_intent(existing)
+            and key.verifies(self.job_id, existing)
+        ):
             return existing
         raise ConfigurationError(
-            f"request id {rid!r} of job {self.job_id!r} already names a different request "
-            f"({existing!r}); it was not written by the operator for this intent and is "
-            "not acted on"
+            f"request id {rid!r} of job {self.job_id!r} already names a different or "
+            "unauthenticated request; it was not written by the operator for this intent and "
+            "is not acted on"
         )
 
     def request_savepoint(
-        self, request_id: str, *, kind: str, format: str, requested_by: str, target: str
+        self,
+        request_id: str,
+        *,
+        key: ControlKey,
+        kind: str,
+        format: str,
+        requested_by: str,
+        target: str,
     ) -> str:
         """Ask the driver for a savepoint (``kind``: ``intermediate`` or ``terminal``)
-        into ``target`` (a directory the caller derived); return it. Asking again with
-        the same id and intent returns the same target."""
+        into ``target`` (a directory the caller derived), authenticated with the job's
+        control ``key``; return the target. Asking again with the same id and intent
+        returns the same target."""
         request = SavepointRequest(
             request_id=validate_id("request id", request_id),
             kind=parse_savepoint_type(kind),
@@ -94,13 +113,15 @@ class ControlRequests:
             requested_at=time.time(),
             requested_by=requested_by,
         )
-        stored = self._submit(request)
+        stored = self._submit(request, key)
         assert isinstance(stored, SavepointRequest)
         return stored.target
 
-    def request_stop(self, request_id: str, requested_by: str) -> None:
-        """Ask the driver to stop without a savepoint (idempotent by id)."""
-        self._submit(StopRequest(request_id, requested_at=time.time(), requested_by=requested_by))
+    def request_stop(self, request_id: str, requested_by: str, *, key: ControlKey) -> None:
+        """Ask the driver to stop without a savepoint (idempotent by id), authenticated
+        with the job's control ``key``."""
+        stop = StopRequest(request_id, requested_at=time.time(), requested_by=requested_by)
+        self._submit(stop, key)
 
     def abandon_request(self, request_id: str, reason: str) -> Outcome:
         """Record a failed outcome for a request no driver served, so no later driver

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from gic_operator.control_keys import ENV_CONTROL_KEY, ControlKeys
 from gic_operator.kube.kube_client import KubernetesApi
 from gic_operator.launch import launcher
 from gic_operator.launch.launch_plan import LaunchPlan
 from gic_operator.launch.launcher import driver_service
 from gic_operator.models import GICJobSpec
 from gic_operator.operator_errors import ConflictError, TransientKubeError
+from gic_runtime.control.auth import CONTROL_KEY_ENV
 
 from .support import KubeEnv
 
@@ -135,6 +137,30 @@ def test_auth_secret_is_created_once(
     assert stored["data"] == first["data"]  # the first secret stays
     assert stored["immutable"] is True
     assert stored["metadata"]["ownerReferences"][0]["uid"] == uid
+
+
+def test_control_secret_keeps_the_jobs_key_and_the_driver_refers_to_it(
+    api: KubernetesApi, kube_env: KubeEnv, owner: dict[str, Any]
+) -> None:
+    """The job's control key: stored once in an immutable Secret the GICJob owns (the
+    API server refuses a change), named by the driver's ``GIC_CONTROL_KEY`` reference."""
+    ns, uid = kube_env.namespace, owner["metadata"]["uid"]
+    keys = ControlKeys.from_env({ENV_CONTROL_KEY: "k" * 40})
+    secret = launcher.job_control_secret(ns, "owner", uid, keys.for_job(ns, "owner", uid))
+    api.create_secret(ns, secret)
+    api.create_secret(ns, secret)  # the next launch: kept
+    path = f"/api/v1/namespaces/{ns}/secrets/{secret['metadata']['name']}"
+    stored = kube_env.raw.get(path)
+    assert stored["data"] == secret["data"] and stored["immutable"] is True
+    assert stored["metadata"]["ownerReferences"][0]["uid"] == uid
+    with pytest.raises(Exception, match=r"(?i)immutable"):
+        kube_env.raw.patch(path, {"data": {"key": "Zm9yZ2Vk"}})
+    env = {
+        e["name"]: e
+        for e in launcher.driver_pod(plan(kube_env, owner))["spec"]["containers"][0]["env"]
+    }
+    ref = env[CONTROL_KEY_ENV]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": secret["metadata"]["name"], "key": "key"}
 
 
 def test_custom_objects(api: KubernetesApi, kube_env: KubeEnv, owner: dict[str, Any]) -> None:

@@ -55,9 +55,9 @@ def test_long_job_names_give_valid_object_names() -> None:
 
 @pytest.mark.parametrize("master", [None, "local[2]"])
 def test_a_launch_creates_the_secret_and_template_first(tmp_path: Path, master: str | None) -> None:
-    """A whole reconcile with the in-memory fake: with a k8s:// master the Secret and the
-    ConfigMap the driver pod mounts exist before the pod does; a local driver needs
-    neither."""
+    """A whole reconcile with the in-memory fake: the job's control-key Secret, and with a
+    k8s:// master the RPC Secret and the ConfigMap the driver pod mounts, exist before the
+    pod does; a local driver needs only the control key."""
     from gic_operator.jobs.job_controller import JobController
     from gic_operator.models import API_VERSION
     from gic_operator.storage.job_storage import open_job_storage
@@ -81,11 +81,13 @@ def test_a_launch_creates_the_secret_and_template_first(tmp_path: Path, master: 
         if call[0] in ("create_secret", "apply_config_map", "create_pod")
     ]
     [pod] = kube.pods.values()
+    control = (NS, "wc-gic-control")
     if master is not None:
-        assert order == ["create_pod"]
-        assert not kube.secrets and not kube.config_maps
+        assert order == ["create_secret", "create_pod"]
+        assert list(kube.secrets) == [control] and not kube.config_maps
         return
-    assert order == ["create_secret", "apply_config_map", "create_pod"]
+    assert order == ["create_secret", "create_secret", "apply_config_map", "create_pod"]
+    assert control in kube.secrets
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert (NS, volumes["spark-auth"]["secret"]["secretName"]) in kube.secrets
     assert (NS, volumes["executor-template"]["configMap"]["name"]) in kube.config_maps

@@ -13,6 +13,7 @@ from gic_operator.storage.job_storage import JobStorage, open_job_storage, resol
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
 from gic_runtime.control import ControlChannel, Outcome
+from gic_runtime.control.auth import ControlKey
 from gic_runtime.coordination import TaskSettings
 from gic_runtime.driver import CheckpointTimeline, RestoreRequest
 from gic_runtime.errors import ConfigurationError, RestoreError
@@ -119,6 +120,9 @@ def test_checkpoints(storage: JobStorage) -> None:
     assert storage.latest_checkpoint_id() == 6
 
 
+KEY = ControlKey.from_text("operator-derived-control-key-of-prod-wc-0123")
+
+
 def target(storage: JobStorage, rid: str) -> str:
     return f"{storage.root}/savepoints/{JOB}/{rid}"
 
@@ -126,6 +130,7 @@ def target(storage: JobStorage, rid: str) -> str:
 def test_request_savepoint_is_idempotent(storage: JobStorage) -> None:
     first = storage.request_savepoint(
         "sp-upgrade-2",
+        key=KEY,
         kind="terminal",
         format="native",
         requested_by="operator",
@@ -134,23 +139,30 @@ def test_request_savepoint_is_idempotent(storage: JobStorage) -> None:
     assert first == target(storage, "sp-upgrade-2")
     again = storage.request_savepoint(
         "sp-upgrade-2",
+        key=KEY,
         kind="terminal",
         format="native",
         requested_by="operator-restarted",
         target=first,
     )
     assert again == first
-    with pytest.raises(ConfigurationError, match="already names a different request"):
+    with pytest.raises(
+        ConfigurationError, match="already names a different or unauthenticated request"
+    ):
         storage.request_savepoint(
             "sp-upgrade-2",
+            key=KEY,
             kind="intermediate",
             format="native",
             requested_by="operator",
             target=first,
         )
-    with pytest.raises(ConfigurationError, match="already names a different request"):
+    with pytest.raises(
+        ConfigurationError, match="already names a different or unauthenticated request"
+    ):
         storage.request_savepoint(
             "sp-upgrade-2",
+            key=KEY,
             kind="terminal",
             format="native",
             requested_by="operator",
@@ -158,18 +170,31 @@ def test_request_savepoint_is_idempotent(storage: JobStorage) -> None:
         )
     channel = ControlChannel(storage.resolver, storage.root, JOB)
     assert [r.request_id for r in channel.pending()] == ["sp-upgrade-2"]
+    assert KEY.verifies(JOB, channel.pending()[0])
+    # the same intent planted under the operator's next id without the job's MAC
+    channel.request_savepoint("terminal", target=target(storage, "sp-3"), request_id="sp-3")
+    with pytest.raises(ConfigurationError, match="unauthenticated request"):
+        storage.request_savepoint(
+            "sp-3",
+            key=KEY,
+            kind="terminal",
+            format="native",
+            requested_by="operator",
+            target=target(storage, "sp-3"),
+        )
 
 
 def test_outcomes_of_savepoints_and_stops(storage: JobStorage) -> None:
     storage.request_savepoint(
         "sp-1",
+        key=KEY,
         kind="intermediate",
         format="canonical",
         requested_by="op",
         target=target(storage, "sp-1"),
     )
-    storage.request_stop("stop-1", requested_by="op")
-    storage.request_stop("stop-1", requested_by="op")
+    storage.request_stop("stop-1", requested_by="op", key=KEY)
+    storage.request_stop("stop-1", requested_by="op", key=KEY)
     assert storage.outcome("sp-1") is None
     channel = ControlChannel(storage.resolver, storage.root, JOB)
     assert channel.pending_stop() is not None
@@ -219,6 +244,7 @@ def test_sweep_deletes_only_orphans_inside_the_job_directory(storage: JobStorage
     savepoint = put(storage, f"{storage.root}/savepoints/sp-1/files/x.seg", b"x")
     control = storage.request_savepoint(
         "sp-2",
+        key=KEY,
         kind="intermediate",
         format="native",
         requested_by="op",
