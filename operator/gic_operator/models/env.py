@@ -10,9 +10,10 @@ readable by whoever may read the GICJob or its pods.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gic_operator.models.base import KubeModel
+from gic_operator.secret_references import check_secret_reference
 
 
 class SecretKeySelector(KubeModel):
@@ -23,6 +24,11 @@ class SecretKeySelector(KubeModel):
     optional: bool | None = Field(
         None, description="Start the pod even when the Secret or the key is missing."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_rpc_secret(cls, value: str) -> str:
+        return check_secret_reference(value)
 
 
 class ConfigMapKeySelector(KubeModel):

@@ -43,6 +43,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from gic_operator.models.base import KubeModel
+from gic_operator.secret_references import check_secret_reference, check_volume_secrets
 
 #: Volume types a template may add: those the restricted Pod Security Standard allows.
 ALLOWED_VOLUME_TYPES: Final = (
@@ -221,8 +222,10 @@ class PodVolume(KubeModel):
                 f"volume {self.name!r} needs exactly one volume source "
                 f"({', '.join(ALLOWED_VOLUME_TYPES)}), got {len(sources)}"
             )
-        if not isinstance((self.model_extra or {})[sources[0]], dict):
+        source = (self.model_extra or {})[sources[0]]
+        if not isinstance(source, dict):
             raise ValueError(f"volume {self.name!r}: {sources[0]} must be an object")
+        check_volume_secrets(self.name, sources[0], source)
         return self
 
 
@@ -319,6 +322,13 @@ class PodTemplate(KubeModel):
                     "seccomp profile, as the restricted Pod Security Standard requires"
                 )
             )
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _no_rpc_pull_secret(cls, value: list[LocalObjectReference]) -> list[LocalObjectReference]:
+        for ref in value:
+            check_secret_reference(ref.name)
+        return value
 
     @field_validator("host_network", "host_pid", "host_ipc")
     @classmethod
