@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import rfc3339 as format_time
+from gic_operator.kube.ownership import controller_uid
 from gic_operator.models.base import API_VERSION
 
 _log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     created: str | None = None
     started: str | None = None
+    owner_uid: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -97,6 +99,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         labels=dict(meta.get("labels") or {}),
         created=meta.get("creationTimestamp"),
         started=status.get("startTime"),
+        owner_uid=controller_uid(meta),
     )
 
 
