@@ -1,5 +1,5 @@
-"""The operator adopts a job's pod, service, Secret or ConfigMap only when that GICJob
-owns it (controller owner reference with the GICJob's UID).
+"""The operator adopts a job's pod, service, Secret, ConfigMap or NetworkPolicy only when
+that GICJob owns it (controller owner reference with the GICJob's UID).
 
 Creating an object that exists used to count as success, so a Secret planted under
 ``<job>-spark-rpc`` before the job's first launch chose the job's RPC key, a planted
@@ -55,11 +55,16 @@ def plant_config_map(kube: TestingKubeApi, owner: str | None) -> None:
     kube.apply_config_map(NS, {"metadata": _meta("wc-executor-template", owner), "data": {}})
 
 
+def plant_policy(kube: TestingKubeApi, owner: str | None) -> None:
+    kube.apply_network_policy(NS, {"metadata": _meta("wc-spark-peers", owner), "spec": {}})
+
+
 PLANTS: dict[str, tuple[Callable[[TestingKubeApi, str | None], None], str, str]] = {
     "secret": (plant_secret, "secrets", "secret team/wc-spark-rpc"),
     "service": (plant_service, "services", "service team/wc-driver"),
     "pod": (plant_pod, "pods", "pod team/wc-driver-1"),
     "configmap": (plant_config_map, "config_maps", "configmap team/wc-executor-template"),
+    "networkpolicy": (plant_policy, "network_policies", "networkpolicy team/wc-spark-peers"),
 }
 
 
@@ -99,7 +104,7 @@ def test_objects_the_job_owns_are_adopted(world: World) -> None:
     first = world.reconcile("wc")["driverPod"]
     world.kube.set_pod_phase(NS, first, "Failed", exit_code=1)
     world.reconcile("wc")
-    status = world.reconcile("wc")  # relaunch: its service, Secret exist and are its own
+    status = world.reconcile("wc")  # relaunch: its service, Secret, policy exist and are its own
     assert status["driverPod"] != first
     assert world.condition("Reconciled")["status"] == "True"
 

@@ -1,7 +1,8 @@
-"""Adoption by owner UID on the real API server of the test control plane: the
-operator's Kubernetes seam (``KubernetesApi``) refuses to adopt a Secret, Service, pod or
-ConfigMap planted under a job's name (no owner, or another GICJob), adopts what the job
-owns, and reads only a Secret's metadata to know.
+"""Adoption by owner UID, and the per-job NetworkPolicy, on the real API server of the
+test control plane: the operator's Kubernetes seam (``KubernetesApi``) refuses to adopt
+a Secret, Service, pod, ConfigMap or NetworkPolicy planted under a job's name (no owner,
+or another GICJob), adopts what the job owns, reads only a Secret's metadata to know, and
+the API server accepts the job's NetworkPolicy as the operator writes it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gic_operator.kube.kube_client import KubernetesApi
 from gic_operator.kube.ownership import METADATA_ONLY
 from gic_operator.launch import launcher
 from gic_operator.launch.launch_plan import LaunchPlan, owner_reference
+from gic_operator.launch.network_policy import job_network_policy
 from gic_operator.models import API_VERSION, GICJobSpec
 from gic_operator.operator_errors import ObjectNotOwnedError
 
@@ -104,6 +106,11 @@ KINDS: dict[str, tuple[str, Make, str]] = {
         lambda ns, uid: launcher.executor_template_config_map(_plan(ns, uid)),
         "apply_config_map",
     ),
+    "networkpolicy": (
+        "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+        lambda ns, uid: job_network_policy(ns, "wc", uid),
+        "apply_network_policy",
+    ),
     "pod": ("/api/v1/namespaces/{ns}/pods", lambda ns, uid: _pod(ns, "wc", uid), "create_pod"),
 }
 
@@ -170,6 +177,8 @@ def test_owned_objects_are_adopted_and_accepted_as_written(
         getattr(api, call)(namespace, manifest)  # exists, owned by wc: adopted
         stored = control_plane.client.get(f"{path}/{name}")
         assert stored["metadata"]["ownerReferences"][0]["uid"] == jobs["wc"]
+        if kind == "networkpolicy":
+            assert stored["spec"] == manifest["spec"]
     finally:
         control_plane.client.delete(f"{path}/{name}", {"gracePeriodSeconds": 0})
         control_plane.wait_for(f"{kind} {name} gone", lambda: _gone(control_plane, path, name))

@@ -17,6 +17,7 @@ from tests.operator.kube.test_naming import DNS_SUBDOMAIN, names
 
 from gic_operator.kube import naming
 from gic_operator.launch import launch_plan
+from gic_operator.launch.network_policy import network_policy_name
 
 #: Every name the operator derives from a GICJob name (at one epoch for pods).
 DERIVED: dict[str, Callable[[str], str]] = {
@@ -24,6 +25,7 @@ DERIVED: dict[str, Callable[[str], str]] = {
     "driver service": naming.driver_service_name,
     "RPC Secret": launch_plan.auth_secret_name,
     "executor template": launch_plan.executor_template_name,
+    "NetworkPolicy": network_policy_name,
     "gic.io/job label": naming.label_value,
 }
 

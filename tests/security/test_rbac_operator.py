@@ -45,6 +45,7 @@ _CLIENT_KINDS = {
     "service": ("", "services"),
     "config_map": ("", "configmaps"),
     "secret": ("", "secrets"),
+    "network_policy": ("networking.k8s.io", "networkpolicies"),
     "event": ("", "events"),
     "custom_object": (GROUP, permissions.PLURAL),
 }
@@ -103,7 +104,7 @@ def kubernetes_api_grants() -> dict[str, set[Grant]]:
         direct[name] = set()
         helpers[name] = set()
         for node in ast.walk(fn):
-            for owner in ("_core", "_custom"):
+            for owner in ("_core", "_custom", "_networking"):
                 attr = _self_attr(node, owner)
                 if attr is not None:
                     direct[name].add(client_grant(attr))

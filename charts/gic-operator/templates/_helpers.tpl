@@ -117,6 +117,9 @@ operator reads none, pods get credentials by secretKeyRef.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["create", "get"]
 {{- end }}
 
 {{/* Read access kopf needs cluster-wide to discover resources (CRDs). */}}

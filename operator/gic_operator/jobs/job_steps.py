@@ -49,6 +49,7 @@ from gic_operator.launch.launcher import (
     driver_service,
     executor_template_config_map,
 )
+from gic_operator.launch.network_policy import job_network_policy
 from gic_operator.models import (
     GICJobSpec,
     JobPhase,
@@ -216,6 +217,8 @@ class JobSteps:
             p.update(phase=JobPhase.INVALID, message=message)
             p.event("Warning", "InvalidSpec", message)
             return False
+        policy = job_network_policy(p.namespace, p.name, p.uid)
+        self.ctx.kube.apply_network_policy(p.namespace, policy)
         self.ctx.kube.apply_service(p.namespace, driver_service(p.namespace, p.name, p.uid))
         if on_kubernetes(plan.spec):  # executors: their pod template and the RPC secret
             self.ctx.kube.create_secret(p.namespace, auth_secret(p.namespace, p.name, p.uid))

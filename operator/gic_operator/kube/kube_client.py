@@ -102,6 +102,7 @@ class KubernetesApi:
         self._client = api_client
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._custom = kubernetes.client.CustomObjectsApi(api_client)
+        self._networking = kubernetes.client.NetworkingV1Api(api_client)
         self._timeout = request_timeout_s
         self._component = component
         self._events = EventCache()
@@ -248,6 +249,17 @@ class KubernetesApi:
         if created is False:  # its metadata only: the operator never reads a Secret's data
             read = self._core.read_namespaced_secret
             self._check_owned("secret", namespace, manifest, read, what)
+
+    def apply_network_policy(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        from kubernetes.client import V1NetworkPolicy
+
+        name = Body(manifest).metadata.get("name")
+        what = f"creating networkpolicy {namespace}/{name}"
+        body = self._model(V1NetworkPolicy, what, manifest)
+        create = self._networking.create_namespaced_network_policy
+        if self._call(what, create, namespace, body, ok={409: False}) is False:
+            read = self._networking.read_namespaced_network_policy
+            self._check_owned("networkpolicy", namespace, manifest, read, what)
 
     # --- custom objects --------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Which existing objects the operator adopts: only those its GICJob owns.
 
-The operator creates a job's driver pods, headless service, RPC Secret and executor
-template ConfigMap under names derived from the GICJob's name
+The operator creates a job's driver pods, headless service, RPC Secret, executor
+template ConfigMap and NetworkPolicy under names derived from the GICJob's name
 (:mod:`gic_operator.kube.naming`). Creating one that already exists (HTTP 409) is
 success only when the existing object's controller owner reference carries the UID of
 the GICJob the operator creates it for; anything else -- an object someone planted
@@ -67,8 +67,8 @@ def check_adoptable(
     job = f"{ref.get('kind', 'owner')} {namespace}/{ref.get('name', '?')} (uid {want})"
     raise ObjectNotOwnedError(
         f"{kind} {namespace}/{name} already exists and is not owned by {job}: its owner is "
-        f"{_owner_text(existing)}. The operator creates a job's pods, service, Secret and "
-        f"ConfigMap itself and never adopts one it did not create for this GICJob; check "
-        f"who made it (it may be an attempt to choose or read the job's keys or traffic), "
-        f"delete it, or rename the GICJob; the job goes on once it is gone"
+        f"{_owner_text(existing)}. The operator creates a job's pods, service, Secret, "
+        f"ConfigMap and NetworkPolicy itself and never adopts one it did not create for "
+        f"this GICJob; check who made it (it may be an attempt to choose or read the job's "
+        f"keys or traffic), delete it, or rename the GICJob; the job goes on once it is gone"
     )

@@ -49,6 +49,11 @@ KUBE_API_GRANTS: Mapping[str, tuple[Grant, ...]] = {
     # create; an existing Secret is kept when the job owns it: only its metadata is read
     # (the client asks for PartialObjectMetadata), never its data
     "create_secret": (("", "secrets", "create"), ("", "secrets", "get")),
+    # each job's NetworkPolicy (launch/network_policy.py), adopted only when owned
+    "apply_network_policy": (
+        ("networking.k8s.io", "networkpolicies", "create"),
+        ("networking.k8s.io", "networkpolicies", "get"),
+    ),
     "get_object": ((GROUP, PLURAL, "get"),),
     "list_objects": ((GROUP, PLURAL, "list"),),
     # the same in every namespace (a ClusterRole grant)
@@ -66,6 +71,7 @@ OPERATOR_CALLS: frozenset[tuple[str, str]] = frozenset(
         ("get_pod", ""),
         ("list_pods", ""),
         ("create_pod", ""),
+        ("apply_network_policy", ""),
         ("delete_pod", ""),
         ("apply_service", ""),
         ("apply_config_map", ""),

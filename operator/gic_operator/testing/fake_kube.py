@@ -90,6 +90,7 @@ class TestingKubeApi:
         self.services: dict[PodKey, dict[str, Any]] = {}
         self.config_maps: dict[PodKey, dict[str, Any]] = {}
         self.secrets: dict[PodKey, dict[str, Any]] = {}
+        self.network_policies: dict[PodKey, dict[str, Any]] = {}
         self.objects: dict[ObjectKey, dict[str, Any]] = {}
         self.events: list[RecordedEvent] = []
         self.calls: list[tuple[str, ...]] = []
@@ -303,6 +304,12 @@ class TestingKubeApi:
             name = manifest["metadata"]["name"]
             self._enter("create_secret", namespace, name)
             self._create_owned(self.secrets, "secret", namespace, manifest)
+
+    def apply_network_policy(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        with self._lock:
+            name = manifest["metadata"]["name"]
+            self._enter("apply_network_policy", namespace, name)
+            self._create_owned(self.network_policies, "networkpolicy", namespace, manifest)
 
     # --- KubeApi: custom objects ---------------------------------------------------------
 
