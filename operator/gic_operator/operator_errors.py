@@ -52,3 +52,9 @@ class StorageNotAllowedError(InvalidSpecError):
 class SavepointHeldError(GICOperatorError):
     """A Savepoint's files are still needed by a job that restored from it and has not
     released them; its deletion waits."""
+
+
+class ObjectNotOwnedError(GICOperatorError):
+    """An object the operator would create for a job (its driver pod, service, Secret or
+    ConfigMap) already exists and is not owned by that job's GICJob (another owner, or
+    none): the operator never adopts it; the job waits until it is gone."""

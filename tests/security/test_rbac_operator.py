@@ -45,6 +45,7 @@ _CLIENT_KINDS = {
     "service": ("", "services"),
     "config_map": ("", "configmaps"),
     "secret": ("", "secrets"),
+    "network_policy": ("networking.k8s.io", "networkpolicies"),
     "event": ("", "events"),
     "custom_object": (GROUP, permissions.PLURAL),
 }
@@ -103,7 +104,7 @@ def kubernetes_api_grants() -> dict[str, set[Grant]]:
         direct[name] = set()
         helpers[name] = set()
         for node in ast.walk(fn):
-            for owner in ("_core", "_custom"):
+            for owner in ("_core", "_custom", "_networking"):
                 attr = _self_attr(node, owner)
                 if attr is not None:
                     direct[name].add(client_grant(attr))
@@ -266,13 +267,29 @@ def test_operator_handlers_table_matches_handlers_py() -> None:
     assert operator_handlers() == set(permissions.OPERATOR_HANDLERS)
 
 
-def test_operator_rules_never_read_secrets_nor_use_wildcards() -> None:
+def test_operator_rules_never_list_nor_change_secrets_nor_use_wildcards() -> None:
     for cluster_wide, warn in ((False, False), (True, False), (False, True)):
         for grants in permissions.operator_rules(cluster_wide, warn):
             for group, resource, verb in grants:
                 assert "*" not in (group, resource, verb)
                 if resource == "secrets":
-                    assert verb == "create"
+                    assert verb in ("create", "get")
+
+
+def test_the_operator_reads_secrets_only_as_metadata() -> None:
+    """The one read of a Secret (whether the job owns one that exists) asks the API server
+    for its metadata only, so a Secret's data never reaches the operator."""
+    cls = _class(ast.parse((PACKAGE / "kube" / "kube_client.py").read_text()), "KubernetesApi")
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    reads = [
+        name
+        for name, fn in methods.items()
+        for node in ast.walk(fn)
+        if _self_attr(node, "_core") == "read_namespaced_secret"
+    ]
+    assert reads == ["create_secret"]
+    source = ast.unparse(methods["_check_owned"])
+    assert "_headers=headers" in source and "METADATA_ONLY" in source
 
 
 # --- the chart ------------------------------------------------------------------------------

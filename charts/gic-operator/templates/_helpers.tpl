@@ -110,13 +110,16 @@ operator reads none, pods get credentials by secretKeyRef.
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["services", "secrets"]
-  verbs: ["create"]
+  verbs: ["create", "get"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "update"]
+  verbs: ["create", "get", "update"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["create", "get"]
 {{- end }}
 
 {{/* Read access kopf needs cluster-wide to discover resources (CRDs). */}}

@@ -110,8 +110,10 @@ class JobObserver:
         name = p.status.driver_pod
         pod = self.kube.get_pod(p.namespace, name) if name else None
         selector = job_selector(p.name).items()
-        # A pod without the job's driver labels is not its driver, whatever the status says.
+        # A pod without the job's driver labels, or that this GICJob does not own, is not
+        # its driver, whatever the status says.
         pod = pod if pod is not None and selector <= pod.labels.items() else None
+        pod = pod if pod is not None and pod.owner_uid == p.uid else None
         state = _driver_state(name, pod)
         released = self._released(p)
         runtime = self.storage.runtime_status()

@@ -40,7 +40,7 @@ from gic_operator.jobs.job_observer import JobView
 from gic_operator.jobs.job_policy import DriverFailure, restart_delay
 from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import parse_time, rfc3339
-from gic_operator.kube.kube_api import KubeApi
+from gic_operator.kube.kube_api import KubeApi, PodInfo
 from gic_operator.kube.naming import ROLE_DRIVER, job_id, job_selector
 from gic_operator.launch.launch_config import validate_launch
 from gic_operator.launch.launch_plan import LaunchPlan, on_kubernetes
@@ -51,6 +51,7 @@ from gic_operator.launch.launcher import (
     executor_template_config_map,
     job_control_secret,
 )
+from gic_operator.launch.network_policy import job_network_policy
 from gic_operator.models import (
     GICJobSpec,
     JobPhase,
@@ -104,17 +105,23 @@ class JobSteps:
     # --- launching --------------------------------------------------------------------
 
     def clear_other_drivers(self, keep: str | None = None, grace: int = 0) -> bool:
-        """Delete every driver pod of the job except ``keep``; True once none is left."""
+        """Delete every driver pod of the job except ``keep``; True once none is left.
+        Only pods this GICJob owns count: a pod that merely carries its labels is not
+        deleted (nor waited for)."""
         p = self.ctx.p
         selector = {**job_selector(p.name), "gic.io/role": ROLE_DRIVER}
-        others = [pod for pod in self.ctx.kube.list_pods(p.namespace, selector) if pod.name != keep]
-        if not others:
+
+        def others() -> list[PodInfo]:
+            pods = self.ctx.kube.list_pods(p.namespace, selector)
+            return [pod for pod in pods if pod.name != keep and pod.owner_uid == p.uid]
+
+        found = others()
+        if not found:
             return True
-        for pod in others:
+        for pod in found:
             if not pod.deleting:
                 self.ctx.kube.delete_pod(p.namespace, pod.name, grace)
-        left = [pod for pod in self.ctx.kube.list_pods(p.namespace, selector) if pod.name != keep]
-        return not left
+        return not others()
 
     def _output_takeover(self) -> str | None:
         """The job whose output the launch takes over: the spec's choice, else, for a
@@ -214,6 +221,8 @@ class JobSteps:
             p.update(phase=JobPhase.INVALID, message=message)
             p.event("Warning", "InvalidSpec", message)
             return False
+        policy = job_network_policy(p.namespace, p.name, p.uid)
+        self.ctx.kube.apply_network_policy(p.namespace, policy)
         self.ctx.kube.apply_service(p.namespace, driver_service(p.namespace, p.name, p.uid))
         # the key the driver authenticates control requests with (local masters too)
         key = self.ctx.control_keys.for_job(p.namespace, p.name, p.uid)

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import rfc3339 as format_time
+from gic_operator.kube.ownership import controller_uid
 from gic_operator.models.base import API_VERSION
 
 _log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     created: str | None = None
     started: str | None = None
+    owner_uid: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -97,6 +99,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         labels=dict(meta.get("labels") or {}),
         created=meta.get("creationTimestamp"),
         started=status.get("startTime"),
+        owner_uid=controller_uid(meta),
     )
 
 
@@ -135,6 +138,8 @@ class KubeApi(Protocol):
     def apply_config_map(self, namespace: str, manifest: Mapping[str, Any]) -> None: ...
 
     def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None: ...
+
+    def apply_network_policy(self, namespace: str, manifest: Mapping[str, Any]) -> None: ...
 
     def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 

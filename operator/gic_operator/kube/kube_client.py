@@ -7,7 +7,9 @@ deletes are not errors, status patches are JSON merge patches with an optional
 ``resourceVersion`` precondition (a 409 becomes
 :class:`~gic_operator.operator_errors.ConflictError`), every other failure a
 :class:`~gic_operator.operator_errors.KubeError` naming the call (transient for 429, 409, 5xx,
-connection errors and timeouts), and ``event`` never raises. A manifest the client
+connection errors and timeouts), and ``event`` never raises. Creating a job's pod,
+service, ConfigMap or Secret that exists is success only when the GICJob owns it
+(:mod:`gic_operator.kube.ownership`); only its metadata is read to know. A manifest the client
 refuses never appears in an error message (a Secret's data would).
 
 Thread-safety: a :class:`KubernetesApi` may be shared between threads (the client's
@@ -26,6 +28,7 @@ from gic_operator.kube.bodies import Body
 from gic_operator.kube.kube_api import PodInfo, label_selector, pod_info, rfc3339, with_kind
 from gic_operator.kube.kube_events import EventCache, event_body, event_key
 from gic_operator.kube.naming import MANAGED_BY
+from gic_operator.kube.ownership import METADATA_ONLY, check_adoptable
 from gic_operator.models.base import GROUP, VERSION
 from gic_operator.operator_errors import ConflictError, KubeError, TransientKubeError
 
@@ -99,6 +102,7 @@ class KubernetesApi:
         self._client = api_client
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._custom = kubernetes.client.CustomObjectsApi(api_client)
+        self._networking = kubernetes.client.NetworkingV1Api(api_client)
         self._timeout = request_timeout_s
         self._component = component
         self._events = EventCache()
@@ -140,6 +144,19 @@ class KubernetesApi:
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise KubeError(f"{what} failed: the manifest is not valid: {exc}") from exc
 
+    def _check_owned(
+        self, kind: str, namespace: str, manifest: Mapping[str, Any], read: Any, what: str
+    ) -> None:
+        """After ``what`` met an existing object: :func:`~gic_operator.kube.ownership.
+        check_adoptable` on its metadata (only that is read: never a Secret's data)."""
+        name = str(Body(manifest).metadata.get("name"))
+        what_read = f"reading the metadata of {kind} {namespace}/{name}"
+        headers = dict(METADATA_ONLY)
+        data = self._call(what_read, read, name, namespace, ok={404: None}, _headers=headers)
+        if data is None:
+            raise TransientKubeError(f"{what} failed: it existed, then was gone; trying again")
+        check_adoptable(kind, namespace, manifest, data.get("metadata") or {})
+
     # --- pods and services ---------------------------------------------------------
 
     def get_pod(self, namespace: str, name: str) -> PodInfo | None:
@@ -168,7 +185,11 @@ class KubernetesApi:
         name = Body(manifest).metadata.get("name")
         what = f"creating pod {namespace}/{name}"
         body = self._model(V1Pod, what, manifest)
-        self._call(what, self._core.create_namespaced_pod, namespace, body, ok={409: None})
+        created = self._call(
+            what, self._core.create_namespaced_pod, namespace, body, ok={409: False}
+        )
+        if created is False:
+            self._check_owned("pod", namespace, manifest, self._core.read_namespaced_pod, what)
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int) -> None:
         self._call(
@@ -186,7 +207,12 @@ class KubernetesApi:
         name = Body(manifest).metadata.get("name")
         what = f"creating service {namespace}/{name}"
         body = self._model(V1Service, what, manifest)
-        self._call(what, self._core.create_namespaced_service, namespace, body, ok={409: None})
+        created = self._call(
+            what, self._core.create_namespaced_service, namespace, body, ok={409: False}
+        )
+        if created is False:
+            read = self._core.read_namespaced_service
+            self._check_owned("service", namespace, manifest, read, what)
 
     def apply_config_map(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         from kubernetes.client import V1ConfigMap
@@ -198,6 +224,8 @@ class KubernetesApi:
             what, self._core.create_namespaced_config_map, namespace, body, ok={409: False}
         )
         if created is False:
+            read = self._core.read_namespaced_config_map
+            self._check_owned("configmap", namespace, manifest, read, what)
             self._call(
                 f"replacing configmap {namespace}/{name}",
                 self._core.replace_namespaced_config_map,
@@ -215,7 +243,23 @@ class KubernetesApi:
             body = V1Secret.model_validate(dict(manifest))
         except ValueError:  # the error would quote the data: never put it in a message
             raise KubeError(f"{what} failed: the manifest is not valid") from None
-        self._call(what, self._core.create_namespaced_secret, namespace, body, ok={409: None})
+        created = self._call(
+            what, self._core.create_namespaced_secret, namespace, body, ok={409: False}
+        )
+        if created is False:  # its metadata only: the operator never reads a Secret's data
+            read = self._core.read_namespaced_secret
+            self._check_owned("secret", namespace, manifest, read, what)
+
+    def apply_network_policy(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        from kubernetes.client import V1NetworkPolicy
+
+        name = Body(manifest).metadata.get("name")
+        what = f"creating networkpolicy {namespace}/{name}"
+        body = self._model(V1NetworkPolicy, what, manifest)
+        create = self._networking.create_namespaced_network_policy
+        if self._call(what, create, namespace, body, ok={409: False}) is False:
+            read = self._networking.read_namespaced_network_policy
+            self._check_owned("networkpolicy", namespace, manifest, read, what)
 
     # --- custom objects --------------------------------------------------------------
 

@@ -14,7 +14,15 @@ Invariants (checked by property tests):
   ``<root>/savepoints/<namespace>.<job>/<request id>``, both parts validated ids;
 * label values are valid Kubernetes label values (at most 63 characters);
 * a name is shortened or sanitized only together with a hash of the original input, so
-  two different inputs never share a name because of truncation or sanitizing.
+  two different inputs never share a name because of truncation or sanitizing;
+* names derived from GICJob names are injective per kind: a name kept as it is never
+  looks like a hashed one (a GICJob name that ends like a hash, ``-<8 hex digits>``, is
+  hashed too), so ``wc.v2`` (hashed: ``wc-v2-<hash>``) and a GICJob literally named
+  ``wc-v2-<hash>`` (hashed again: ``wc-v2-<hash>-<hash>``) get different pods, services,
+  Secrets and ConfigMaps; label values made from a hash carry ``_``, which no GICJob
+  name has. Distinct names can then share a derived name only if their 32-bit hashes
+  collide; the operator still adopts no object another GICJob owns
+  (:mod:`gic_operator.kube.ownership`), so even that is a refused conflict, not a takeover.
 
 Thread-safety: stateless functions.
 """
@@ -49,17 +57,27 @@ JOB_ID_MAX = 128
 
 _HASH_LEN = 8
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+#: What a hashed name ends with (``-<hash>``, or is: ``h<hash>``): a name kept as it is
+#: never matches it, so kept and hashed names never meet.
+_HASHED = re.compile(rf"(^h|-)[0-9a-f]{{{_HASH_LEN}}}$")
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:_HASH_LEN]
 
 
-def _shorten(head: str, tail: str, limit: int, original: str, strip: str) -> str:
-    """``head`` cut so that ``head-<hash of original>tail`` fits in ``limit``."""
+def _shorten(head: str, tail: str, limit: int, original: str, strip: str, *, sep: str = "-") -> str:
+    """``head`` cut so that ``head<sep><hash of original>tail`` fits in ``limit``."""
     room = limit - len(tail) - _HASH_LEN - 1
     cut = head[: max(room, 0)].rstrip(strip)
-    return f"{cut}-{_digest(original)}{tail}" if cut else f"h{_digest(original)}{tail}"
+    if cut:
+        return f"{cut}{sep}{_digest(original)}{tail}"
+    return f"h{_digest(original)}{tail}" if sep == "-" else f"h{sep}{_digest(original)}{tail}"
+
+
+def _kept(text: str) -> bool:
+    """Whether a clean ``text`` may stay as it is: it does not look like a hashed name."""
+    return _HASHED.search(text) is None
 
 
 def _dns_label(text: str, suffix: str, *, letter_start: bool) -> str:
@@ -67,17 +85,27 @@ def _dns_label(text: str, suffix: str, *, letter_start: bool) -> str:
     base = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
     if letter_start and base and not base[0].isalpha():
         base = "g" + base
-    if base == text and base and len(base) + len(suffix) <= DNS_LABEL_MAX:
+    if base == text and base and len(base) + len(suffix) <= DNS_LABEL_MAX and _kept(base):
         return base + suffix
     return _shorten(base, suffix, DNS_LABEL_MAX, text, "-")
 
 
+def object_name(name: str, suffix: str) -> str:
+    """``<name><suffix>`` as a DNS subdomain (Secrets, ConfigMaps of GICJob ``name``);
+    shortened with a hash when too long, hashed too when ``name`` looks hashed."""
+    if len(name) + len(suffix) <= DNS_SUBDOMAIN_MAX and _kept(name):
+        return name + suffix
+    return _shorten(name, suffix, DNS_SUBDOMAIN_MAX, name, ".-")
+
+
 def label_value(text: str) -> str:
-    """``text`` as a Kubernetes label value (itself when it already is one)."""
+    """``text`` as a Kubernetes label value (itself when it already is one). A value that
+    had to change is ``<start>_<hash>``: ``_`` never occurs in a GICJob name, so the
+    label values of distinct GICJob names differ."""
     if len(text) <= DNS_LABEL_MAX and _LABEL_VALUE.match(text):
         return text
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-_.")
-    return _shorten(base, "", DNS_LABEL_MAX, text, "-_.")
+    return _shorten(base, "", DNS_LABEL_MAX, text, "-_.", sep="_")
 
 
 def job_id(namespace: str, name: str, lineage: int = 0) -> str:

@@ -14,8 +14,9 @@ Three tables, each checked against the code by ``tests/security/test_rbac_operat
 
 :func:`operator_rules` and :data:`SPARK_DRIVER_GRANTS` give the grants; the chart's
 ``_helpers.tpl`` writes the same rules and the chart tests compare the rendered Roles with
-them. Nothing here reads a Secret: the operator creates each job's Spark authentication
-Secret and never reads any.
+them. The operator creates each job's Spark authentication Secret; it reads a Secret's
+metadata only (``get`` asking for ``PartialObjectMetadata``), to adopt an existing one
+only when its GICJob owns it, and never lists Secrets nor reads their data.
 
 Pure data and functions; thread-safe.
 """
@@ -34,13 +35,25 @@ PLURAL = "{plural}"
 KUBE_API_GRANTS: Mapping[str, tuple[Grant, ...]] = {
     "get_pod": (("", "pods", "get"),),
     "list_pods": (("", "pods", "list"),),
-    "create_pod": (("", "pods", "create"),),
+    "create_pod": (("", "pods", "create"), ("", "pods", "get")),
     "delete_pod": (("", "pods", "delete"),),
-    "apply_service": (("", "services", "create"),),
+    # create; on 409 (here and for pods, ConfigMaps, Secrets) read the existing object's
+    # metadata to adopt it only when the GICJob owns it (kube/ownership.py)
+    "apply_service": (("", "services", "create"), ("", "services", "get")),
     # create, and on 409 replace (an update) with the template of the current spec
-    "apply_config_map": (("", "configmaps", "create"), ("", "configmaps", "update")),
-    # create only: an existing Secret is kept, never read
-    "create_secret": (("", "secrets", "create"),),
+    "apply_config_map": (
+        ("", "configmaps", "create"),
+        ("", "configmaps", "get"),
+        ("", "configmaps", "update"),
+    ),
+    # create; an existing Secret is kept when the job owns it: only its metadata is read
+    # (the client asks for PartialObjectMetadata), never its data
+    "create_secret": (("", "secrets", "create"), ("", "secrets", "get")),
+    # each job's NetworkPolicy (launch/network_policy.py), adopted only when owned
+    "apply_network_policy": (
+        ("networking.k8s.io", "networkpolicies", "create"),
+        ("networking.k8s.io", "networkpolicies", "get"),
+    ),
     "get_object": ((GROUP, PLURAL, "get"),),
     "list_objects": ((GROUP, PLURAL, "list"),),
     # the same in every namespace (a ClusterRole grant)
@@ -58,6 +71,7 @@ OPERATOR_CALLS: frozenset[tuple[str, str]] = frozenset(
         ("get_pod", ""),
         ("list_pods", ""),
         ("create_pod", ""),
+        ("apply_network_policy", ""),
         ("delete_pod", ""),
         ("apply_service", ""),
         ("apply_config_map", ""),

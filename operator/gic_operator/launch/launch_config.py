@@ -178,6 +178,8 @@ def spark_conf(plan: LaunchPlan) -> dict[str, str]:
             "spark.driver.bindAddress": "0.0.0.0",
             "spark.driver.port": str(DRIVER_PORT),
             "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+            # Executors' block managers too: the job's NetworkPolicy admits this port.
+            "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
             "spark.kubernetes.container.image": app.image,
             "spark.kubernetes.container.image.pullPolicy": app.image_pull_policy.value,
             "spark.executor.instances": str(app.executor.instances),

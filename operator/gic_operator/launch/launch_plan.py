@@ -17,19 +17,18 @@ Thread-safety: pure functions over immutable values.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from gic_operator.kube.naming import (
-    DNS_SUBDOMAIN_MAX,
     LABEL_JOB,
     LABEL_ROLE,
     driver_pod_name,
     driver_service_name,
     label_value,
+    object_name,
 )
 from gic_operator.models.base import API_VERSION
 from gic_operator.models.gicjob import GICJobSpec
@@ -154,30 +153,20 @@ def on_kubernetes(spec: GICJobSpec) -> bool:
     return master(spec).startswith("k8s://")
 
 
-def _object_name(name: str, suffix: str) -> str:
-    """``<name><suffix>`` as a DNS subdomain, shortened with a hash when too long."""
-    full = name + suffix
-    if len(full) <= DNS_SUBDOMAIN_MAX:
-        return full
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
-    room = DNS_SUBDOMAIN_MAX - len(suffix) - len(digest) - 1
-    return f"{name[:room].rstrip('.-')}-{digest}{suffix}"
-
-
 def auth_secret_name(name: str) -> str:
     """The Secret with GICJob ``name``'s Spark authentication secret. (``-spark-rpc``:
     Secrets are immutable, and the earlier ``-spark-auth`` ones lack the executors' key.)"""
-    return _object_name(name, "-spark-rpc")
+    return object_name(name, "-spark-rpc")
 
 
 def control_secret_name(name: str) -> str:
     """The Secret with GICJob ``name``'s control key (:mod:`gic_operator.control_keys`)."""
-    return _object_name(name, "-gic-control")
+    return object_name(name, "-gic-control")
 
 
 def executor_template_name(name: str) -> str:
     """The ConfigMap with GICJob ``name``'s executor pod template."""
-    return _object_name(name, "-executor-template")
+    return object_name(name, "-executor-template")
 
 
 def executor_labels(name: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pydantic import Field, field_validator, model_validator
 
 from gic_operator.models.base import KubeModel
+from gic_operator.secret_references import check_secret_reference
 
 
 class SecretKeySelector(KubeModel):
@@ -28,6 +29,11 @@ class SecretKeySelector(KubeModel):
     optional: bool | None = Field(
         None, description="Start the pod even when the Secret or the key is missing."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_rpc_secret(cls, value: str) -> str:
+        return check_secret_reference(value)
 
 
 class ConfigMapKeySelector(KubeModel):

@@ -35,6 +35,7 @@ from pydantic import Field, field_validator, model_validator
 from gic_operator.models.application import ApplicationSpec
 from gic_operator.models.base import KubeModel
 from gic_operator.models.output import OutputSpec
+from gic_operator.secret_references import check_secret_reference
 from gic_runtime.checkpoint.manifest import RestoreMode as RuntimeRestoreMode
 from gic_runtime.checkpoint.manifest import SavepointFormat
 from gic_runtime.config import GICSettings
@@ -163,6 +164,11 @@ class CheckpointingSpec(KubeModel):
         default_factory=lambda: ChangelogSpec.model_validate({}),
         description="Changelog upload tuning.",
     )
+
+    @field_validator("credentials_secret")
+    @classmethod
+    def _not_rpc_secret(cls, value: str | None) -> str | None:
+        return None if value is None else check_secret_reference(value)
 
     @field_validator("storage")
     @classmethod

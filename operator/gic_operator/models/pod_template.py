@@ -47,6 +47,7 @@ from pydantic.alias_generators import to_camel
 
 from gic_operator.models.base import KubeModel
 from gic_operator.models.volume_sources import projected_problem
+from gic_operator.secret_references import check_secret_reference, check_volume_secrets
 
 #: Volume types a template may add: those the restricted Pod Security Standard allows.
 ALLOWED_VOLUME_TYPES: Final = (
@@ -231,6 +232,7 @@ class PodVolume(KubeModel):
         problem = projected_problem(self.name, source) if sources[0] == "projected" else None
         if problem is not None:
             raise ValueError(problem)
+        check_volume_secrets(self.name, sources[0], source)
         return self
 
 
@@ -327,6 +329,13 @@ class PodTemplate(KubeModel):
                     "seccomp profile, as the restricted Pod Security Standard requires"
                 )
             )
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _no_rpc_pull_secret(cls, value: list[LocalObjectReference]) -> list[LocalObjectReference]:
+        for ref in value:
+            check_secret_reference(ref.name)
+        return value
 
     @field_validator("host_network", "host_pid", "host_ipc")
     @classmethod

@@ -43,6 +43,7 @@ from gic_operator.operator_errors import (
     GICOperatorError,
     InvalidSpecError,
     KubeError,
+    ObjectNotOwnedError,
     StorageNotAllowedError,
     TransientKubeError,
     UntrustedInputError,
@@ -71,6 +72,7 @@ INTERNAL_ERROR = "InternalError"
 #: ``(error class, reason)``, the first match wins.
 _REASONS: tuple[tuple[type[BaseException], str], ...] = (
     (UntrustedInputError, "UntrustedInput"),
+    (ObjectNotOwnedError, "ObjectNotOwned"),
     (StorageNotAllowedError, "StorageNotAllowed"),
     (InvalidSpecError, "InvalidSpec"),
     (StoragePermissionError, "StorageAccessDenied"),

@@ -1,14 +1,15 @@
 """An in-memory :class:`~gic_operator.kube.kube_api.KubeApi` for unit tests of the reconcilers.
 
 :class:`TestingKubeApi` keeps pods, services, custom objects and Events in dicts and
-follows the contract of :mod:`gic_operator.kube.kube_api` exactly: creating what exists and
-deleting what is gone are no-ops, ``patch_status`` is a JSON merge patch (``None``
-deletes a key, lists are replaced) that, given a ``resource_version``, raises
-:class:`~gic_operator.operator_errors.ConflictError` when the object has another one (every write
-of a custom object gives it a new ``metadata.resourceVersion``), reads return copies (a
-caller mutating a result never changes the store), and ``event`` never raises. Pods are
-read through the same :func:`~gic_operator.kube.kube_api.pod_info` as the real implementation, so
-a test drives a pod by setting the fields a kubelet would
+follows the contract of :mod:`gic_operator.kube.kube_api` exactly: creating what exists
+(and the job owns: :mod:`gic_operator.kube.ownership`) and deleting what is gone are
+no-ops, ``patch_status`` is a JSON merge patch (``None`` deletes a key, lists are
+replaced) that, given a ``resource_version``, raises
+:class:`~gic_operator.operator_errors.ConflictError` when the object has another one
+(every write of a custom object gives it a new ``metadata.resourceVersion``), reads
+return copies (a caller mutating a result never changes the store), and ``event`` never
+raises. Pods are read through the same :func:`~gic_operator.kube.kube_api.pod_info` as
+the real implementation, so a test drives a pod by setting the fields a kubelet would
 (:meth:`TestingKubeApi.set_pod_phase`).
 
 Test controls beyond the protocol:
@@ -35,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gic_operator.kube.kube_api import DRIVER_CONTAINER, PodInfo, pod_info, rfc3339, with_kind
+from gic_operator.kube.ownership import check_adoptable
 from gic_operator.operator_errors import ConflictError
 
 PodKey = tuple[str, str]
@@ -88,6 +90,7 @@ class TestingKubeApi:
         self.services: dict[PodKey, dict[str, Any]] = {}
         self.config_maps: dict[PodKey, dict[str, Any]] = {}
         self.secrets: dict[PodKey, dict[str, Any]] = {}
+        self.network_policies: dict[PodKey, dict[str, Any]] = {}
         self.objects: dict[ObjectKey, dict[str, Any]] = {}
         self.events: list[RecordedEvent] = []
         self.calls: list[tuple[str, ...]] = []
@@ -227,6 +230,17 @@ class TestingKubeApi:
         meta.setdefault("generation", 1)
         return obj
 
+    @staticmethod
+    def _create_owned(
+        store: dict[PodKey, dict[str, Any]], kind: str, namespace: str, manifest: Mapping[str, Any]
+    ) -> None:
+        key = (namespace, manifest["metadata"]["name"])
+        if key in store:
+            check_adoptable(kind, namespace, manifest, store[key]["metadata"])
+        else:
+            store[key] = copy.deepcopy(dict(manifest))
+            store[key]["metadata"]["namespace"] = namespace
+
     # --- KubeApi: pods and services ------------------------------------------------------
 
     def get_pod(self, namespace: str, name: str) -> PodInfo | None:
@@ -249,10 +263,10 @@ class TestingKubeApi:
             name = manifest["metadata"]["name"]
             self._enter("create_pod", namespace, name)
             if (namespace, name) in self.pods:
-                return
-            pod = copy.deepcopy(dict(manifest))
-            pod.setdefault("apiVersion", "v1")
-            pod.setdefault("kind", "Pod")
+                return check_adoptable(
+                    "pod", namespace, manifest, self.pods[(namespace, name)]["metadata"]
+                )
+            pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(dict(manifest))}
             meta = pod["metadata"]
             meta.update(namespace=namespace, uid=str(uuid.uuid4()))
             meta["creationTimestamp"] = rfc3339(self._now())
@@ -275,27 +289,27 @@ class TestingKubeApi:
         with self._lock:
             name = manifest["metadata"]["name"]
             self._enter("apply_service", namespace, name)
-            if (namespace, name) not in self.services:
-                svc = copy.deepcopy(dict(manifest))
-                svc["metadata"]["namespace"] = namespace
-                self.services[(namespace, name)] = svc
+            self._create_owned(self.services, "service", namespace, manifest)
 
     def apply_config_map(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         with self._lock:
             name = manifest["metadata"]["name"]
             self._enter("apply_config_map", namespace, name)
-            config_map = copy.deepcopy(dict(manifest))
-            config_map["metadata"]["namespace"] = namespace
-            self.config_maps[(namespace, name)] = config_map
+            self._create_owned(self.config_maps, "configmap", namespace, manifest)
+            self.config_maps[(namespace, name)] = copy.deepcopy(dict(manifest))  # replaced
+            self.config_maps[(namespace, name)]["metadata"]["namespace"] = namespace
 
     def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         with self._lock:
             name = manifest["metadata"]["name"]
             self._enter("create_secret", namespace, name)
-            if (namespace, name) not in self.secrets:
-                secret = copy.deepcopy(dict(manifest))
-                secret["metadata"]["namespace"] = namespace
-                self.secrets[(namespace, name)] = secret
+            self._create_owned(self.secrets, "secret", namespace, manifest)
+
+    def apply_network_policy(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        with self._lock:
+            name = manifest["metadata"]["name"]
+            self._enter("apply_network_policy", namespace, name)
+            self._create_owned(self.network_policies, "networkpolicy", namespace, manifest)
 
     # --- KubeApi: custom objects ---------------------------------------------------------
 

@@ -293,6 +293,7 @@ def _chart_cases(namespace: str, other: str) -> dict[str, dict[str, Any]]:
                 "enabled": True,
                 "metricsFrom": MONITORING_PEERS,
                 "driverMetricsFrom": [*MONITORING_PEERS, {"podSelector": {}}],
+                "sparkUIFrom": MONITORING_PEERS,
             },
             "resources": {
                 "requests": {"cpu": "250m", "memory": "512Mi"},
