@@ -9,7 +9,8 @@ job restored NoClaim, whose source is not yet released (the case that judges the
 release from the manifests), lists nothing; the pass that judges again after the
 driver reported a new checkpoint lists only ``checkpoints/chk-``, so stray files of any
 other name cost nothing, and stray files named like manifests at most the release
-bound.
+bound. A launch waiting for its restore source, which asks on every pass whether the
+job has a checkpoint, lists the same narrow prefix.
 """
 
 from __future__ import annotations
@@ -152,6 +153,34 @@ def test_a_pass_costs_the_same_with_99000_stray_files(tmp_path: Path) -> None:
     # The release is still judged from the manifests, found among the stray files.
     assert clean_status["restoredFrom"]["released"] is True
     assert flooded_status["restoredFrom"]["released"] is True
+
+
+def waiting_passes(root: Path, junk: int) -> list[Cost]:
+    """Costs of three passes of a job waiting for its restore source (a Savepoint not
+    completed yet), with ``junk`` stray files in its job directory."""
+    world, store = counted_world(root)
+    world.create_savepoint("sp")
+    world.apply_job("copier", restore={"savepoint": "sp"})
+    fill(world.root / "jobs" / f"{NS}.copier", junk)
+    costs = [pass_cost(world, store) for _ in range(3)]
+    status = world.status("copier")
+    assert status["phase"] == "Pending" and "Savepoint 'sp'" in status["message"]
+    assert world.kube.pods == {}
+    return costs
+
+
+def test_a_launch_waiting_for_its_restore_source_costs_the_same_with_stray_files(
+    tmp_path: Path,
+) -> None:
+    """Every pass of a launch that waits asks whether the job already has a checkpoint:
+    it lists only ``checkpoints/chk-``, so stray files of other names are never listed."""
+    clean = waiting_passes(tmp_path / "clean", 0)
+    flooded = waiting_passes(tmp_path / "flooded", JUNK)
+    assert [(c.calls, c.pages, c.objects) for c in flooded] == [
+        (c.calls, c.pages, c.objects) for c in clean
+    ]
+    assert all(c.objects == 0 and c.pages == c.calls <= 2 for c in flooded), flooded
+    assert {p for c in flooded for p in c.prefixes} == {f"jobs/{NS}.copier/checkpoints/chk-"}
 
 
 def test_stray_manifest_names_cost_at_most_what_the_job_keeps(

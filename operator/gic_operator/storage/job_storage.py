@@ -21,8 +21,9 @@ code: it is input, not truth. So:
 * a steady pass lists nothing: the status record and control records are read by their
   derived names, and :meth:`JobStorage.restore_released` lists only
   ``checkpoints/chk-``, bounded, and only when the caller's ``progress`` changed
-  (:mod:`gic_operator.storage.release_checks`); full listings of ``checkpoints/`` and
-  ``epochs/`` are for launches and recoveries;
+  (:mod:`gic_operator.storage.release_checks`); :meth:`JobStorage.has_checkpoint` lists
+  that prefix up to the first manifest name; full listings of ``checkpoints/`` and
+  ``epochs/`` (the highest epoch, the sweep) are for launches and recoveries;
 * deletions stay inside what the operator owns: :meth:`JobStorage.sweep_orphans` only
   deletes unreferenced objects it lists under ``jobs/<job_id>/`` that the job's
   ownership policy classifies as the job's own (never a savepoint, another job or a
@@ -56,6 +57,7 @@ from gic_operator.storage.control_files import MAX_CONTROL_BYTES, ControlRequest
 from gic_operator.storage.release_checks import (
     MAX_RELEASE_OBJECTS,
     ReleaseChecks,
+    has_manifest,
     manifests_for_release,
     release_limit,
 )
@@ -182,8 +184,9 @@ class JobStorage(ControlRequests):
         _log.warning("%s", message)
 
     def has_checkpoint(self) -> bool:
-        """Whether the job has completed a checkpoint (one LIST, no reads)."""
-        return bool(list_checkpoints(self.resolver, self.root, self.job_id))
+        """Whether the job has completed a checkpoint (one LIST of ``checkpoints/chk-``
+        up to the first manifest name, no reads: ``release_checks.has_manifest``)."""
+        return has_manifest(self.resolver, self.root, self.job_id)
 
     def latest_checkpoint_id(self) -> int | None:
         """Id of the newest checkpoint manifest (unread), ``None`` when there is none."""

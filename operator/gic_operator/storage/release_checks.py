@@ -23,6 +23,11 @@ there (99,000 stray files: 99 LIST requests per pass on S3). So:
   made again after :data:`RECHECK_SECONDS` even without a change (a driver that stopped
   reporting still gets its release noticed); "released" is final.
 
+The same narrow prefix answers whether a job has a checkpoint at all
+(:func:`has_manifest`), which a launch that waits for its restore source asks on every
+pass: it stops at the first manifest name, so stray files of other names cost nothing
+there either.
+
 The key only decides *when* the manifests are looked at again, never *what* they say:
 the release is judged from the manifests (a driver's report naming a new checkpoint
 makes the operator list again, at most once per change and with the bound above).
@@ -42,7 +47,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Final
 
-from gic_runtime.checkpoint.catalog import CheckpointRef, read_checkpoint, resolve_prefix
+from gic_runtime.checkpoint.catalog import (
+    MAX_CHECKPOINT_OBJECTS,
+    CheckpointRef,
+    read_checkpoint,
+    resolve_prefix,
+)
 from gic_runtime.checkpoint.manifest import StoredManifest
 from gic_runtime.errors import ObjectNotFoundError
 from gic_runtime.layout import checkpoints_dir, parse_checkpoint_id
@@ -55,6 +65,7 @@ __all__ = [
     "MAX_RELEASE_OBJECTS",
     "RECHECK_SECONDS",
     "ReleaseChecks",
+    "has_manifest",
     "list_release_manifests",
     "manifests_for_release",
     "release_limit",
@@ -99,6 +110,25 @@ def list_release_manifests(
             refs.append(CheckpointRef(checkpoint_id, store.uri_for(info.key)))
     refs.sort(key=lambda ref: (ref.checkpoint_id, ref.uri))
     return tuple(refs)
+
+
+def has_manifest(resolver: StoreResolver, root: str, job_id: str) -> bool:
+    """Whether ``job_id`` under ``root`` has a checkpoint manifest: one listing of
+    ``checkpoints/chk-`` (bounded like the runtime's listing of ``checkpoints/``,
+    :data:`~gic_runtime.checkpoint.catalog.MAX_CHECKPOINT_OBJECTS`), stopped at the first
+    manifest name (no manifest is read)."""
+    store, directory = resolve_prefix(resolver, checkpoints_dir(root, job_id))
+    prefix = directory + MANIFEST_PREFIX
+    listing = list_bounded(store, prefix, MAX_CHECKPOINT_OBJECTS, what="manifests", hint=_HINT)
+    try:
+        for info in listing:
+            if parse_checkpoint_id(info.key) is not None and "/" not in info.key[len(directory) :]:
+                return True
+        return False
+    finally:
+        close = getattr(listing, "close", None)  # stop the listing: no further page
+        if close is not None:
+            close()
 
 
 def manifests_for_release(
