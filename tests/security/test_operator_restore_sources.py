@@ -137,6 +137,7 @@ def test_a_noclaim_source_is_held_until_the_manifests_release_it(world: World) -
     assert "SavepointHeld" in world.kube.reasons("sp")
 
     world.write_checkpoint("copier")  # references nothing of the source
+    world.driver_reports("copier", checkpoint=1)  # looked at again once reported
     status = world.reconcile("copier")
     assert status["restoredFrom"]["released"] is True
     assert "deleted" in dispose(world, "sp") and not source.exists()

@@ -177,7 +177,8 @@ class JobController:
         storage = admitted(spec, job_id)
         try:
             self.recorder.job_id(p, job_id)
-            view = JobObserver(self.kube, storage).observe(p)
+            retained = spec.checkpointing.retained_checkpoints
+            view = JobObserver(self.kube, storage, retained=retained).observe(p)
             self.recorder.observed(p, view)
             ctx = JobContext(
                 p,

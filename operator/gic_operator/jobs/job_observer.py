@@ -33,6 +33,7 @@ from gic_operator.reconcile.status_pass import JobPass
 from gic_operator.storage.driver_reports import status_int
 from gic_operator.storage.job_storage import JobStorage, normalize_uri
 from gic_runtime.control.model import OutcomeState
+from gic_runtime.status import JobStatus
 
 #: Largest number copied from a driver's report (larger ones read as 0).
 MAX_NUMBER = MAX_STATUS_NUMBER
@@ -101,9 +102,12 @@ class JobView:
 class JobObserver:
     """Reads the cluster and the job's storage into a :class:`JobView`."""
 
-    def __init__(self, kube: KubeApi, storage: JobStorage) -> None:
+    def __init__(self, kube: KubeApi, storage: JobStorage, *, retained: int) -> None:
         self.kube = kube
         self.storage = storage
+        #: The job's ``spec.checkpointing.retainedCheckpoints`` (bounds what a release
+        #: judgment lists).
+        self.retained = retained
 
     def observe(self, p: JobPass) -> JobView:
         """The driver pod, the restore source's release and the runtime's status record."""
@@ -115,8 +119,8 @@ class JobObserver:
         pod = pod if pod is not None and selector <= pod.labels.items() else None
         pod = pod if pod is not None and pod.owner_uid == p.uid else None
         state = _driver_state(name, pod)
-        released = self._released(p)
         runtime = self.storage.runtime_status()
+        released = self._released(p, runtime)
         failure = reported_failure(runtime, p.status.epoch or 0)
         if runtime is None:
             return JobView(pod, name, state, failure, restore_released=released)
@@ -148,15 +152,29 @@ class JobObserver:
             restore_released=released,
         )
 
-    def _released(self, p: JobPass) -> bool:
+    def _released(self, p: JobPass, runtime: JobStatus | None) -> bool:
         """Whether a NoClaim restore source not yet marked released is no longer
-        referenced by the job's manifests (the driver's report is not consulted)."""
+        referenced by the job's manifests (the driver's report is not consulted for
+        that). The manifests are looked at again only when the launch's epoch or the
+        driver's last report (its epoch, its last checkpoint) changed
+        (:mod:`gic_operator.storage.release_checks`), so a steady pass lists nothing."""
         restored = p.status.restored_from
         if restored is None or restored.released or not restored.path:
             return False
         if restored.mode is not RestoreMode.NO_CLAIM:
             return False
-        return self.storage.restore_released(restored.path)
+        progress = _progress(p, runtime)
+        return self.storage.restore_released(restored.path, progress, retained=self.retained)
+
+
+def _progress(p: JobPass, runtime: JobStatus | None) -> tuple[int, ...]:
+    """When a release is judged again: the launch's epoch as recorded, and the epoch and
+    last checkpoint id the driver reported (bounded numbers; 0 when absent)."""
+    if runtime is None:
+        return (p.status.epoch or 0,)
+    last = runtime.last_checkpoint
+    reported = status_int(last.id) if last is not None else 0
+    return (p.status.epoch or 0, status_int(runtime.epoch), reported)
 
 
 def _driver_epoch(p: JobPass, pod: PodInfo | None) -> int | None:

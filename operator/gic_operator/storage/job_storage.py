@@ -18,6 +18,12 @@ code: it is input, not truth. So:
   :data:`MAX_SAVEPOINT_OBJECTS`; more objects raise
   :class:`~gic_runtime.errors.TooManyObjectsError` after at most that many were listed,
   before anything is deleted;
+* a steady pass lists nothing: the status record and control records are read by their
+  derived names, and :meth:`JobStorage.restore_released` lists only
+  ``checkpoints/chk-``, bounded, and only when the caller's ``progress`` changed
+  (:mod:`gic_operator.storage.release_checks`); :meth:`JobStorage.has_checkpoint` lists
+  that prefix up to the first manifest name; full listings of ``checkpoints/`` and
+  ``epochs/`` (the highest epoch, the sweep) are for launches and recoveries;
 * deletions stay inside what the operator owns: :meth:`JobStorage.sweep_orphans` only
   deletes unreferenced objects it lists under ``jobs/<job_id>/`` that the job's
   ownership policy classifies as the job's own (never a savepoint, another job or a
@@ -46,12 +52,19 @@ import dataclasses
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 from gic_operator.models.gicjob import GICJobSpec
 from gic_operator.operator_errors import UntrustedInputError
 from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
 from gic_operator.storage.control_files import MAX_CONTROL_BYTES, ControlRequests
+from gic_operator.storage.release_checks import (
+    MAX_RELEASE_OBJECTS,
+    ReleaseChecks,
+    has_manifest,
+    manifests_for_release,
+    release_limit,
+)
 from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
 from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
 from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
@@ -104,16 +117,9 @@ _SAVEPOINT_HINT = (
 _CACHE_SIZE = 1024
 
 _resolvers: OrderedDict[str | None, StoreResolver] = OrderedDict()
-_released: OrderedDict[tuple[str, ...], bool] = OrderedDict()
+_release_checks = ReleaseChecks()
 _warned: OrderedDict[str, str] = OrderedDict()
 _lock = threading.Lock()
-
-
-def _remember(cache: OrderedDict[tuple[str, ...], bool], key: tuple[str, ...], value: bool) -> None:
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
 
 
 def resolver_for(endpoint_url: str | None) -> StoreResolver:
@@ -197,37 +203,42 @@ class JobStorage(ControlRequests):
         _log.warning("%s", message)
 
     def has_checkpoint(self) -> bool:
-        """Whether the job has completed a checkpoint (one LIST, no reads)."""
-        return bool(list_checkpoints(self.resolver, self.root, self.job_id))
+        """Whether the job has completed a checkpoint (one LIST of ``checkpoints/chk-``
+        up to the first manifest name, no reads: ``release_checks.has_manifest``)."""
+        return has_manifest(self.resolver, self.root, self.job_id)
 
     def latest_checkpoint_id(self) -> int | None:
         """Id of the newest checkpoint manifest (unread), ``None`` when there is none."""
         refs = list_checkpoints(self.resolver, self.root, self.job_id)
         return refs[-1].checkpoint_id if refs else None
 
-    def restore_released(self, source: str) -> bool:
-        """Whether no retained checkpoint of the job references an object of restore
+    def restore_released(
+        self, source: str, progress: Hashable = None, *, retained: int = MAX_RELEASE_OBJECTS
+    ) -> bool:
+        """Whether no checkpoint manifest of the job references an object of restore
         source ``source`` (the URI the operator passed to the driver), judged from the
         job's manifests and the source's manifest, never from the driver's report.
         ``False`` while that cannot be told (no checkpoint yet, a manifest unreadable,
-        the manifests naming another source: that one is never read)."""
+        the manifests naming another source: that one is never read).
+
+        ``progress`` says when to look again (:mod:`gic_operator.storage.release_checks`):
+        a judgment is made once per value (the caller derives it from the launch's epoch
+        and the driver's last report) and reused while it stays the same, so a steady
+        pass lists nothing; a judgment lists only ``checkpoints/chk-``, bounded by what a
+        job keeping ``retained`` checkpoints holds there (``release_limit``)."""
         source = normalize_uri(source)
-        refs = list_checkpoints(self.resolver, self.root, self.job_id)
-        if not refs:
-            return False
-        key = (self.root, self.job_id, source, *(ref.uri for ref in refs))
-        with _lock:
-            known = _released.get(key)
+        limit = release_limit(retained)
+        key = (self.root, self.job_id, source, limit, progress)
+        known = _release_checks.get(key)
         if known is not None:
             return known
         try:
-            retained = load_retained(self.resolver, self.root, self.job_id)
-            released = bool(retained) and self._released(source, retained)
+            manifests = manifests_for_release(self.resolver, self.root, self.job_id, limit)
+            released = bool(manifests) and self._released(source, manifests)
         except GICError as exc:
             self._warn_once(f"cannot tell whether job {self.job_id} released {source}: {exc}")
-            return False
-        with _lock:
-            _remember(_released, key, released)
+            released = False
+        _release_checks.remember(key, released)
         return released
 
     def _released(self, source: str, retained: tuple[StoredManifest, ...]) -> bool:

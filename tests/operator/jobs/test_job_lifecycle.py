@@ -534,6 +534,9 @@ def test_restore_claim_marks_the_savepoint_and_noclaim_reports_release(world: Wo
     world.reconcile("copier")
     assert world.condition("RestoreSourceReleased", "copier")["status"] == "False"
     world.write_checkpoint("copier")  # references nothing of the source
+    world.reconcile("copier")  # not reported yet: the manifests are not looked at again
+    assert world.condition("RestoreSourceReleased", "copier")["status"] == "False"
+    world.driver_reports("copier", checkpoint=1)
     world.reconcile("copier")
     assert world.condition("RestoreSourceReleased", "copier")["status"] == "True"
     assert "RestoreSourceReleased" in world.kube.reasons("copier")

@@ -305,12 +305,16 @@ def test_restore_release_is_judged_from_the_manifests(root: str) -> None:
     source = JobStorage(StoreResolver(), root, "prod.source")
     source_manifest = run_job(source, "prod.source", range(1, 3))[-1].uri
     copier = JobStorage(StoreResolver(), root, JOB)
-    assert not copier.restore_released(source_manifest), "no checkpoint yet"
+    assert not copier.restore_released(source_manifest, (1, 0)), "no checkpoint yet"
     restore = RestoreRequest(source_manifest, RestoreMode.NO_CLAIM)
     run_job(copier, JOB, range(3, 4), restore=restore)
-    assert copier.restore_released(source_manifest)
-    assert not copier.restore_released(f"{root}/savepoints/prod.other/sp"), "another source"
+    assert not copier.restore_released(source_manifest, (1, 0)), "judged once per progress"
+    assert copier.restore_released(source_manifest, (1, 3))
+    other = f"{root}/savepoints/prod.other/sp"
+    assert not copier.restore_released(other, (1, 3)), "another source"
     claimer = JobStorage(StoreResolver(), root, "prod.claimer")
     claim = RestoreRequest(source_manifest, RestoreMode.CLAIM)
     run_job(claimer, "prod.claimer", range(3, 4), restore=claim)
-    assert not claimer.restore_released(source_manifest), "a claimed source is never released"
+    assert not claimer.restore_released(source_manifest, (1, 3)), (
+        "a claimed source is never released"
+    )
