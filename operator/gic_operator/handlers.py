@@ -23,6 +23,7 @@ Handlers are registered by :func:`configure` (once per process, before ``kopf.ru
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -67,11 +68,10 @@ class _Runtime:
     def build(self) -> None:
         kube = KubernetesApi()
         allowlist = self.settings.allowlist
-        self._jobs = JobController(
-            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
-        )
+        storage_for = functools.partial(open_job_storage, limits=self.settings.manifest_limits)
+        self._jobs = JobController(kube, storage_for, metrics=self.metrics, allowlist=allowlist)
         self._savepoints = SavepointController(
-            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist
+            kube, storage_for, metrics=self.metrics, allowlist=allowlist
         )
 
     @property

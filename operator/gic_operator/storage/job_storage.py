@@ -12,6 +12,15 @@ code: it is input, not truth. So:
   records go through :func:`~gic_operator.storage.bounded_reads.read_bounded`, manifests (the
   job's and a restore source's) through the runtime's readers, which bound them the
   same way; a larger object is refused instead of loaded;
+* so is what a manifest decodes into: every manifest the operator reads (retained
+  ones, superseded ones, a restore source's, those a claim lists) is decoded within the
+  operator's :class:`~gic_runtime.checkpoint.manifest_limits.ManifestLimits`
+  (:data:`~gic_runtime.checkpoint.manifest_limits.OPERATOR_LIMITS` unless its settings
+  say otherwise), far below what a driver may write, and the retained manifests are
+  read one at a time, keeping only what the pass needs (whether one still references a
+  restore source; the objects they reference inside the job's directory, bounded):
+  the operator's memory does not grow with what a tenant's driver wrote;
+
 * every listing of a prefix a driver writes is bounded the same way: the job's
   checkpoints and epochs and the orphan sweep through the runtime's bounded listings
   (:func:`gic_runtime.storage.listing.list_bounded`), a savepoint's directory here with
@@ -38,7 +47,6 @@ thread-safe; the rest is immutable). The module's caches are guarded by a lock.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -48,21 +56,22 @@ from collections.abc import Callable, Iterator
 from gic_operator.models.gicjob import GICJobSpec
 from gic_operator.storage.bounded_reads import normalize_uri, read_bounded
 from gic_operator.storage.control_files import MAX_CONTROL_BYTES, ControlRequests
-from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
-from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
-from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
+from gic_operator.storage.restore_release import source_released
+from gic_runtime.checkpoint.catalog import list_checkpoints
+from gic_runtime.checkpoint.manifest import Manifest
+from gic_runtime.checkpoint.manifest_limits import OPERATOR_LIMITS, ManifestLimits
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
+from gic_runtime.checkpoint.retained_refs import collect_retained_refs
 from gic_runtime.checkpoint.sweep import MAX_SWEPT_OBJECTS, SweepResult, policy_for, sweep_orphans
 from gic_runtime.errors import (
     ConfigurationError,
     CorruptFileError,
     FormatError,
     GICError,
-    ObjectNotFoundError,
     RestoreError,
 )
 from gic_runtime.fencing import claim_epoch, highest_epoch
-from gic_runtime.layout import validate_id
+from gic_runtime.layout import job_dir, validate_id
 from gic_runtime.status import JobStatus, decode_status, status_uri
 from gic_runtime.storage.listing import count_bounded, list_bounded
 from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
@@ -128,24 +137,36 @@ def resolver_for(endpoint_url: str | None) -> StoreResolver:
         return resolver
 
 
-def _inside(uri: str, directory: str) -> bool:
-    return uri == directory or uri.startswith(directory.rstrip("/") + "/")
-
-
 class JobStorage(ControlRequests):
     """The storage of job ``job_id`` under root URI ``root`` (see the module docstring);
-    its control requests and outcomes come with :class:`ControlRequests`. Thread-safe."""
+    its control requests and outcomes come with :class:`ControlRequests`; manifests are
+    decoded within ``limits``. Thread-safe."""
 
-    def __init__(self, resolver: StoreResolver, root: str, job_id: str) -> None:
+    def __init__(
+        self,
+        resolver: StoreResolver,
+        root: str,
+        job_id: str,
+        *,
+        limits: ManifestLimits = OPERATOR_LIMITS,
+    ) -> None:
         self.resolver = resolver
         self.root = normalize_uri(root)
         self.job_id = validate_id("job id", job_id)
+        self.limits = limits
 
     @classmethod
-    def open(cls, storage: str, job_id: str, *, endpoint_url: str | None = None) -> JobStorage:
+    def open(
+        cls,
+        storage: str,
+        job_id: str,
+        *,
+        endpoint_url: str | None = None,
+        limits: ManifestLimits = OPERATOR_LIMITS,
+    ) -> JobStorage:
         """The storage of ``job_id`` under ``storage``, through the process's resolver
         for ``endpoint_url``."""
-        return cls(resolver_for(endpoint_url), storage, job_id)
+        return cls(resolver_for(endpoint_url), storage, job_id, limits=limits)
 
     # --- what the driver reports -----------------------------------------------------
 
@@ -191,7 +212,8 @@ class JobStorage(ControlRequests):
         source ``source`` (the URI the operator passed to the driver), judged from the
         job's manifests and the source's manifest, never from the driver's report.
         ``False`` while that cannot be told (no checkpoint yet, a manifest unreadable,
-        the manifests naming another source)."""
+        the manifests naming another source). Reads the retained manifests newest first,
+        one at a time, and stops at the first that still references the source."""
         source = normalize_uri(source)
         refs = list_checkpoints(self.resolver, self.root, self.job_id)
         if not refs:
@@ -202,8 +224,9 @@ class JobStorage(ControlRequests):
         if known is not None:
             return known
         try:
-            retained = load_retained(self.resolver, self.root, self.job_id)
-            released = bool(retained) and self._released(source, retained)
+            released = source_released(
+                self.resolver, self.root, self.job_id, source, limits=self.limits
+            )
         except GICError as exc:
             self._warn_once(f"cannot tell whether job {self.job_id} released {source}: {exc}")
             return False
@@ -211,31 +234,25 @@ class JobStorage(ControlRequests):
             _remember(_released, key, released)
         return released
 
-    def _released(self, source: str, retained: tuple[StoredManifest, ...]) -> bool:
-        lineage = retained[-1].manifest.restored_from
-        if lineage is None:
-            base = manifest_base_dir(source) if source.endswith(".manifest") else source
-            return not any(_inside(u, base) for s in retained for u in s.manifest.uris())
-        if lineage.mode is RestoreMode.CLAIM or not _inside(lineage.source_uri, source):
-            return False  # a claimed source is the job's own: never released
-        uris: frozenset[str] = frozenset()
-        if lineage.source_checkpoint_id >= 0:
-            # Deleted by its owner: what lies under its directory still counts.
-            with contextlib.suppress(ObjectNotFoundError):
-                uris = read_manifest(self.resolver, lineage.source_uri).uris()
-        policy = OwnershipPolicy.for_job(self.root, self.job_id, restore=lineage, source=uris)
-        return all(not policy.source_references(s.manifest) for s in retained)
-
     # --- fencing and orphans ---------------------------------------------------------
 
     def highest_epoch(self) -> int:
         """The highest fencing epoch claimed for the job (0: none yet)."""
         return highest_epoch(self.resolver, self.root, self.job_id)
 
-    def claim_epoch(self, claimed_by: str) -> int:
-        """Claim the next fencing epoch for a launch named ``claimed_by``; return it.
-        Every driver with a lower epoch stops before its next manifest."""
-        return claim_epoch(self.resolver, self.root, self.job_id, claimed_by=claimed_by)
+    def claim_epoch(self, claimed_by: str, epoch: int | None = None) -> int:
+        """Claim fencing epoch ``epoch`` (default: the next one) for a launch named
+        ``claimed_by``; return it. Every driver with a lower epoch stops before its next
+        manifest. Claiming an epoch whose marker ``claimed_by`` already holds completes
+        that claim (a retry after a failure)."""
+        return claim_epoch(
+            self.resolver,
+            self.root,
+            self.job_id,
+            epoch=epoch,
+            claimed_by=claimed_by,
+            limits=self.limits,
+        )
 
     def sweep_orphans(self) -> SweepResult:
         """Delete what no retained checkpoint references (inside ``jobs/<job_id>/``).
@@ -243,22 +260,35 @@ class JobStorage(ControlRequests):
         Precondition (the caller's duty): no driver of the job can still write -- the
         old driver is gone and a new epoch was claimed. An unreadable manifest, or an
         unreadable restore source while the lineage still references it, raises before
-        anything is deleted.
+        anything is deleted; so do retained manifests referencing more objects in the
+        job's directory than ``limits.max_references`` (read one at a time).
         """
-        retained = load_retained(self.resolver, self.root, self.job_id)
+        refs = collect_retained_refs(
+            self.resolver,
+            self.root,
+            self.job_id,
+            within=job_dir(self.root, self.job_id),
+            limits=self.limits,
+        )
         return sweep_orphans(
-            self.resolver, self.root, self.job_id, retained, policy=self._policy(retained)
+            self.resolver,
+            self.root,
+            self.job_id,
+            refs=refs,
+            policy=self._policy(refs.newest),
+            limits=self.limits,
         )
 
-    def _policy(self, retained: tuple[StoredManifest, ...]) -> OwnershipPolicy:
-        """The job's ownership policy as its driver builds it (the restore source's files
-        are protected or claimed while the lineage is not released); refuses when the
-        source is unreadable, since which files belong to it is then unknown."""
-        if not retained:
+    def _policy(self, newest: Manifest | None) -> OwnershipPolicy:
+        """The job's ownership policy as its driver builds it from its newest retained
+        manifest (the restore source's files are protected or claimed while the lineage
+        is not released); refuses when the source is unreadable, since which files
+        belong to it is then unknown."""
+        if newest is None:
             return OwnershipPolicy.for_job(self.root, self.job_id)
-        policy, warning = policy_for(self.resolver, self.root, retained[-1].manifest)
+        policy, warning = policy_for(self.resolver, self.root, newest, limits=self.limits)
         if warning is not None:
-            lineage = retained[-1].manifest.restored_from
+            lineage = newest.restored_from
             source = lineage.source_uri if lineage is not None else "?"
             raise RestoreError(
                 f"cannot sweep job {self.job_id}: its restore source {source} is "
@@ -330,11 +360,13 @@ class JobStorage(ControlRequests):
         return normalize_uri(text)
 
 
-def open_job_storage(spec: GICJobSpec, job_id: str) -> JobStorage:
-    """The storage of a GICJob with ``spec`` and job id ``job_id``. The caller has
-    checked ``spec`` against the storage allowlist."""
+def open_job_storage(
+    spec: GICJobSpec, job_id: str, *, limits: ManifestLimits = OPERATOR_LIMITS
+) -> JobStorage:
+    """The storage of a GICJob with ``spec`` and job id ``job_id``, its manifests read
+    within ``limits``. The caller has checked ``spec`` against the storage allowlist."""
     cp = spec.checkpointing
-    return JobStorage.open(cp.storage, job_id, endpoint_url=cp.s3_endpoint_url)
+    return JobStorage.open(cp.storage, job_id, endpoint_url=cp.s3_endpoint_url, limits=limits)
 
 
 #: Opens a job's storage: (spec, job id) -> :class:`JobStorage` (:func:`open_job_storage`,
