@@ -20,7 +20,8 @@ code: it is input, not truth. So:
   read one at a time, keeping only what the pass needs (whether one still references a
   restore source; the objects they reference inside the job's directory, bounded):
   the operator's memory does not grow with what a tenant's driver wrote;
-
+* a status record that cannot be read (too large, too deep, not JSON, wrong types, not
+  a file) reads as no record: the pass goes on as for a driver that reported nothing;
 * every listing of a prefix a driver writes is bounded the same way: the job's
   checkpoints and epochs and the orphan sweep through the runtime's bounded listings
   (:func:`gic_runtime.storage.listing.list_bounded`), a savepoint's directory here with
@@ -69,6 +70,9 @@ from gic_runtime.errors import (
     FormatError,
     GICError,
     RestoreError,
+    StorageError,
+    StoragePermissionError,
+    TransientStorageError,
 )
 from gic_runtime.fencing import claim_epoch, highest_epoch
 from gic_runtime.layout import job_dir, validate_id
@@ -172,8 +176,10 @@ class JobStorage(ControlRequests):
 
     def runtime_status(self) -> JobStatus | None:
         """The driver's status record; ``None`` when there is none or it cannot be
-        read (logged as a warning when that changes: it is a report, not a source of
-        truth)."""
+        read -- too large, too deep, not JSON, wrong types, not a file -- (logged as a
+        warning when that changes: it is a report, not a source of truth, and a pass
+        must go on without it, e.g. to recover a driver that died). Only the operator's
+        own access failing (a transient error, permission denied) raises."""
         uri = status_uri(self.root, self.job_id)
         try:
             data = read_bounded(self.resolver, uri, MAX_STATUS_BYTES, "status record")
@@ -184,7 +190,9 @@ class JobStorage(ControlRequests):
                 raise CorruptFileError(
                     f"it holds the status of job {status.job_id!r}, not {self.job_id!r}", uri=uri
                 )
-        except FormatError as exc:
+        except (TransientStorageError, StoragePermissionError):
+            raise
+        except (FormatError, StorageError) as exc:
             self._warn_once(f"status record of job {self.job_id} is unreadable: {exc}")
             return None
         return status
