@@ -53,8 +53,13 @@ from gic_runtime import crashpoints
 from gic_runtime.checkpoint.claims import NO_CHECKPOINT, Claims
 from gic_runtime.checkpoint.manifest import FORMAT_VERSION, Manifest, StoredManifest
 from gic_runtime.checkpoint.manifest_codec import decode_manifest, encode_manifest
-from gic_runtime.checkpoint.manifest_limits import DRIVER_LIMITS, ManifestLimits
+from gic_runtime.checkpoint.manifest_limits import (
+    DRIVER_LIMITS,
+    ManifestLimits,
+    json_value_bound,
+)
 from gic_runtime.errors import (
+    ConfigurationError,
     CorruptFileError,
     FormatError,
     ManifestExistsError,
@@ -119,8 +124,20 @@ def write_manifest(resolver: StoreResolver, uri: str, manifest: Manifest) -> Sto
     Raises :class:`ManifestExistsError` when a different manifest is already there:
     that checkpoint was completed by another attempt (or this one is fenced). Finding
     exactly these bytes there is success: a retried request whose first attempt landed.
+    Raises :class:`ConfigurationError` before writing a manifest that the runtime's own
+    readers would refuse (beyond :data:`DRIVER_LIMITS`), so no job writes a checkpoint
+    it cannot restore.
     """
     data = encode_manifest(manifest, uri)
+    values = json_value_bound(data)
+    if len(data) > DRIVER_LIMITS.max_bytes or values > DRIVER_LIMITS.max_values:
+        raise ConfigurationError(
+            f"manifest of checkpoint {manifest.checkpoint_id} of job {manifest.job_id!r} "
+            f"would be {len(data)} bytes with up to {values} JSON values, more than the "
+            f"{DRIVER_LIMITS.max_bytes} bytes and {DRIVER_LIMITS.max_values} values a "
+            "reader accepts; use fewer buckets or materialize snapshots more often (fewer "
+            "changelog sections per bucket)"
+        )
     store, key = resolver.resolve(uri)
     crashpoints.hit("manifest_put", manifest.checkpoint_id)
     try:

@@ -54,13 +54,14 @@ class ManifestLimits:
 
 DRIVER_LIMITS: Final = ManifestLimits(
     max_bytes=64 * 1024 * 1024,
-    max_values=16_000_000,
+    max_values=32_000_000,
     max_buckets=32_768,
     max_references=4_000_000,
 )
-"""What the runtime reads: 64 MiB per manifest (real ones: 638 KB for 128 buckets x 200
-handles in format v2, about 135,000 JSON values), 16 million values, 32,768 buckets
-(the most a job may have)."""
+"""What the runtime reads and what a driver may write (``write_manifest`` refuses more):
+64 MiB per manifest (real ones: 638 KB for 128 buckets x 200 handles in format v2, about
+135,000 JSON values), 32 million values (no v2 manifest within 64 MiB comes near: a
+value takes two bytes at least), 32,768 buckets (the most a job may have)."""
 
 OPERATOR_LIMITS: Final = ManifestLimits(
     max_bytes=8 * 1024 * 1024,
