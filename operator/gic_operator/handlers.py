@@ -23,6 +23,7 @@ Handlers are registered by :func:`configure` (once per process, before ``kopf.ru
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -67,11 +68,12 @@ class _Runtime:
     def build(self) -> None:
         kube = KubernetesApi()
         allowlist, keys = self.settings.allowlist, self.settings.control_keys
+        storage_for = functools.partial(open_job_storage, limits=self.settings.manifest_limits)
         self._jobs = JobController(
-            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist, control_keys=keys
+            kube, storage_for, metrics=self.metrics, allowlist=allowlist, control_keys=keys
         )
         self._savepoints = SavepointController(
-            kube, open_job_storage, metrics=self.metrics, allowlist=allowlist, control_keys=keys
+            kube, storage_for, metrics=self.metrics, allowlist=allowlist, control_keys=keys
         )
 
     @property

@@ -34,6 +34,7 @@ from gic_operator.operator_settings import (
     StorageAllowlist,
 )
 from gic_operator.probes import HealthServer
+from gic_runtime.checkpoint.manifest_limits import DRIVER_LIMITS, OPERATOR_LIMITS, ManifestLimits
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.listen import listen_addresses
 
@@ -44,6 +45,8 @@ DEFAULT_PEERING = "gic-operator"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PORT_MAX = 65535
+#: Largest --max-manifest-mib: what a driver may write at most.
+_MANIFEST_MIB_MAX = DRIVER_LIMITS.max_bytes >> 20
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="Seconds between reconciles of each resource (default 5).",
     )
     parser.add_argument(
+        "--max-manifest-mib",
+        type=int,
+        default=OPERATOR_LIMITS.max_bytes >> 20,
+        metavar="MIB",
+        help="Largest checkpoint manifest a driver wrote that the operator decodes, in MiB "
+        f"(default {OPERATOR_LIMITS.max_bytes >> 20}); JSON values per manifest and objects "
+        "a job's retained manifests reference together scale with it (see "
+        "docs/operations.md). Raise it only for jobs whose manifests are that large.",
+    )
+    parser.add_argument(
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,
@@ -159,6 +172,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         listen_addresses(args.bind_address)
     except ConfigurationError as exc:
         problems.append(f"--bind-address: {exc}")
+    if not 1 <= args.max_manifest_mib <= _MANIFEST_MIB_MAX:
+        problems.append(
+            f"--max-manifest-mib {args.max_manifest_mib} must be 1-{_MANIFEST_MIB_MAX} (MiB)"
+        )
     interval = args.reconcile_interval
     if not (math.isfinite(interval) and interval > 0):
         problems.append(f"--reconcile-interval {interval} must be a positive number of seconds")
@@ -186,6 +203,22 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         allowlist=getattr(args, "allowlist", None) or StorageAllowlist(),
         warn_unwatched=bool(getattr(args, "warn_unwatched", False)),
         control_keys=getattr(args, "control_keys", None) or ControlKeys.process_default(),
+        manifest_limits=manifest_limits(
+            getattr(args, "max_manifest_mib", OPERATOR_LIMITS.max_bytes >> 20)
+        ),
+    )
+
+
+def manifest_limits(mib: int) -> ManifestLimits:
+    """The operator's manifest limits for manifests of at most ``mib`` MiB: JSON values
+    and references scale with the default's ratios (8 MiB: 1,000,000 values, 100,000
+    references)."""
+    base = OPERATOR_LIMITS.max_bytes >> 20
+    return ManifestLimits(
+        max_bytes=mib << 20,
+        max_values=OPERATOR_LIMITS.max_values * mib // base,
+        max_buckets=OPERATOR_LIMITS.max_buckets,
+        max_references=OPERATOR_LIMITS.max_references * mib // base,
     )
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gic_operator.control_keys import ControlKeys
+from gic_runtime.checkpoint.manifest_limits import OPERATOR_LIMITS, ManifestLimits
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.storage.uri import StorageURI
 
@@ -183,8 +184,10 @@ class StorageAllowlist:
 @dataclass(frozen=True)
 class OperatorSettings:
     """How the operator runs: the period of its reconcile timers, its kopf peering
-    (``None``: standalone), which namespaces it watches, the storage allowlist, and
-    whether it warns GICJobs outside its namespaces (:mod:`gic_operator.jobs.unwatched`)."""
+    (``None``: standalone), which namespaces it watches, the storage allowlist,
+    whether it warns GICJobs outside its namespaces (:mod:`gic_operator.jobs.unwatched`),
+    and how much of a manifest a driver wrote it decodes (``manifest_limits``, far below
+    what a driver may write: :mod:`gic_runtime.checkpoint.manifest_limits`)."""
 
     reconcile_interval_s: float = 5.0
     peering: str | None = "gic-operator"
@@ -194,3 +197,4 @@ class OperatorSettings:
     warn_unwatched: bool = False
     #: Derives each job's control key (``GIC_OPERATOR_CONTROL_KEY``).
     control_keys: ControlKeys = field(default_factory=ControlKeys.process_default)
+    manifest_limits: ManifestLimits = OPERATOR_LIMITS

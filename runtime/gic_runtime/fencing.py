@@ -61,6 +61,7 @@ from gic_runtime.checkpoint.claims import (
     EpochStart,
     epoch_file_names,
 )
+from gic_runtime.checkpoint.manifest_limits import DRIVER_LIMITS, ManifestLimits
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.control.envelope import (
     decode_record,
@@ -179,6 +180,7 @@ def claim_epoch(
     epoch: int | None = None,
     claimed_by: str,
     clock: Clock | None = None,
+    limits: ManifestLimits = DRIVER_LIMITS,
 ) -> int:
     """Claim a fencing epoch for a new launch of ``job_id``; return it.
 
@@ -186,7 +188,8 @@ def claim_epoch(
     another launch takes it first). A given ``epoch`` (``>= 1``, e.g. assigned by the
     operator) must be higher than every existing marker. Either way the claim's start is
     recorded (see the module docstring) before it returns. Raises :class:`FencedError`
-    when a given epoch is not claimable, see the module docstring.
+    when a given epoch is not claimable, see the module docstring. The checkpoint
+    manifests step 2 reads are read within ``limits``.
     """
     validate_id("job id", job_id)
     if not claimed_by:
@@ -194,12 +197,12 @@ def claim_epoch(
     now = (clock or SystemClock()).wall()
     if epoch is not None:
         claimed = _claim_given(resolver, root, job_id, epoch=epoch, claimed_by=claimed_by, now=now)
-        _record_start(resolver, root, job_id, claimed, claimed_by=claimed_by, now=now)
+        _record_start(resolver, root, job_id, claimed, claim=(claimed_by, now), limits=limits)
         return claimed
     for _ in range(MAX_CLAIM_ATTEMPTS):
         candidate = highest_epoch(resolver, root, job_id) + 1
         if _create(resolver, root, job_id, EpochMarker(candidate, now, claimed_by)):
-            _record_start(resolver, root, job_id, candidate, claimed_by=claimed_by, now=now)
+            _record_start(resolver, root, job_id, candidate, claim=(claimed_by, now), limits=limits)
             return candidate
     raise FencedError(
         f"could not claim a fencing epoch for job {job_id!r}: {MAX_CLAIM_ATTEMPTS} attempts in "
@@ -242,14 +245,22 @@ def _create(resolver: StoreResolver, root: str, job_id: str, marker: EpochMarker
 
 
 def _record_start(
-    resolver: StoreResolver, root: str, job_id: str, epoch: int, *, claimed_by: str, now: float
+    resolver: StoreResolver,
+    root: str,
+    job_id: str,
+    epoch: int,
+    *,
+    claim: tuple[str, float],
+    limits: ManifestLimits,
 ) -> None:
-    """Steps 2-4 of the claim protocol for ``epoch``, whose marker exists."""
+    """Steps 2-4 of the claim protocol for ``epoch``, whose marker exists, claimed by
+    ``claim`` (who, when)."""
+    claimed_by, now = claim
     while True:
         claims = Claims(resolver, root, job_id)
         if epoch in claims.recorded:  # recorded by a later claimer, or a retried claim
             return
-        start = newest_counting_checkpoint(resolver, root, job_id, claims)
+        start = newest_counting_checkpoint(resolver, root, job_id, claims, limits=limits)
         lower = [e for e in claims.pending if e < epoch]
         by = f"{claimed_by} (claiming epoch {epoch})"
         if all(_create_start(resolver, root, job_id, EpochStart(e, start, by, now)) for e in lower):

@@ -32,6 +32,7 @@ COMMON_ARGS = [
     "--health-port=8081",
     "--bind-address=$(POD_IP)",
     "--reconcile-interval=5",
+    "--max-manifest-mib=8",
     "--log-level=info",
 ]
 
@@ -154,6 +155,7 @@ def test_deployment_passes_the_operator_options() -> None:
         'printf "--metrics-port=%v" .Values.metrics.port',
         'printf "--health-port=%v" .Values.health.port',
         'printf "--reconcile-interval=%v" .Values.reconcileIntervalSeconds',
+        'printf "--max-manifest-mib=%v" .Values.maxManifestMiB',
         'printf "--log-level=%s" .Values.logLevel',
         "path: /healthz",
         "path: /readyz",

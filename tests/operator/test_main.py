@@ -11,6 +11,7 @@ import pytest
 
 from gic_operator import main as cli
 from gic_operator.operator_settings import OperatorSettings
+from gic_runtime.checkpoint.manifest_limits import OPERATOR_LIMITS
 
 
 def error_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -158,3 +159,15 @@ def test_a_taken_port_exits_with_advice_that_works() -> None:
     assert f"127.133.0.1:{port}" in result.stderr
     assert "give --metrics-port and --health-port free ports (0: any)" in result.stderr
     assert "--bind-address (the Helm chart passes $(POD_IP))" in result.stderr
+
+
+def test_the_manifest_limit_scales_what_the_operator_decodes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    default = cli.settings_from_args(cli.parse_args(["-A"])).manifest_limits
+    assert default == OPERATOR_LIMITS
+    limits = cli.settings_from_args(cli.parse_args(["-A", "--max-manifest-mib", "16"]))
+    assert limits.manifest_limits.max_bytes == 16 << 20
+    assert limits.manifest_limits.max_values == 2 * OPERATOR_LIMITS.max_values
+    assert limits.manifest_limits.max_references == 2 * OPERATOR_LIMITS.max_references
+    assert "--max-manifest-mib 0 must be 1-64" in error_of(capsys, "-A", "--max-manifest-mib", "0")

@@ -9,6 +9,7 @@ the file and the limit.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from gic_operator.models import GICJobSpec
 from gic_operator.savepoints.savepoint_controller import SavepointController
 from gic_operator.storage import job_storage
 from gic_operator.storage.job_storage import JobStorage
-from gic_runtime.checkpoint import catalog
+from gic_runtime.checkpoint.manifest_limits import OPERATOR_LIMITS
 from gic_runtime.storage import StoreResolver
 from gic_runtime.storage.local import LocalObjectStore
 
 BIG = 3 << 20  # larger than any limit below
+#: The operator's manifest limits, with 1 MiB per manifest.
+LIMITS = dataclasses.replace(OPERATOR_LIMITS, max_bytes=1 << 20)
 
 
 class SpyStore(LocalObjectStore):
@@ -55,7 +58,7 @@ def world(tmp_path: Path) -> Iterator[tuple[World, SpyStore]]:
     resolver.register(spy)
 
     def storage_for(spec: GICJobSpec, job_id: str) -> JobStorage:
-        return JobStorage(resolver, spec.checkpointing.storage, job_id)
+        return JobStorage(resolver, spec.checkpointing.storage, job_id, limits=LIMITS)
 
     w.jobs = JobController(w.kube, storage_for, clock=w.clock)
     w.savepoints = SavepointController(w.kube, storage_for, clock=w.clock)
@@ -106,10 +109,9 @@ def test_an_oversized_outcome_fails_the_savepoint(world: tuple[World, SpyStore])
 
 
 def test_an_oversized_manifest_stops_a_recovery_before_any_deletion(
-    world: tuple[World, SpyStore], monkeypatch: pytest.MonkeyPatch
+    world: tuple[World, SpyStore],
 ) -> None:
     w, spy = world
-    monkeypatch.setattr(catalog, "MANIFEST_MAX_BYTES", 1 << 20, raising=False)
     w.apply_job()
     pod = w.run_driver()
     write(w.root, f"jobs/{NS}.wc/checkpoints/chk-000000000001.manifest", BIG)

@@ -8,9 +8,9 @@ restarts; :meth:`JobActions.advance` moves it one step per reconcile, with one h
 per kind. The actions use the single steps (:class:`~gic_operator.jobs.job_steps.JobSteps`:
 clearing old drivers, the launch) and act on the same
 :class:`~gic_operator.jobs.job_steps.JobContext`. Each step is idempotent: control
-requests have deterministic ids and are create-once, a recovery claims one epoch however
-often its later steps are retried, and a savepoint outcome is trusted only for the
-directory the request named.
+requests have deterministic ids and are create-once, a recovery records its epoch before
+claiming it and claims no other however often the claim or its later steps are
+retried, and a savepoint outcome is trusted only for the directory the request named.
 
 Thread-safety: used by one reconcile at a time (the job's lock).
 """
@@ -109,10 +109,12 @@ class JobActions:
             self.ctx.waiting_for_launch = True
             return
         epoch = pending.epoch or 0
-        if not epoch or self.ctx.storage.highest_epoch() != epoch:
-            # One epoch per recovery: recorded before the sweep, so a sweep or a launch
-            # that fails and is retried by later passes claims no further epochs.
-            epoch = self.ctx.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}")
+        highest = self.ctx.storage.highest_epoch()
+        if not epoch or highest > epoch:
+            # One epoch per recovery, chosen and recorded in status.pending before the
+            # claim: a claim, sweep or launch that fails (whatever a driver wrote) is
+            # retried by later passes with the same epoch, and claims no further one.
+            epoch = highest + 1
             pending = pending.model_copy(update={"epoch": epoch})
             p.update(
                 pending=pending,
@@ -120,6 +122,8 @@ class JobActions:
                 last_restart_time=rfc3339(p.now),
                 next_restart_time=None,
             )
+        # Idempotent: completes the claim a failed pass left (its marker is ours).
+        self.ctx.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}", epoch)
         sweep = p.status.last_sweep
         if sweep is None or sweep.epoch != epoch:
             restored = p.status.restored_from

@@ -11,8 +11,8 @@ Each side effect is idempotent so a repeated step (after an operator restart) is
 * control requests have deterministic ids (``naming.request_id``) and are create-once;
 * driver pods are named after their epoch and created if absent;
 * before a launch every other driver pod of the job is deleted and must be *gone*;
-* a recovery claims one epoch (recorded in ``status.pending.epoch``) however often its
-  later steps fail and are retried.
+* a recovery claims one epoch, recorded in ``status.pending.epoch`` before the claim,
+  however often the claim or its later steps fail and are retried.
 
 A driver that fails may have reported why in its status record
 (:func:`gic_operator.jobs.job_policy.reported_failure`): the reason and message are shown in

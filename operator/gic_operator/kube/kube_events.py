@@ -14,8 +14,9 @@ resource's error (reason, message) differs from the last one posted for it, or w
 between.
 
 Invariants: messages longer than :data:`EVENT_MESSAGE_MAX` characters are cut (ending
-in ``...``); the cache and the gate hold at most their ``size`` entries (least recently
-used dropped).
+in ``...``), and :func:`bounded_text` cuts every text the operator writes into a status
+to :data:`STATUS_TEXT_MAX`; the cache and the gate hold at most their ``size`` entries
+(least recently used dropped).
 
 Thread-safety: the functions are pure; an :class:`EventCache` and an
 :class:`ErrorEventGate` may be shared between threads (guarded by a lock).
@@ -35,6 +36,9 @@ from gic_operator.kube.bodies import Body
 
 #: Longest Event message posted (longer ones are cut).
 EVENT_MESSAGE_MAX = 1024
+#: Longest text written into a status field (``status.message``, a condition's message,
+#: a Savepoint's ``error``); longer ones are cut.
+STATUS_TEXT_MAX = 4096
 #: Repeats within this many seconds raise the count of the Event already posted.
 EVENT_AGGREGATE_S = 600.0
 #: An unchanged error of a resource is posted again at most this often (seconds).
@@ -54,11 +58,19 @@ class RecentEvent:
     at: float
 
 
+def bounded_text(text: str, limit: int = STATUS_TEXT_MAX) -> str:
+    """``text`` cut to at most ``limit`` characters (ending in ``...`` when cut): every
+    text the operator writes into a status or an Event goes through here, so whatever a
+    driver, a file or an error quotes, no status patch grows past what the API server
+    accepts."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."
+
+
 def event_message(message: str) -> str:
     """``message`` cut to :data:`EVENT_MESSAGE_MAX` characters."""
-    if len(message) <= EVENT_MESSAGE_MAX:
-        return message
-    return message[: EVENT_MESSAGE_MAX - 3] + "..."
+    return bounded_text(message, EVENT_MESSAGE_MAX)
 
 
 def _namespace_and_name(obj: Mapping[str, Any]) -> tuple[str, str]:

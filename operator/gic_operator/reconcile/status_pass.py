@@ -14,7 +14,10 @@ reconcile triggered by its own status patch ends quietly; fields the pass did no
 are never sent, so what the operator cannot read (another version's fields, a value it
 dropped as invalid) stays as it is until a step replaces it.
 
-Invariants: events are posted only after the status patch succeeded, so an event never
+Invariants: every text a pass writes (a status text field, a condition's message, an
+Event's message) is bounded (:func:`~gic_operator.kube.kube_events.bounded_text`), so
+no quoted error or driver report makes a status patch too large for the API server;
+events are posted only after the status patch succeeded, so an event never
 announces a transition the status does not show; a status derived from a read never
 overwrites a newer one: when the object changed since the read (HTTP 409 ``Conflict``),
 nothing is written and no event is posted, and the next pass (the change itself triggers
@@ -38,6 +41,7 @@ from pydantic import BaseModel
 from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import set_condition
 from gic_operator.kube.kube_api import KubeApi
+from gic_operator.kube.kube_events import EVENT_MESSAGE_MAX, bounded_text
 from gic_operator.models import Condition, GICJobStatus, ResourceStatus, SavepointStatus
 from gic_operator.models.base import plain_json, read_tolerantly
 from gic_operator.operator_errors import ConflictError
@@ -45,6 +49,9 @@ from gic_operator.operator_errors import ConflictError
 log = logging.getLogger(__name__)
 
 S = TypeVar("S", bound=ResourceStatus)
+
+#: Status fields holding free text (what happened, an error): bounded when set.
+TEXT_FIELDS = frozenset({"message", "error", "disposal_error"})
 
 
 class KeyedLocks:
@@ -151,7 +158,13 @@ class Pass(Generic[S]):
 
     def update(self, **values: Any) -> None:
         """Set status fields (Python names, e.g. ``driver_pod``); ``None`` removes one.
-        The values are validated by the status model (a wrong name or type raises)."""
+        The values are validated by the status model (a wrong name or type raises); a
+        text field (:data:`TEXT_FIELDS`) is cut to
+        :data:`~gic_operator.kube.kube_events.STATUS_TEXT_MAX` characters."""
+        values = {
+            name: bounded_text(value) if name in TEXT_FIELDS and isinstance(value, str) else value
+            for name, value in values.items()
+        }
         fields = self.status_model.model_fields
         unknown = sorted(set(values) - set(fields))
         if unknown:
@@ -166,15 +179,16 @@ class Pass(Generic[S]):
             type_,
             status,
             reason,
-            message,
+            bounded_text(message),
             now=self.now,
             generation=self.generation,
         )
         self.update(conditions=[Condition.model_validate(c) for c in conditions])
 
     def event(self, type_: str, reason: str, message: str) -> None:
-        """Queue a Kubernetes Event (``Normal`` or ``Warning``) for after the patch."""
-        self._events.append((type_, reason, message))
+        """Queue a Kubernetes Event (``Normal`` or ``Warning``) for after the patch; its
+        message is cut to :data:`~gic_operator.kube.kube_events.EVENT_MESSAGE_MAX`."""
+        self._events.append((type_, reason, bounded_text(message, EVENT_MESSAGE_MAX)))
 
     def changed(self) -> dict[str, Any]:
         """The merge patch from the stored status to the working one."""

@@ -12,6 +12,16 @@ code: it is input, not truth. So:
   records go through :func:`~gic_operator.storage.bounded_reads.read_bounded`, manifests (the
   job's and a restore source's) through the runtime's readers, which bound them the
   same way; a larger object is refused instead of loaded;
+* so is what a manifest decodes into: every manifest the operator reads (retained
+  ones, superseded ones, a restore source's, those a claim lists) is decoded within the
+  operator's :class:`~gic_runtime.checkpoint.manifest_limits.ManifestLimits`
+  (:data:`~gic_runtime.checkpoint.manifest_limits.OPERATOR_LIMITS` unless its settings
+  say otherwise), far below what a driver may write, and the retained manifests are
+  read one at a time, keeping only what the pass needs (whether one still references a
+  restore source; the objects they reference inside the job's directory, bounded):
+  the operator's memory does not grow with what a tenant's driver wrote;
+* a status record that cannot be read (too large, too deep, not JSON, wrong types, not
+  a file) reads as no record: the pass goes on as for a driver that reported nothing;
 * every listing of a prefix a driver writes is bounded the same way: the job's
   checkpoints and epochs and the orphan sweep through the runtime's bounded listings
   (:func:`gic_runtime.storage.listing.list_bounded`), a savepoint's directory here with
@@ -47,7 +57,6 @@ thread-safe; the rest is immutable). The module's caches are guarded by a lock.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -62,24 +71,28 @@ from gic_operator.storage.release_checks import (
     MAX_RELEASE_OBJECTS,
     ReleaseChecks,
     has_manifest,
-    manifests_for_release,
+    iter_release_manifests,
     release_limit,
 )
-from gic_runtime.checkpoint.catalog import list_checkpoints, load_retained, read_manifest
-from gic_runtime.checkpoint.manifest import RestoreMode, StoredManifest
-from gic_runtime.checkpoint.manifest_codec import manifest_base_dir
+from gic_operator.storage.restore_release import same_source, source_released
+from gic_runtime.checkpoint.catalog import list_checkpoints
+from gic_runtime.checkpoint.manifest import Manifest
+from gic_runtime.checkpoint.manifest_limits import OPERATOR_LIMITS, ManifestLimits
 from gic_runtime.checkpoint.ownership import OwnershipPolicy
+from gic_runtime.checkpoint.retained_refs import collect_retained_refs
 from gic_runtime.checkpoint.sweep import MAX_SWEPT_OBJECTS, SweepResult, policy_for, sweep_orphans
 from gic_runtime.errors import (
     ConfigurationError,
     CorruptFileError,
     FormatError,
     GICError,
-    ObjectNotFoundError,
     RestoreError,
+    StorageError,
+    StoragePermissionError,
+    TransientStorageError,
 )
 from gic_runtime.fencing import claim_epoch, highest_epoch
-from gic_runtime.layout import restore_source_location, validate_id
+from gic_runtime.layout import job_dir, validate_id
 from gic_runtime.status import JobStatus, decode_status, status_uri
 from gic_runtime.storage.listing import count_bounded, list_bounded
 from gic_runtime.storage.object_store import MAX_DELETE_BATCH, ObjectInfo, ObjectStore
@@ -139,45 +152,45 @@ def resolver_for(endpoint_url: str | None) -> StoreResolver:
         return resolver
 
 
-def same_source(named: str, recorded: str) -> bool:
-    """Whether restore source ``named`` (read from a manifest a driver wrote) is the
-    location ``recorded`` (what the operator itself passed to the driver), both
-    normalized as the runtime opens them
-    (:func:`~gic_runtime.layout.restore_source_location`); never true for a URI that
-    does not parse."""
-    try:
-        return restore_source_location(normalize_uri(named)) == restore_source_location(
-            normalize_uri(recorded)
-        )
-    except GICError:
-        return False
-
-
-def _inside(uri: str, directory: str) -> bool:
-    return uri == directory or uri.startswith(directory.rstrip("/") + "/")
-
-
 class JobStorage(ControlRequests):
     """The storage of job ``job_id`` under root URI ``root`` (see the module docstring);
-    its control requests and outcomes come with :class:`ControlRequests`. Thread-safe."""
+    its control requests and outcomes come with :class:`ControlRequests`; manifests are
+    decoded within ``limits``. Thread-safe."""
 
-    def __init__(self, resolver: StoreResolver, root: str, job_id: str) -> None:
+    def __init__(
+        self,
+        resolver: StoreResolver,
+        root: str,
+        job_id: str,
+        *,
+        limits: ManifestLimits = OPERATOR_LIMITS,
+    ) -> None:
         self.resolver = resolver
         self.root = normalize_uri(root)
         self.job_id = validate_id("job id", job_id)
+        self.limits = limits
 
     @classmethod
-    def open(cls, storage: str, job_id: str, *, endpoint_url: str | None = None) -> JobStorage:
+    def open(
+        cls,
+        storage: str,
+        job_id: str,
+        *,
+        endpoint_url: str | None = None,
+        limits: ManifestLimits = OPERATOR_LIMITS,
+    ) -> JobStorage:
         """The storage of ``job_id`` under ``storage``, through the process's resolver
         for ``endpoint_url``."""
-        return cls(resolver_for(endpoint_url), storage, job_id)
+        return cls(resolver_for(endpoint_url), storage, job_id, limits=limits)
 
     # --- what the driver reports -----------------------------------------------------
 
     def runtime_status(self) -> JobStatus | None:
         """The driver's status record; ``None`` when there is none or it cannot be
-        read (logged as a warning when that changes: it is a report, not a source of
-        truth)."""
+        read -- too large, too deep, not JSON, wrong types, not a file -- (logged as a
+        warning when that changes: it is a report, not a source of truth, and a pass
+        must go on without it, e.g. to recover a driver that died). Only the operator's
+        own access failing (a transient error, permission denied) raises."""
         uri = status_uri(self.root, self.job_id)
         try:
             data = read_bounded(self.resolver, uri, MAX_STATUS_BYTES, "status record")
@@ -188,7 +201,9 @@ class JobStorage(ControlRequests):
                 raise CorruptFileError(
                     f"it holds the status of job {status.job_id!r}, not {self.job_id!r}", uri=uri
                 )
-        except FormatError as exc:
+        except (TransientStorageError, StoragePermissionError):
+            raise
+        except (FormatError, StorageError) as exc:
             self._warn_once(f"status record of job {self.job_id} is unreadable: {exc}")
             return None
         return status
@@ -225,7 +240,9 @@ class JobStorage(ControlRequests):
         a judgment is made once per value (the caller derives it from the launch's epoch
         and the driver's last report) and reused while it stays the same, so a steady
         pass lists nothing; a judgment lists only ``checkpoints/chk-``, bounded by what a
-        job keeping ``retained`` checkpoints holds there (``release_limit``)."""
+        job keeping ``retained`` checkpoints holds there (``release_limit``), and reads
+        the manifests newest first, one at a time within the operator's limits, stopping
+        at the first that still references the source."""
         source = normalize_uri(source)
         limit = release_limit(retained)
         key = (self.root, self.job_id, source, limit, progress)
@@ -233,28 +250,17 @@ class JobStorage(ControlRequests):
         if known is not None:
             return known
         try:
-            manifests = manifests_for_release(self.resolver, self.root, self.job_id, limit)
-            released = bool(manifests) and self._released(source, manifests)
+            manifests = iter_release_manifests(
+                self.resolver, self.root, self.job_id, limit, limits=self.limits
+            )
+            released = source_released(
+                self.resolver, self.root, self.job_id, source, manifests, limits=self.limits
+            )
         except GICError as exc:
             self._warn_once(f"cannot tell whether job {self.job_id} released {source}: {exc}")
             released = False
         _release_checks.remember(key, released)
         return released
-
-    def _released(self, source: str, retained: tuple[StoredManifest, ...]) -> bool:
-        lineage = retained[-1].manifest.restored_from
-        if lineage is None:
-            base = manifest_base_dir(source) if source.endswith(".manifest") else source
-            return not any(_inside(u, base) for s in retained for u in s.manifest.uris())
-        if lineage.mode is RestoreMode.CLAIM or not same_source(lineage.source_uri, source):
-            return False  # a claimed source is the job's own: never released
-        uris: frozenset[str] = frozenset()
-        if lineage.source_checkpoint_id >= 0:
-            # Deleted by its owner: what lies under its directory still counts.
-            with contextlib.suppress(ObjectNotFoundError):
-                uris = read_manifest(self.resolver, lineage.source_uri).uris()
-        policy = OwnershipPolicy.for_job(self.root, self.job_id, restore=lineage, source=uris)
-        return all(not policy.source_references(s.manifest) for s in retained)
 
     # --- fencing and orphans ---------------------------------------------------------
 
@@ -262,10 +268,19 @@ class JobStorage(ControlRequests):
         """The highest fencing epoch claimed for the job (0: none yet)."""
         return highest_epoch(self.resolver, self.root, self.job_id)
 
-    def claim_epoch(self, claimed_by: str) -> int:
-        """Claim the next fencing epoch for a launch named ``claimed_by``; return it.
-        Every driver with a lower epoch stops before its next manifest."""
-        return claim_epoch(self.resolver, self.root, self.job_id, claimed_by=claimed_by)
+    def claim_epoch(self, claimed_by: str, epoch: int | None = None) -> int:
+        """Claim fencing epoch ``epoch`` (default: the next one) for a launch named
+        ``claimed_by``; return it. Every driver with a lower epoch stops before its next
+        manifest. Claiming an epoch whose marker ``claimed_by`` already holds completes
+        that claim (a retry after a failure)."""
+        return claim_epoch(
+            self.resolver,
+            self.root,
+            self.job_id,
+            epoch=epoch,
+            claimed_by=claimed_by,
+            limits=self.limits,
+        )
 
     def sweep_orphans(self, recorded_source: str | None) -> SweepResult:
         """Delete what no retained checkpoint references (inside ``jobs/<job_id>/``).
@@ -280,27 +295,34 @@ class JobStorage(ControlRequests):
         Precondition (the caller's duty): no driver of the job can still write -- the
         old driver is gone and a new epoch was claimed. An unreadable manifest, or an
         unreadable restore source while the lineage still references it, raises before
-        anything is deleted.
+        anything is deleted; so do retained manifests referencing more objects in the
+        job's directory than ``limits.max_references`` (read one at a time).
         """
-        retained = load_retained(self.resolver, self.root, self.job_id)
+        refs = collect_retained_refs(
+            self.resolver,
+            self.root,
+            self.job_id,
+            within=job_dir(self.root, self.job_id),
+            limits=self.limits,
+        )
         return sweep_orphans(
             self.resolver,
             self.root,
             self.job_id,
-            retained,
-            policy=self._policy(retained, recorded_source),
+            refs=refs,
+            policy=self._policy(refs.newest, recorded_source),
+            limits=self.limits,
         )
 
-    def _policy(
-        self, retained: tuple[StoredManifest, ...], recorded_source: str | None
-    ) -> OwnershipPolicy:
-        """The job's ownership policy as its driver builds it (the restore source's files
-        are protected or claimed while the lineage is not released); refuses when the
-        source is unreadable, since which files belong to it is then unknown, and when
-        it is not the source the operator recorded (then it is not read at all)."""
-        if not retained:
+    def _policy(self, newest: Manifest | None, recorded_source: str | None) -> OwnershipPolicy:
+        """The job's ownership policy as its driver builds it from its newest retained
+        manifest (the restore source's files are protected or claimed while the lineage
+        is not released); refuses when the source is unreadable, since which files
+        belong to it is then unknown, and when it is not the source the operator
+        recorded (then it is not read at all)."""
+        if newest is None:
             return OwnershipPolicy.for_job(self.root, self.job_id)
-        lineage = retained[-1].manifest.restored_from
+        lineage = newest.restored_from
         reads_source = (
             lineage is not None and not lineage.released and lineage.source_checkpoint_id >= 0
         )
@@ -310,16 +332,16 @@ class JobStorage(ControlRequests):
             and not (recorded_source and same_source(lineage.source_uri, recorded_source))
         ):
             raise UntrustedInputError(
-                f"cannot sweep job {self.job_id}: its newest checkpoint "
-                f"{retained[-1].uri} names restore source {lineage.source_uri}, which is "
-                f"not the one the operator restored the job from "
-                f"({recorded_source or 'none'}); the operator neither reads it nor "
-                "deletes anything. The job's driver wrote that manifest: inspect its "
-                "checkpoints (gic checkpoints) and restore the job from a source you trust"
+                f"cannot sweep job {self.job_id}: its newest checkpoint names restore "
+                f"source {lineage.source_uri}, which is not the one the operator restored "
+                f"the job from ({recorded_source or 'none'}); the operator neither reads "
+                "it nor deletes anything. The job's driver wrote that manifest: inspect "
+                "its checkpoints (gic checkpoints) and restore the job from a source you "
+                "trust"
             )
-        policy, warning = policy_for(self.resolver, self.root, retained[-1].manifest)
+        policy, warning = policy_for(self.resolver, self.root, newest, limits=self.limits)
         if warning is not None:
-            lineage = retained[-1].manifest.restored_from
+            lineage = newest.restored_from
             source = lineage.source_uri if lineage is not None else "?"
             raise RestoreError(
                 f"cannot sweep job {self.job_id}: its restore source {source} is "
@@ -391,11 +413,13 @@ class JobStorage(ControlRequests):
         return normalize_uri(text)
 
 
-def open_job_storage(spec: GICJobSpec, job_id: str) -> JobStorage:
-    """The storage of a GICJob with ``spec`` and job id ``job_id``. The caller has
-    checked ``spec`` against the storage allowlist."""
+def open_job_storage(
+    spec: GICJobSpec, job_id: str, *, limits: ManifestLimits = OPERATOR_LIMITS
+) -> JobStorage:
+    """The storage of a GICJob with ``spec`` and job id ``job_id``, its manifests read
+    within ``limits``. The caller has checked ``spec`` against the storage allowlist."""
     cp = spec.checkpointing
-    return JobStorage.open(cp.storage, job_id, endpoint_url=cp.s3_endpoint_url)
+    return JobStorage.open(cp.storage, job_id, endpoint_url=cp.s3_endpoint_url, limits=limits)
 
 
 #: Opens a job's storage: (spec, job id) -> :class:`JobStorage` (:func:`open_job_storage`,

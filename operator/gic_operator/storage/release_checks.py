@@ -6,7 +6,7 @@ needs the job's checkpoint manifests. Listing the job's ``checkpoints/`` directo
 every pass would make each pass cost as much as whatever the tenant's driver stored
 there (99,000 stray files: 99 LIST requests per pass on S3). So:
 
-* **a narrow, derived prefix**: :func:`manifests_for_release` lists only
+* **a narrow, derived prefix**: :func:`iter_release_manifests` lists only
   ``jobs/<job>/checkpoints/chk-`` (the manifests' own name prefix,
   :func:`gic_runtime.layout.manifest_uri`), never the job's directory, never
   ``epochs/``; files of any other name cost nothing on S3 (the local store reads the
@@ -44,7 +44,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Final
 
 from gic_runtime.checkpoint.catalog import (
@@ -54,6 +54,7 @@ from gic_runtime.checkpoint.catalog import (
     resolve_prefix,
 )
 from gic_runtime.checkpoint.manifest import StoredManifest
+from gic_runtime.checkpoint.manifest_limits import ManifestLimits
 from gic_runtime.errors import ObjectNotFoundError
 from gic_runtime.layout import checkpoints_dir, parse_checkpoint_id
 from gic_runtime.storage.listing import list_bounded
@@ -66,8 +67,8 @@ __all__ = [
     "RECHECK_SECONDS",
     "ReleaseChecks",
     "has_manifest",
+    "iter_release_manifests",
     "list_release_manifests",
-    "manifests_for_release",
     "release_limit",
 ]
 
@@ -131,19 +132,18 @@ def has_manifest(resolver: StoreResolver, root: str, job_id: str) -> bool:
             close()
 
 
-def manifests_for_release(
-    resolver: StoreResolver, root: str, job_id: str, limit: int
-) -> tuple[StoredManifest, ...]:
-    """Every checkpoint manifest of the job, read, oldest first (superseded ones
-    included, see the module docstring), from a listing bounded by ``limit`` objects. An
-    unreadable one raises; one deleted between the listing and its read is passed over."""
-    stored: list[StoredManifest] = []
-    for ref in list_release_manifests(resolver, root, job_id, limit):
+def iter_release_manifests(
+    resolver: StoreResolver, root: str, job_id: str, limit: int, *, limits: ManifestLimits
+) -> Iterator[StoredManifest]:
+    """Every checkpoint manifest of the job (superseded ones included, see the module
+    docstring), newest first, each read only when reached and within ``limits``, from a
+    listing bounded by ``limit`` objects. An unreadable one raises; one deleted between
+    the listing and its read is passed over."""
+    for ref in reversed(list_release_manifests(resolver, root, job_id, limit)):
         try:
-            stored.append(read_checkpoint(resolver, ref.uri))
+            yield read_checkpoint(resolver, ref.uri, limits=limits)
         except ObjectNotFoundError:
             continue
-    return tuple(stored)
 
 
 class ReleaseChecks:

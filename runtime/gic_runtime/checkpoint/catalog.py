@@ -24,10 +24,17 @@ alternate name ``chk-<id>.e<epoch>.manifest`` when a superseded manifest holds t
 one, so no manifest name is ever written twice and no deletion by name can remove a
 newer manifest. :func:`list_checkpoints` lists names only and shows both.
 
-Manifests are read with at most :data:`MANIFEST_MAX_BYTES` bytes
-(:func:`~gic_runtime.storage.object_store.read_bounded`): a larger file is refused with
-:class:`~gic_runtime.errors.ObjectTooLargeError` (a :class:`CorruptFileError`) before
-it is downloaded. The ``checkpoints/`` directory is listed with a bound too
+Manifests are read within a reader's limits
+(:class:`~gic_runtime.checkpoint.manifest_limits.ManifestLimits`, by default
+:data:`~gic_runtime.checkpoint.manifest_limits.DRIVER_LIMITS`; the operator passes its
+own, far smaller): at most ``max_bytes`` bytes
+(:func:`~gic_runtime.storage.object_store.read_bounded`: a larger file is refused with
+:class:`~gic_runtime.errors.ObjectTooLargeError`, a :class:`CorruptFileError`, before
+it is downloaded), decoded within the limits' counts. :func:`iter_retained` yields the
+retained manifests one at a time, so a reader that needs only something of each (the
+objects they reference, whether one names a source) never holds them all.
+
+The ``checkpoints/`` directory is listed with a bound too
 (:func:`~gic_runtime.storage.listing.list_bounded`): more than
 :data:`MAX_CHECKPOINT_OBJECTS` objects there raise
 :class:`~gic_runtime.errors.TooManyObjectsError` after at most that many were looked
@@ -38,7 +45,7 @@ reconciles, ``gic gc``) stays bounded whatever a driver wrote there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -46,7 +53,13 @@ from gic_runtime import crashpoints
 from gic_runtime.checkpoint.claims import NO_CHECKPOINT, Claims
 from gic_runtime.checkpoint.manifest import FORMAT_VERSION, Manifest, StoredManifest
 from gic_runtime.checkpoint.manifest_codec import decode_manifest, encode_manifest
+from gic_runtime.checkpoint.manifest_limits import (
+    DRIVER_LIMITS,
+    ManifestLimits,
+    json_value_bound,
+)
 from gic_runtime.errors import (
+    ConfigurationError,
     CorruptFileError,
     FormatError,
     ManifestExistsError,
@@ -62,8 +75,8 @@ from gic_runtime.storage.writes import create_once
 
 _log = logging.getLogger(__name__)
 
-MANIFEST_MAX_BYTES: Final = 64 * 1024 * 1024
-"""Largest manifest a reader accepts. Real ones are far smaller: 44 KiB in the 400-batch
+MANIFEST_MAX_BYTES: Final = DRIVER_LIMITS.max_bytes
+"""Largest manifest the runtime accepts. Real ones are far smaller: 44 KiB in the 400-batch
 soak benchmark, 638 KB for 128 buckets x 200 handles in format v2 (3.9 MB in v1)."""
 
 MAX_CHECKPOINT_OBJECTS: Final = 100_000
@@ -111,8 +124,20 @@ def write_manifest(resolver: StoreResolver, uri: str, manifest: Manifest) -> Sto
     Raises :class:`ManifestExistsError` when a different manifest is already there:
     that checkpoint was completed by another attempt (or this one is fenced). Finding
     exactly these bytes there is success: a retried request whose first attempt landed.
+    Raises :class:`ConfigurationError` before writing a manifest that the runtime's own
+    readers would refuse (beyond :data:`DRIVER_LIMITS`), so no job writes a checkpoint
+    it cannot restore.
     """
     data = encode_manifest(manifest, uri)
+    values = json_value_bound(data)
+    if len(data) > DRIVER_LIMITS.max_bytes or values > DRIVER_LIMITS.max_values:
+        raise ConfigurationError(
+            f"manifest of checkpoint {manifest.checkpoint_id} of job {manifest.job_id!r} "
+            f"would be {len(data)} bytes with up to {values} JSON values, more than the "
+            f"{DRIVER_LIMITS.max_bytes} bytes and {DRIVER_LIMITS.max_values} values a "
+            "reader accepts; use fewer buckets or materialize snapshots more often (fewer "
+            "changelog sections per bucket)"
+        )
     store, key = resolver.resolve(uri)
     crashpoints.hit("manifest_put", manifest.checkpoint_id)
     try:
@@ -128,18 +153,20 @@ def write_manifest(resolver: StoreResolver, uri: str, manifest: Manifest) -> Sto
     return StoredManifest(uri, manifest)
 
 
-def read_manifest(resolver: StoreResolver, uri: str) -> Manifest:
-    """Read and verify the manifest at ``uri``.
+def read_manifest(
+    resolver: StoreResolver, uri: str, *, limits: ManifestLimits = DRIVER_LIMITS
+) -> Manifest:
+    """Read and verify the manifest at ``uri`` within ``limits``.
 
     Raises :class:`~gic_runtime.errors.ObjectNotFoundError` if absent, and
     :class:`CorruptFileError` / :class:`~gic_runtime.errors.UnsupportedVersionError`
     naming ``uri`` if it cannot be trusted (including a checkpoint id that disagrees
     with the file name, and :class:`~gic_runtime.errors.ObjectTooLargeError` for a file
-    over :data:`MANIFEST_MAX_BYTES`, which is not downloaded).
+    over ``limits.max_bytes``, which is not downloaded).
     """
     store, key = resolver.resolve(uri)
-    data = read_bounded(store, key, MANIFEST_MAX_BYTES, what="manifest")
-    manifest = decode_manifest(data, uri)
+    data = read_bounded(store, key, limits.max_bytes, what="manifest")
+    manifest = decode_manifest(data, uri, limits=limits)
     named = parse_checkpoint_id(uri)
     if named is not None and named != manifest.checkpoint_id:
         raise CorruptFileError(
@@ -157,10 +184,12 @@ def read_manifest(resolver: StoreResolver, uri: str) -> Manifest:
     return manifest
 
 
-def read_checkpoint(resolver: StoreResolver, uri: str) -> StoredManifest:
+def read_checkpoint(
+    resolver: StoreResolver, uri: str, *, limits: ManifestLimits = DRIVER_LIMITS
+) -> StoredManifest:
     """Read a manifest from a job's ``checkpoints/`` directory; it must be a checkpoint
     (savepoints never join the timeline, docs/architecture.md I5)."""
-    manifest = read_manifest(resolver, uri)
+    manifest = read_manifest(resolver, uri, limits=limits)
     if manifest.is_savepoint:
         raise CorruptFileError(
             "a savepoint manifest sits among the job's checkpoints; savepoints live under "
@@ -194,72 +223,79 @@ def list_checkpoints(resolver: StoreResolver, root: str, job_id: str) -> tuple[C
     return tuple(refs)
 
 
-def load_retained(resolver: StoreResolver, root: str, job_id: str) -> tuple[StoredManifest, ...]:
+def load_retained(
+    resolver: StoreResolver, root: str, job_id: str, *, limits: ManifestLimits = DRIVER_LIMITS
+) -> tuple[StoredManifest, ...]:
     """Read every checkpoint manifest of the job and return those that count, oldest
     first: superseded manifests (see the module docstring) are left out.
 
     Any unreadable manifest raises: callers (registry rebuild, orphan sweep) must know
     everything retained checkpoints reference before deleting anything. A manifest
     deleted between the listing and its read (subsumed, or swept as superseded) is
-    passed over: it is retained no more.
+    passed over: it is retained no more. Holds every retained manifest at once: a
+    reader that needs less uses :func:`iter_retained`.
     """
-    every: list[StoredManifest] = []
-    for ref in list_checkpoints(resolver, root, job_id):
-        try:
-            every.append(read_checkpoint(resolver, ref.uri))
-        except ObjectNotFoundError:
-            continue
-    counting, _ = split_superseded(resolver, root, job_id, every)
-    return counting
+    return tuple(iter_retained(resolver, root, job_id, limits=limits))
 
 
-def split_superseded(
+def iter_retained(
     resolver: StoreResolver,
     root: str,
     job_id: str,
-    manifests: Iterable[StoredManifest],
     *,
-    claims: Claims | None = None,
-) -> tuple[tuple[StoredManifest, ...], tuple[StoredManifest, ...]]:
-    """``(counting, superseded)`` of the job's checkpoint ``manifests``, each in the
-    given order. Lists the job's claims once (unless ``claims`` is given) and reads the
-    start record of the first recorded claim above each manifest's epoch."""
-    manifests = tuple(manifests)
-    if not manifests:
-        return (), ()
-    if claims is None:
-        claims = Claims(resolver, root, job_id)
-    counting: list[StoredManifest] = []
-    superseded: list[StoredManifest] = []
-    for stored in manifests:
+    newest_first: bool = False,
+    limits: ManifestLimits = DRIVER_LIMITS,
+) -> Iterator[StoredManifest]:
+    """The job's checkpoint manifests that count (as :func:`load_retained`), read one
+    at a time within ``limits`` and yielded oldest first (``newest_first``: newest
+    first): a consumer that keeps only what it needs of each holds one manifest at a
+    time. Any unreadable manifest raises when it is reached; the job's claims are
+    listed once, when the first manifest is read."""
+    refs = list_checkpoints(resolver, root, job_id)
+    claims: Claims | None = None
+    for ref in reversed(refs) if newest_first else refs:
+        try:
+            stored = read_checkpoint(resolver, ref.uri, limits=limits)
+        except ObjectNotFoundError:
+            continue
+        if claims is None:
+            claims = Claims(resolver, root, job_id)
         by = claims.superseded_by(stored.manifest.epoch, stored.checkpoint_id)
         if by is None:
-            counting.append(stored)
+            yield stored
         else:
-            _log.info(
-                "checkpoint %d of job %s (epoch %d) does not count: it was written after "
-                "epoch %d claimed the job (%s)",
-                stored.checkpoint_id,
-                job_id,
-                stored.manifest.epoch,
-                by,
-                stored.uri,
-            )
-            superseded.append(stored)
-    return tuple(counting), tuple(superseded)
+            _log_superseded(job_id, stored, by)
+
+
+def _log_superseded(job_id: str, stored: StoredManifest, by: int) -> None:
+    _log.info(
+        "checkpoint %d of job %s (epoch %d) does not count: it was written after "
+        "epoch %d claimed the job (%s)",
+        stored.checkpoint_id,
+        job_id,
+        stored.manifest.epoch,
+        by,
+        stored.uri,
+    )
 
 
 def newest_counting_checkpoint(
-    resolver: StoreResolver, root: str, job_id: str, claims: Claims
+    resolver: StoreResolver,
+    root: str,
+    job_id: str,
+    claims: Claims,
+    *,
+    limits: ManifestLimits = DRIVER_LIMITS,
 ) -> int:
     """Id of the newest checkpoint manifest that counts under ``claims``, or
     :data:`~gic_runtime.checkpoint.claims.NO_CHECKPOINT` (what a claim records as its
     start). Reads manifests newest first until one counts. An unreadable manifest
     counts (its epoch is unknown; counting it never makes a manifest that was present
-    superseded), and one that vanished while being read is passed over."""
+    superseded), and one that vanished while being read is passed over. Manifests are
+    read within ``limits``."""
     for ref in reversed(list_checkpoints(resolver, root, job_id)):
         try:
-            stored = read_checkpoint(resolver, ref.uri)
+            stored = read_checkpoint(resolver, ref.uri, limits=limits)
         except ObjectNotFoundError:
             continue
         except FormatError:

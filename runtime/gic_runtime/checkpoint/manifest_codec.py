@@ -36,15 +36,24 @@ whose relative name would be empty or contain ``..`` or ``://``. Relative names 
 contain ``..``: a reader rejects one that does (or is empty or absolute), so a manifest
 can only name objects inside its base directory or by full URI. Tokens are identifiers,
 not references, and are written verbatim.
+
+Bounded decoding (:mod:`gic_runtime.checkpoint.manifest_limits`): the reader's limits
+are applied before anything is allocated for them -- the body's JSON values are
+bounded on its raw bytes before it is parsed, the bucket entries against the limit and
+``num_buckets``, the ``objects`` table against the handles and snapshots that can
+reference it and ``tokens`` against the buckets (a writer lists only what it
+references) -- and an object name is resolved to a full URI only when a handle
+references it, once. Every failure (depth, size, count, type) is a
+:class:`~gic_runtime.errors.CorruptFileError` naming the file.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, overload
 
-from gic_runtime.checkpoint.bucket_table import decode_buckets, encode_buckets
+from gic_runtime.checkpoint.bucket_table import ROW, decode_buckets, encode_buckets
 from gic_runtime.checkpoint.manifest import (
     FORMAT_VERSION,
     SUPPORTED_VERSIONS,
@@ -53,6 +62,11 @@ from gic_runtime.checkpoint.manifest import (
     RestoreLineage,
     SavepointInfo,
     map_uris,
+)
+from gic_runtime.checkpoint.manifest_limits import (
+    DRIVER_LIMITS,
+    ManifestLimits,
+    check_value_bound,
 )
 from gic_runtime.errors import (
     ConfigurationError,
@@ -167,30 +181,93 @@ def encode_manifest(manifest: Manifest, manifest_uri: str) -> bytes:
     return encode_text_record(MAGIC, FORMAT_VERSION, text.encode("ascii"))
 
 
-def decode_manifest(data: bytes, manifest_uri: str) -> Manifest:
-    """Parse a stored manifest of version 1 or 2; handles come back as full URIs resolved
-    against ``manifest_uri``.
+def decode_manifest(
+    data: bytes, manifest_uri: str, *, limits: ManifestLimits = DRIVER_LIMITS
+) -> Manifest:
+    """Parse a stored manifest of version 1 or 2 within ``limits``; handles come back as
+    full URIs resolved against ``manifest_uri``.
 
     Raises :class:`CorruptFileError` (foreign file, damaged header, checksum mismatch,
-    invalid or missing fields, a malformed bucket table, a relative name with ``..``) or
+    invalid or missing fields, a malformed bucket table, a relative name with ``..``, a
+    bound of ``limits`` exceeded: see the module docstring) or
     :class:`UnsupportedVersionError`, naming the file.
     """
+    if len(data) > limits.max_bytes:
+        raise CorruptFileError(
+            f"manifest is {len(data)} bytes, more than the {limits.max_bytes} this reader decodes",
+            uri=manifest_uri,
+        )
     version, body = decode_text_record(
         data, MAGIC, SUPPORTED_VERSIONS, what="GIC manifest", uri=manifest_uri
     )
+    check_value_bound(body, limits, what="manifest", uri=manifest_uri)
     obj = load_json(body, what="manifest", uri=manifest_uri)
     if not isinstance(obj, dict):
         raise CorruptFileError("manifest body is not a JSON object", uri=manifest_uri)
     try:
+        _check_counts(obj, version, limits)
         return _from_body(obj, version, manifest_uri)
     except KeyError as exc:
         raise CorruptFileError(
-            f"manifest body is missing field {exc.args[0]!r}", uri=manifest_uri
+            f"manifest body is missing field {str(exc.args[0])[:40]!r}", uri=manifest_uri
         ) from exc
-    except (TypeError, ValueError, AttributeError, ConfigurationError) as exc:
+    except (TypeError, ValueError, AttributeError, ConfigurationError, RecursionError) as exc:
         raise CorruptFileError(
-            f"manifest body has an invalid field: {exc}", uri=manifest_uri
+            f"manifest body has an invalid field: {str(exc)[:300]}", uri=manifest_uri
         ) from exc
+
+
+def _check_counts(obj: Mapping[str, Any], version: int, limits: ManifestLimits) -> None:
+    """Raise ``ValueError`` when the body holds more bucket entries than ``limits``
+    admit, or (v2) more objects or tokens than its buckets can reference; checked
+    before any of them is decoded or resolved."""
+    entries = obj["buckets"]
+    if not isinstance(entries, list):
+        raise ValueError("buckets must be a JSON list")
+    if len(entries) > limits.max_buckets:
+        raise ValueError(
+            f"{len(entries)} bucket entries, more than the {limits.max_buckets} allowed"
+        )
+    if version == 1:
+        return
+    names, tokens = obj["objects"], obj["tokens"]
+    if not isinstance(names, list):
+        raise ValueError("objects must be a JSON list")
+    if isinstance(tokens, list) and len(tokens) > len(entries):
+        raise ValueError(f"{len(tokens)} tokens for {len(entries)} bucket entries")
+    rows = [e.get("changelog") if isinstance(e, dict) else None for e in entries]
+    if not all(isinstance(r, list) for r in rows):
+        return  # a malformed entry: the bucket table names it
+    handles = sum(len(r) // ROW + 1 for r in rows if isinstance(r, list))
+    if len(names) > handles:
+        raise ValueError(
+            f"the objects table has {len(names)} entries, more than the {handles} handles "
+            "and snapshots of its buckets can reference"
+        )
+
+
+class _Resolved(Sequence[str]):
+    """The ``objects`` table as full URIs, each name resolved when first looked up."""
+
+    def __init__(self, names: list[Any], resolve: Callable[[str], str]) -> None:
+        self._names = names
+        self._resolve = resolve
+        self._uris: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            raise TypeError("the objects table is looked up by index only")
+        uri = self._uris.get(index)
+        if uri is None:
+            uri = self._uris[index] = self._resolve(self._names[index])
+        return uri
 
 
 def _json_object(value: Any, name: str) -> dict[str, Any]:
@@ -210,7 +287,7 @@ def _from_body(obj: Mapping[str, Any], version: int, manifest_uri: str) -> Manif
         names = obj["objects"]
         if not isinstance(names, list):
             raise ValueError("objects must be a JSON list")
-        buckets = decode_buckets(obj["buckets"], [resolve(n) for n in names], obj["tokens"])
+        buckets = decode_buckets(obj["buckets"], _Resolved(names, resolve), obj["tokens"])
     savepoint = obj["savepoint"]
     restored = obj["restored_from"]
     query = obj.get("query")

@@ -51,7 +51,9 @@ from typing import Final
 from gic_runtime.checkpoint.catalog import load_retained, read_manifest, resolve_prefix
 from gic_runtime.checkpoint.claims import Claims
 from gic_runtime.checkpoint.manifest import Manifest, StoredManifest
+from gic_runtime.checkpoint.manifest_limits import DRIVER_LIMITS, ManifestLimits
 from gic_runtime.checkpoint.ownership import Owner, OwnershipPolicy, delete_keys
+from gic_runtime.checkpoint.retained_refs import RetainedRefs
 from gic_runtime.errors import FencedError, GICError, TooManyObjectsError
 from gic_runtime.layout import job_dir, parse_checkpoint_id
 from gic_runtime.storage.listing import count_bounded, list_bounded
@@ -107,17 +109,18 @@ def policy_for(
     manifest: Manifest,
     *,
     savepoint_dirs: Iterable[str] = (),
+    limits: ManifestLimits = DRIVER_LIMITS,
 ) -> tuple[OwnershipPolicy, str | None]:
     """The ownership policy of ``manifest``'s job under ``root``, as its driver builds it
     (the restore source's files count while the lineage is not released), and a warning
-    when the source manifest could not be read (its files then show as "other" unless
-    they lie under the source's directory)."""
+    when the source manifest could not be read within ``limits`` (its files then show
+    as "other" unless they lie under the source's directory)."""
     lineage = manifest.restored_from
     source: frozenset[str] = frozenset()
     warning = None
     if lineage is not None and not lineage.released and lineage.source_checkpoint_id >= 0:
         try:
-            source = read_manifest(resolver, lineage.source_uri).uris()
+            source = read_manifest(resolver, lineage.source_uri, limits=limits).uris()
         except GICError as exc:
             warning = f"restore source manifest unreadable: {exc}"
     policy = OwnershipPolicy.for_job(
@@ -144,6 +147,8 @@ def sweep_orphans(
     defer: SweepDefer | None = None,
     epoch: int | None = None,
     max_objects: int | None = None,
+    refs: RetainedRefs | None = None,
+    limits: ManifestLimits = DRIVER_LIMITS,
 ) -> SweepResult:
     """Sweep ``jobs/<job_id>/`` under ``root`` (see the module docstring).
 
@@ -161,17 +166,22 @@ def sweep_orphans(
     sweep starts; see the module docstring). More than ``max_objects`` (default
     :data:`MAX_SWEPT_OBJECTS`) objects in the listed directories raise
     :class:`~gic_runtime.errors.TooManyObjectsError` before anything is deleted.
+    ``refs`` (instead of ``manifests``) is what the retained manifests reference,
+    collected one manifest at a time
+    (:func:`~gic_runtime.checkpoint.retained_refs.collect_retained_refs`); manifests the
+    sweep reads itself (superseded ones) are read within ``limits``.
     """
     unknown = sorted(set(subdirs) - set(SWEPT_DIRS))
     if unknown:
         raise ValueError(f"cannot sweep {unknown}: only {SWEPT_DIRS}")
-    retained = tuple(manifests) if manifests is not None else load_retained(resolver, root, job_id)
+    if refs is None:
+        if manifests is None:
+            manifests = load_retained(resolver, root, job_id, limits=limits)
+        refs = RetainedRefs.of(manifests)
     policy = policy or OwnershipPolicy.for_job(root, job_id)
     guard = _ClaimGuard(resolver, root, job_id, epoch) if not dry_run else None
-    referenced: set[str] = {s.uri for s in retained}
-    keep = _SupersededManifests(resolver, root, job_id, retained)
-    for stored in retained:
-        referenced |= stored.manifest.uris()
+    referenced = refs.referenced | refs.manifests
+    keep = _SupersededManifests(resolver, root, job_id, refs.oldest, limits)
 
     bound = _Bound(job_id, job_dir(root, job_id), subdirs, max_objects)
     listed = [(sub, *resolve_prefix(resolver, join(bound.base, sub))) for sub in subdirs]
@@ -297,14 +307,11 @@ class _SupersededManifests:
     start record; an unreadable one does not stay (as before claims existed)."""
 
     def __init__(
-        self,
-        resolver: StoreResolver,
-        root: str,
-        job_id: str,
-        retained: Sequence[StoredManifest],
+        self, resolver: StoreResolver, root: str, job_id: str, oldest: int, limits: ManifestLimits
     ) -> None:
         self._resolver = resolver
-        self._oldest = min((s.checkpoint_id for s in retained), default=-1)
+        self._oldest = oldest
+        self._limits = limits
         self._claims: Claims | None = None
         self._args = (resolver, root, job_id)
 
@@ -316,7 +323,7 @@ class _SupersededManifests:
         if not self._claims.recorded:
             return False
         try:
-            manifest = read_manifest(self._resolver, uri)
+            manifest = read_manifest(self._resolver, uri, limits=self._limits)
         except GICError:
             return False
         return self._claims.superseded_by(manifest.epoch, checkpoint_id) is not None

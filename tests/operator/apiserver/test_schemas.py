@@ -274,6 +274,7 @@ def _chart_cases(namespace: str, other: str) -> dict[str, dict[str, Any]]:
                 "s3Endpoints": ["https://s3.example.com", f"{other}=https://minio:9000"],
             },
             "storageCredentials": {"secretName": "gic-operator-s3"},
+            "controlKey": {"secretName": "gic-operator-control-key-prod"},
             "serviceAccount": {
                 "create": True,
                 "name": "gic-operator-prod",

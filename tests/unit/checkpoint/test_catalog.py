@@ -11,6 +11,7 @@ from gic_runtime.checkpoint import (
     ManifestKind,
     SavepointInfo,
     SavepointType,
+    catalog,
     find_latest_checkpoint,
     list_checkpoints,
     load_retained,
@@ -18,6 +19,7 @@ from gic_runtime.checkpoint import (
     write_manifest,
 )
 from gic_runtime.errors import (
+    ConfigurationError,
     CorruptFileError,
     ManifestExistsError,
     RestoreError,
@@ -41,6 +43,17 @@ class TestWriteOnce:
     def test_written_manifest_reads_back(self, files: Any) -> None:
         stored = files.complete(1, [files.job_file(), files.job_file("snapshot")])
         assert read_manifest(files.resolver, stored.uri) == stored.manifest
+
+    def test_a_manifest_readers_would_refuse_is_never_written(
+        self, files: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        tiny = dataclasses.replace(catalog.DRIVER_LIMITS, max_values=10)
+        monkeypatch.setattr(catalog, "DRIVER_LIMITS", tiny)
+        manifest = files.manifest(1, [files.job_file(), files.job_file("snapshot")])
+        uri = manifest_uri(files.root, files.job_id, 1)
+        with pytest.raises(ConfigurationError, match=r"more than the .* values a reader accepts"):
+            write_manifest(files.resolver, uri, manifest)
+        assert list_checkpoints(files.resolver, files.root, files.job_id) == ()
 
 
 class TestListing:
