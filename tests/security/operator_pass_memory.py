@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     results: dict[str, Any] = {}
     _step(results, "restore_released", lambda: storage.restore_released(source))
     _step(results, "claim_epoch", lambda: storage.claim_epoch("gic-operator recovery t/j"))
-    _step(results, "sweep_orphans", storage.sweep_orphans)
+    _step(results, "sweep_orphans", lambda: storage.sweep_orphans(source))
     after = _status_kib("VmHWM")
     report = {"before_kib": before, "after_kib": after, "steps": results}
     Path(out).write_text(json.dumps(report))

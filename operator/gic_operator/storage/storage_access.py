@@ -97,7 +97,7 @@ def admit(
     _check_endpoint(allowlist, namespace, endpoint)
     guarded = GuardedResolver(storage.resolver, allowlist, namespace)
     guarded.check(storage.root)
-    return JobStorage(guarded, storage.root, storage.job_id)
+    return JobStorage(guarded, storage.root, storage.job_id, limits=storage.limits)
 
 
 def open_storage(

@@ -275,6 +275,7 @@ def _chart_cases(namespace: str, other: str) -> dict[str, dict[str, Any]]:
             },
             "storageCredentials": {"secretName": "gic-operator-s3"},
             "controlKey": {"secretName": "gic-operator-control-key-prod"},
+            "maxManifestMiB": 16,
             "serviceAccount": {
                 "create": True,
                 "name": "gic-operator-prod",
