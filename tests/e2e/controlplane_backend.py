@@ -37,6 +37,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -460,6 +461,10 @@ class ControlPlaneBackend:
             "GIC_S3_ENDPOINT_URL": self.s3.endpoint_url,
             # The operator uses its credentials only on this session's bucket.
             "GIC_ALLOWED_STORAGE": f"s3://{self.bucket}",
+            "GIC_ALLOWED_S3_ENDPOINTS": self.s3.endpoint_url,
+            # One operator key for the session, as the chart keeps one across restarts:
+            # a restarted operator still authenticates to the drivers it launched.
+            "GIC_OPERATOR_CONTROL_KEY": secrets.token_urlsafe(32),
         }
         operator = OperatorProcess(operator_command(namespace), env, home / "operator.log")
         place = Place(

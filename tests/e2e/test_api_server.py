@@ -381,9 +381,11 @@ def probe_pod(name: str) -> dict[str, Any]:
 def forbidden_cases(ns: str, other: str, pod_file: Path) -> dict[str, tuple[list[str], str]]:
     """``what: (kubectl args, the refusal)`` for what the chart does not grant."""
     return {
-        "read a secret": (
-            ["-n", ns, "get", "secret", SECRET_NAME],
-            f'cannot get resource "secrets" in API group "" in the namespace "{ns}"',
+        # ``get`` on secrets is granted (an existing Secret's metadata decides whether
+        # it may be adopted); changing one is not.
+        "change a secret": (
+            ["-n", ns, "label", "secret", SECRET_NAME, "gic.io/probe=1"],
+            f'cannot patch resource "secrets" in API group "" in the namespace "{ns}"',
         ),
         "list secrets": (
             ["-n", ns, "get", "secrets"],

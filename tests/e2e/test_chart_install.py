@@ -213,7 +213,10 @@ def release(e2e_backend: ControlPlaneBackend) -> Iterator[Release]:
     for expression in INSTALL_SETS:
         values.update(helm_python.parse_set_string(expression))
     values.update(replicaCount=1, reconcileIntervalSeconds=1, **free_ports())
-    values["storageAllowlist"] = {"storage": [f"s3://{backend.bucket}"]}
+    values["storageAllowlist"] = {
+        "storage": [f"s3://{backend.bucket}"],
+        "s3Endpoints": [backend.s3.endpoint_url],
+    }
     config = helm_python.Config(kubeconfig_path=str(plane.kubeconfig), namespace=RELEASE_NAMESPACE)
     with config as helm:
         state.helm = helm
