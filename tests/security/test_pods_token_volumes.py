@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from tests.controlplane.api import ApiError
 from tests.controlplane.cluster import ControlPlane
 from tests.controlplane.fixtures import control_plane, kube_namespace
 
@@ -139,9 +138,12 @@ def test_admission_stops_host_paths_but_not_token_volumes(
 
     host_path = copy.deepcopy(pod)
     host_path["spec"]["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
-    with pytest.raises(ApiError) as refused:
+    # The plane (and its client's ApiError) may come from this package's module under
+    # another import name (see tests.controlplane.fixtures): match the error by name.
+    with pytest.raises(Exception) as refused:
         dry_run(plane, ns, host_path)
-    assert refused.value.status == 403
+    assert type(refused.value).__name__ == "ApiError"
+    assert getattr(refused.value, "status", None) == 403
     assert 'violates PodSecurity "restricted:latest"' in str(refused.value)
     assert "hostPath" in str(refused.value)
     smuggled = {"spark.executor.extraJavaOptions": f'-D"{HOST_PATH}=/"'}
