@@ -178,8 +178,9 @@ def test_helm_installs_two_operator_replicas_that_stay_up(shell: Shell) -> None:
     assert len(pods) == 2 and len(set(ips)) == 2, pods
     for ip in ips:  # each replica serves its probes and metrics on its own pod IP
         wait_until(lambda ip=ip: healthz(ip), 90, f"/healthz on {ip}:8081", interval=1)
-        with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=10) as response:
-            assert b"gic_operator" in response.read()
+        # the metrics server starts beside the probes, not necessarily before them
+        body = wait_until(lambda ip=ip: metrics(ip), 90, f"/metrics on {ip}:8080", interval=1)
+        assert b"gic_operator" in body
 
 
 def two_running(shell: Shell) -> list[dict[str, Any]] | None:
@@ -187,6 +188,15 @@ def two_running(shell: Shell) -> list[dict[str, Any]] | None:
     pods = operator_pods(shell)
     running = [p for p in pods if p["status"].get("phase") == "Running"]
     return pods if len(pods) == len(running) == 2 else None
+
+
+def metrics(address: str) -> bytes | None:
+    """The replica's metrics page, ``None`` while its server does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://{address}:8080/metrics", timeout=5) as response:
+            return bytes(response.read())
+    except OSError:
+        return None
 
 
 def healthz(address: str) -> bool:
