@@ -50,7 +50,8 @@ $(RUN_STAMP): pyproject.toml $(RUN_LOCK) $(PIP_LOCK)
 	touch $(RUN_STAMP)
 
 # Regenerate the lock files after changing dependencies in pyproject.toml (needs PyPI):
-# dev.lock for this venv and CI; run.lock for `make run`; operator.lock, runtime.lock and
+# dev.lock for this venv and CI; run.lock for `make run`; operator.lock, runtime.lock (the
+# runtime and the spark extra but PySpark, requirements/runtime.in) and
 # build.lock (the wheel build) for the images. Locks are for CPython 3.11 on Linux (the
 # images' and CI's).
 LOCK_TOOLS := $(or $(TMPDIR),/tmp)/gic-lock-tools
@@ -67,7 +68,7 @@ lock:
 		-o requirements/dev.lock pyproject.toml requirements/build.in
 	$(PIP_COMPILE) --extra spark -o requirements/run.lock pyproject.toml requirements/build.in
 	$(PIP_COMPILE) --extra operator -o requirements/operator.lock pyproject.toml
-	$(PIP_COMPILE) -o requirements/runtime.lock pyproject.toml
+	$(PIP_COMPILE) -o requirements/runtime.lock pyproject.toml requirements/runtime.in
 	$(PIP_COMPILE) -o requirements/build.lock requirements/build.in
 	$(PIP_COMPILE) -o $(LOCK_TOOLS_LOCK) requirements/lock-tools.in
 
