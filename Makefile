@@ -20,7 +20,7 @@ RUN_STAMP := $(RUN_VENV)/.installed
 RUN_LOCK := requirements/run.lock
 
 .PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane helm cluster \
-	lock spark-settings
+	lock spark-settings images
 
 setup: $(STAMP)
 
@@ -115,10 +115,17 @@ helm:
 cluster: setup controlplane helm
 	$(PY) -m tests.controlplane
 
+# The container images: localhost/gic-spark:<version> and localhost/gic-operator:<version>
+# from the Dockerfile, on bases built from Debian and PyPI packages (images/build_bases.sh),
+# with podman; reused while their inputs are unchanged. Prints build times and sizes.
+# Needs root, podman, runc and mmdebstrap (.ci/run installs them).
+images: setup
+	PIP="$(abspath $(VENV))/bin/pip" images/build.sh
+
 unit: setup jvm controlplane helm
 	$(PY) -m pytest tests
 
-test: lint typecheck contracts unit
+test: lint typecheck contracts images unit
 
 bench: setup jvm controlplane
 	$(PY) -m bench
