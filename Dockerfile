@@ -12,6 +12,12 @@
 #       The GIC Kubernetes operator (charts/gic-operator deploys it): the wheel with the
 #       `operator` extra on python:3.11-slim, running as the non-root user gic (uid 10001).
 #
+# Without a registry, `make images` builds both targets with podman as
+# localhost/gic-spark:0.1.0 and localhost/gic-operator:0.1.0 on bases it builds from Debian
+# and PyPI packages (images/build_bases.sh: Debian bookworm, Python 3.11, OpenJDK 17, Spark
+# from the locked pyspark wheel in the official images' layout), passing each *_IMAGE as
+# localhost/gic-base-<name>:<tag>@sha256:<digest> (docs/operations.md §14.7.8).
+#
 # Locked inputs, so that the same commit always builds the same images:
 #
 # * base images by digest: each *_IMAGE argument is `name:tag@sha256:<digest>`, the digest
@@ -21,7 +27,8 @@
 #   target refuses to build until SPARK_IMAGE carries one.
 # * Python packages from lock files with hashes (requirements/*.lock, `make lock`),
 #   installed with --require-hashes; transitive dependencies are pinned as well, and the
-#   project's own wheel goes in with --no-deps.
+#   project's own wheel goes in with --no-deps, in a layer of its own after the locked
+#   packages, so a change to the project's code rebuilds only that layer.
 
 ARG SPARK_IMAGE=apache/spark:4.3.0-python3
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
@@ -59,11 +66,14 @@ RUN case "${SPARK_IMAGE}" in \
     esac
 COPY --from=placement-jar /gic-placement.jar /opt/gic/gic-placement.jar
 ENV GIC_PLACEMENT_JAR=/opt/gic/gic-placement.jar
+# The runtime's dependencies and pandas (PySpark's Arrow path needs it); PySpark itself is
+# the base's.
 COPY requirements/runtime.lock /tmp/runtime.lock
-COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir --require-hashes -r /tmp/runtime.lock \
-    && pip install --no-cache-dir --no-deps /wheels/*.whl \
-    && rm -rf /wheels /tmp/runtime.lock
+    && rm /tmp/runtime.lock
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir --no-deps /wheels/*.whl \
+    && rm -rf /wheels
 # The example jobs (rate_count.py needs no input), for trying the operator out.
 COPY examples /opt/gic/examples
 ENV PYSPARK_PYTHON=python3
@@ -73,12 +83,13 @@ USER 185
 
 FROM ${PYTHON_IMAGE} AS operator
 COPY requirements/operator.lock /tmp/operator.lock
-COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir --require-hashes -r /tmp/operator.lock \
-    && pip install --no-cache-dir --no-deps /wheels/gic-0.1.0-py3-none-any.whl \
-    && rm -rf /wheels /tmp/operator.lock \
+    && rm /tmp/operator.lock \
     && groupadd --gid 10001 gic \
     && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin gic
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir --no-deps /wheels/gic-0.1.0-py3-none-any.whl \
+    && rm -rf /wheels
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 # Numeric user, so Kubernetes can check runAsNonRoot.
