@@ -10,10 +10,10 @@
 # GIC_BASES=official the Dockerfile's own defaults are used instead (the official images
 # by digest: needs a registry, and SPARK_IMAGE=name:tag@sha256:... in the environment).
 #
-# Reused without building while the inputs (the Dockerfile, .dockerignore, this script,
-# what the Dockerfile copies: pyproject.toml, README.md, runtime/, operator/, examples/,
-# requirements/) and the bases have the digest recorded in .cache/images/gic.inputs and
-# both images are in podman's storage; podman's layer cache shortens a rebuild after a
+# Reused without building while both images in podman's storage carry, as label
+# io.gic.inputs, the digest of the inputs (the Dockerfile, .dockerignore, this script, what
+# the Dockerfile copies: pyproject.toml, README.md, runtime/, operator/, examples/,
+# requirements/, and the bases' digests); podman's layer cache shortens a rebuild after a
 # change. `--force` rebuilds. Prints each image's build time and size.
 #
 # Build steps that install from PyPI see the build host's CA bundle
@@ -73,22 +73,30 @@ sizes() {
     done
 }
 
+label() { # the io.gic.inputs label of a local image (empty when it has none)
+    "$podman" image inspect --format '{{ index .Labels "io.gic.inputs" }}' "$1" 2>/dev/null
+}
+
 digest=$(inputs_digest)
-if [ "$force" = 0 ] && [ -f "$cache/gic.inputs" ] &&
-    [ "$(cat "$cache/gic.inputs")" = "$digest" ] &&
-    "$podman" image exists "$spark_ref" && "$podman" image exists "$operator_ref"; then
+if [ "$force" = 0 ] &&
+    "$podman" image exists "$spark_ref" && [ "$(label "$spark_ref")" = "$digest" ] &&
+    "$podman" image exists "$operator_ref" && [ "$(label "$operator_ref")" = "$digest" ]; then
     step "up to date"
     sizes
     exit 0
 fi
 
+mkdir -p "$cache/work"
 exec 9>"$cache/.images.lock"
 flock 9
+previous=$("$podman" image inspect --format '{{.Id}}' "$spark_ref" "$operator_ref" 2>/dev/null ||
+    true)
 total=$(now)
 for target in spark-runtime:"$spark_ref" operator:"$operator_ref"; do
     start=$(now)
     step "[${target%%:*}] podman build --target ${target%%:*} -t ${target#*:}"
     "$podman" build --pull=never --layers --target "${target%%:*}" "${build_args[@]}" \
+        --label "io.gic.inputs=$digest" \
         -t "${target#*:}" -f "$root/Dockerfile" "$root" >"$cache/work/${target%%:*}.log" 2>&1 || {
         tail -n 40 "$cache/work/${target%%:*}.log" >&2
         echo "images: podman build failed; its log: $cache/work/${target%%:*}.log" >&2
@@ -96,6 +104,10 @@ for target in spark-runtime:"$spark_ref" operator:"$operator_ref"; do
     }
     step "[${target%%:*}] done in $(fmt_seconds $(($(now) - start)))"
 done
-echo "$digest" >"$cache/gic.inputs"
+# The images these names had before, unless still in use (by a tag or a container).
+current=$("$podman" image inspect --format '{{.Id}}' "$spark_ref" "$operator_ref")
+for id in $previous; do
+    grep -qx "$id" <<<"$current" || "$podman" rmi "$id" >/dev/null 2>&1 || true
+done
 step "built in $(fmt_seconds $(($(now) - total)))"
 sizes

@@ -18,16 +18,17 @@
 # image at /etc/gic-base.packages. Downloaded .deb files are kept in .cache/images/debs and
 # the two Python wheels in .cache/images/wheels, so later builds download only what changed.
 #
-# Writes .cache/images/bases.env, the Dockerfile's build arguments naming each base by
+# Writes .cache/images/bases.env (every run), the Dockerfile's build arguments naming each base by
 # name and digest:
 #   PYTHON_IMAGE=localhost/gic-base-python:bookworm@sha256:...
 #   JDK_IMAGE=localhost/gic-base-jdk:bookworm@sha256:...
 #   SPARK_IMAGE=localhost/gic-base-spark:4.3.0@sha256:...
-# Reused without building while the inputs (this script, images/spark/, podman.sh, the
-# pyspark and py4j entries of run.lock) have the digest recorded in
-# .cache/images/bases.inputs and the three images are still in podman's storage; the
-# Debian packages are whatever bookworm has at build time (a stable release: security
-# and point-release updates only); `--force` rebuilds.
+# Reused without building while the three images in podman's storage carry, as label
+# io.gic.inputs, the digest of the inputs (this script, images/spark/, podman.sh, the
+# pyspark and py4j entries of run.lock, the package lists): the record lives with the
+# images, so a fresh clone on a machine that built them before reuses them. The Debian
+# packages are whatever bookworm has at build time (a stable release: security and
+# point-release updates only); `--force` rebuilds.
 #
 # Needs: root, mmdebstrap, podman and runc (.ci/run installs them), and pip (PIP, default
 # `python3 -m pip`) to fetch and build the wheels. Prints each step with its time, then
@@ -84,15 +85,16 @@ reference() { # name:tag@sha256:<manifest digest> of a local image
     echo "$1@$("$podman" image inspect --format '{{.Digest}}' "$1")"
 }
 
+label() { # the io.gic.inputs label of a local image (empty when it has none)
+    "$podman" image inspect --format '{{ index .Labels "io.gic.inputs" }}' "$1" 2>/dev/null
+}
+
 up_to_date() {
-    [ "$force" = 0 ] && [ -f "$cache/bases.inputs" ] && [ -f "$cache/bases.env" ] || return 1
-    [ "$(cat "$cache/bases.inputs")" = "$digest" ] || return 1
+    [ "$force" = 0 ] || return 1
     local ref
     for ref in "$python_ref" "$jdk_ref" "$spark_ref"; do
-        "$podman" image exists "$ref" || return 1
+        "$podman" image exists "$ref" && [ "$(label "$ref")" = "$digest" ] || return 1
     done
-    # The recorded digests are still those of the images under these names.
-    [ "$(cat "$cache/bases.env")" = "$(bases_env)" ]
 }
 
 bases_env() {
@@ -144,6 +146,7 @@ rootfs() {
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'ENV LANG=C.UTF-8' \
         --change 'CMD ["/bin/bash"]' \
+        --change "LABEL io.gic.inputs=$digest" \
         "$tar" "localhost/gic-base-$name-rootfs:bookworm" >/dev/null
     rm -f "$tar"
     step "[$name] done in $(fmt_seconds $(($(now) - start)))"
@@ -164,7 +167,9 @@ wheels() {
 }
 
 digest=$(inputs_digest)
+mkdir -p "$cache/work"
 if up_to_date; then
+    bases_env >"$cache/bases.env"
     step "up to date ($(tr '\n' ' ' <"$cache/bases.env"))"
     sizes
     exit 0
@@ -177,9 +182,10 @@ for tool in mmdebstrap podman runc; do
     }
 done
 
-mkdir -p "$cache/work"
 exec 9>"$cache/.bases.lock"
 flock 9 # another build finishes first
+refs=("$python_ref" "$jdk_ref" "$spark_ref" localhost/gic-base-{python,jdk,spark}-rootfs:bookworm)
+previous=$("$podman" image inspect --format '{{.Id}}' "${refs[@]}" 2>/dev/null || true)
 total=$(now)
 rootfs python "${python_packages[@]}"
 "$podman" tag "localhost/gic-base-python-rootfs:bookworm" "$python_ref"
@@ -198,13 +204,17 @@ pyspark_wheel=$(ls "$cache/wheels/spark-$spark_version"/pyspark-"$spark_version"
 py4j_wheel=$(ls "$cache/wheels/spark-$spark_version"/py4j-*.whl)
 ln "$pyspark_wheel" "$py4j_wheel" "$context/wheels/" 2>/dev/null ||
     cp "$pyspark_wheel" "$py4j_wheel" "$context/wheels/"
-"$podman" build --quiet --pull=never --layers=false \
+"$podman" build --quiet --pull=never --layers=false --label "io.gic.inputs=$digest" \
     --build-arg "ROOTFS=localhost/gic-base-spark-rootfs:bookworm" \
     -f "$here/spark/Containerfile" -t "$spark_ref" "$context" >/dev/null
 rm -rf "$context"
 step "[spark] done in $(fmt_seconds $(($(now) - start)))"
 
 bases_env >"$cache/bases.env"
-echo "$digest" >"$cache/bases.inputs"
+# The images these names had before, unless still in use (by a tag or a container).
+current=$("$podman" image inspect --format '{{.Id}}' "${refs[@]}")
+for id in $previous; do
+    grep -qx "$id" <<<"$current" || "$podman" rmi "$id" >/dev/null 2>&1 || true
+done
 step "built in $(fmt_seconds $(($(now) - total)))"
 sizes
