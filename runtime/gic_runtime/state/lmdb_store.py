@@ -294,17 +294,33 @@ class LmdbStore:
         return out
 
     def apply(self, bucket: int, changes: Iterable[tuple[Op, bytes, bytes]]) -> int:
+        """Each change in order, as :meth:`put`, :meth:`delete`, :meth:`append` or
+        :meth:`delete_prefix` would apply it, in the bucket's write transaction (committed
+        every ``commit_every`` changes, as one by one)."""
+        benv = self._env(bucket)
+        db = benv.data
+        txn: Any = None
         n = 0
         for op, key, value in changes:
-            if op is Op.PUT:
-                self.put(bucket, key, value)
-            elif op is Op.DELETE:
-                self.delete(bucket, key)
+            if txn is None:
+                txn = self._wtxn(benv)
+            if op is Op.DELETE:
+                txn.delete(key, db=db)
+            elif op is Op.PUT:
+                txn.put(key, value, db=db)
             elif op is Op.APPEND:
-                self.append(bucket, key, value)
+                old = txn.get(key, db=db)
+                txn.put(key, value if old is None else old + value, db=db)
             else:
-                self.delete_prefix(bucket, key)
+                cursor = txn.cursor(db=db)
+                if cursor.set_range(key):
+                    while cursor.key().startswith(key) and cursor.delete():
+                        pass
             n += 1
+            benv.ops += 1
+            if benv.ops >= self._commit_every:
+                self._commit(benv)
+                txn = None
         return n
 
     def snapshot_items(self, bucket: int) -> _LmdbView:
