@@ -192,15 +192,22 @@ class WindowProcessor:
             return
         open_, size, kinds = backend.map_state(_OPEN), self.spec.size_us, self._kinds
         located = open_.locate_entries(keys, window_starts, key_buckets)
-        fresh: list[int] = []
-        merged: list[list[Any]] = []
-        for i, old in enumerate(open_.get_located(located)):
-            new = [v[i] for v in values]
-            if old is None:
-                fresh.append(i)
-                merged.append([window_starts[i] + size, *new])
-            else:
-                merged.append([old[0], *_combined(kinds, old[1:], new)])
+        olds = open_.get_located(located)
+        fresh = [i for i, old in enumerate(olds) if old is None]
+        merged: list[list[Any]]
+        if kinds == ["count"]:  # the common case, without a call per window
+            merged = [
+                [start + size, n] if old is None else [old[0], old[1] + n]
+                for old, start, n in zip(olds, window_starts, values[0], strict=True)
+            ]
+        else:
+            merged = []
+            for i, old in enumerate(olds):
+                new = [v[i] for v in values]
+                if old is None:
+                    merged.append([window_starts[i] + size, *new])
+                else:
+                    merged.append([old[0], *_combined(kinds, old[1:], new)])
         open_.set_located(located, merged)
         if fresh:
             backend.timer_state().register_many(
