@@ -66,7 +66,7 @@ from tests.support.processes import (
 from ..controlplane.api import ApiError
 from ..controlplane.cluster import REPO, ControlPlane, kubernetes_version, write_kubeconfig
 from ..controlplane.pki import client_cert, node_identity, server_cert
-from .oci_image import ImageFile, oci_archive
+from .oci_image import ImageFile, host_programs, oci_archive
 
 NODE_NAME = "gic-real-node"
 #: The taint the node registers with; pods meant for it tolerate it.
@@ -684,3 +684,101 @@ def echo_pod(
             ],
         },
     }
+
+
+ECHO_IMAGE = "localhost/gic-echo:1"
+
+USAGE = """\
+In another shell:
+
+  export KUBECONFIG={kubeconfig}
+  export PATH={path}:$PATH
+  kubectl get nodes -o wide
+  kubectl create namespace demo
+  kubectl label namespace demo pod-security.kubernetes.io/enforce=restricted
+  kubectl -n demo apply -f {pod}
+  kubectl -n demo logs hello            # once it completed: hello from a container
+
+Node {node} ({address}): the kubelet of Kubernetes {version} with containerd and runc,
+tainted {taint} (pods for it tolerate that and select it by
+kubernetes.io/hostname); images in its store: {images}.
+Import more with: ctr --address {socket} -n k8s.io images import ARCHIVE
+Logs: {logs} (kubelet, containerd), {plane_logs} (control plane). Ctrl-C stops it all."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make node``: a control plane with a real node, in the foreground until Ctrl-C."""
+    import argparse
+    import sys
+    import tempfile
+    import threading
+
+    from ..controlplane.cluster import build_binaries, missing_binaries
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.e2e.real_node",
+        description="A test control plane with a real node (containerd + kubelet).",
+    )
+    parser.add_argument("--workdir", type=Path, help="work directory (default: a new temp dir)")
+    parser.add_argument(
+        "--image", action="append", type=Path, default=[],
+        help="an image archive to import (podman save --format oci-archive); repeatable",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    missing = missing_tools()
+    if missing:
+        print(f"cannot run a real node here, missing: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    if missing_binaries():
+        build_binaries()
+    build_node_binaries()
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="gic-node-"))).resolve()
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    plane = ControlPlane(workdir / "controlplane")
+    node = RealNode(plane, workdir / "node")
+    print(f"starting Kubernetes {plane.version} and node {node.name} in {workdir} ...", flush=True)
+    try:
+        plane.start()
+        print(plane.startup_summary(), flush=True)
+        node.start()
+        print(node.startup_summary(), flush=True)
+        archive = oci_archive(workdir / "gic-echo.tar", ECHO_IMAGE, host_programs(["echo", "sh"]))
+        node.import_image(archive)
+        for image in args.image:
+            print(node.import_image(image.resolve()).strip(), flush=True)
+        pod = workdir / "hello.json"
+        pod.write_text(json.dumps(echo_pod("hello", ECHO_IMAGE, ["hello from a container"])))
+        print(
+            "\n"
+            + USAGE.format(
+                kubeconfig=plane.kubeconfig,
+                path=plane.kubectl_path.parent,
+                pod=pod,
+                node=node.name,
+                address=node.address,
+                version=node.version,
+                taint=f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}",
+                images=", ".join(i for i in node.images() if not i.startswith("sha256:")),
+                socket=node.socket,
+                logs=node.logs_dir,
+                plane_logs=plane.logs_dir,
+            ),
+            flush=True,
+        )
+        while not stop.wait(1.0):
+            pass
+        print("stopping ...", flush=True)
+    except (RealNodeError, RuntimeError) as exc:
+        print(f"did not start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        node.stop()
+        plane.stop()
+    print(f"stopped; logs kept in {node.logs_dir} and {plane.logs_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
