@@ -35,7 +35,8 @@ its PID or by the socket path of this node's containerd on its command line.
 
 Needs root, ``containerd``, ``containerd-shim-runc-v2``, ``ctr``, ``runc``, the CNI plugins
 (Debian's ``containerd``, ``runc`` and ``containernetworking-plugins``; :func:`missing_tools`
-lists what is missing), ``ip`` and ``openssl``.
+lists what is missing), ``ip`` and ``openssl``. ``GIC_NODE_RUNC`` names another runc binary
+for containerd (e.g. a wrapper keeping runc's log when a sandbox does not start).
 
 Thread-safety: start and stop from one thread; the other methods may be called from any.
 """
@@ -231,9 +232,16 @@ class RealNode(Service):
 
     def _start(self) -> None:
         mark = time.monotonic()
-        self.subnet = _free_subnet()
+        for _ in range(8):  # another node may take the same subnet in between
+            self.subnet = _free_subnet()
+            try:
+                self._bridge()
+                break
+            except RealNodeError:
+                self.subnet = 0
+        else:
+            raise RealNodeError("could not create a bridge for the pods' network")
         self.cgroup_root = f"/gicnode{self.subnet}"
-        self._bridge()
         self._make_cgroup_root()
         self._certificates()
         mark = self._phase("bridge + certificates", mark)
@@ -278,8 +286,12 @@ class RealNode(Service):
     def _bridge(self) -> None:
         bridge = f"gicn{self.subnet}"
         _run("ip", "link", "add", bridge, "type", "bridge")
-        _run("ip", "addr", "add", f"{self.address}/24", "dev", bridge)
-        _run("ip", "link", "set", bridge, "up")
+        try:
+            _run("ip", "addr", "add", f"{self.address}/24", "dev", bridge)
+            _run("ip", "link", "set", bridge, "up")
+        except RealNodeError:
+            _run("ip", "link", "delete", bridge, check=False)
+            raise
 
     def _make_cgroup_root(self) -> None:
         """The kubelet wants its cgroup root to exist in every hierarchy; a new cpuset
