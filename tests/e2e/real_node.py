@@ -51,6 +51,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -175,6 +176,15 @@ class RealNode(Service):
         #: Seconds from :meth:`start` to the Node being Ready, and each step's.
         self.startup_seconds = 0.0
         self.phases: dict[str, float] = {}
+
+    @property
+    def _api_error(self) -> type[Exception]:
+        """The ApiError class of the plane's client: pytest may import the control plane's
+        package under two names (``controlplane`` and ``tests.controlplane``), each with
+        its own class."""
+        module = sys.modules.get(type(self.plane.client).__module__)
+        found = getattr(module, "ApiError", ApiError)
+        return found if isinstance(found, type) and issubclass(found, Exception) else ApiError
 
     # -- what tests use ---------------------------------------------------------------------
 
@@ -345,7 +355,7 @@ class RealNode(Service):
                 }
             ],
         }
-        with contextlib.suppress(ApiError):  # already there (a second node)
+        with contextlib.suppress(self._api_error):  # already there (a second node)
             self.plane.client.create(
                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding
             )
@@ -532,7 +542,7 @@ disabled_plugins = [
     def _node_ready(self) -> bool:
         try:
             node = self.plane.client.get(f"/api/v1/nodes/{self.name}")
-        except (OSError, ApiError):
+        except (OSError, self._api_error):
             return False
         conditions = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
         taints = [t["key"] for t in node["spec"].get("taints") or []]
@@ -571,7 +581,7 @@ disabled_plugins = [
         pods = client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.name}")["items"]
         for pod in pods:
             meta = pod["metadata"]
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(self._api_error):
                 client.delete(
                     f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                     {"gracePeriodSeconds": 0},
@@ -721,7 +731,6 @@ Logs: {logs} (kubelet, containerd), {plane_logs} (control plane). Ctrl-C stops i
 def main(argv: list[str] | None = None) -> int:
     """``make node``: a control plane with a real node, in the foreground until Ctrl-C."""
     import argparse
-    import sys
     import tempfile
     import threading
 
