@@ -36,7 +36,6 @@ pytestmark = [
     pytest.mark.skipif(
         bool(os.environ.get("GIC_E2E_KUBECONFIG")), reason="test control plane only"
     ),
-    pytest.mark.skipif(bool(_MISSING), reason=f"no real node here: {', '.join(_MISSING)} missing"),
 ]
 ENFORCE = "pod-security.kubernetes.io/enforce"
 
@@ -48,6 +47,11 @@ def real_node(
     request: pytest.FixtureRequest,
     timings: list[tuple[str, float]],
 ) -> Iterator[RealNode]:
+    if _MISSING:
+        pytest.fail(
+            f"a real node needs {', '.join(_MISSING)}: run as root after `apt-get install "
+            "containerd runc containernetworking-plugins` (.ci/run installs them)"
+        )
     if not all((node_bin_dir() / name).exists() for name in ("kubelet", "gic-pause")):
         capture = request.config.pluginmanager.getplugin("capturemanager")
         with capture.global_and_fixture_disabled():
