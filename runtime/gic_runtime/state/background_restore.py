@@ -11,8 +11,8 @@ bucket only:
   what :func:`~gic_runtime.state.restore.restore_buckets` does for it eagerly;
 * :meth:`BackgroundRestore.ensure` returns at once for a complete bucket, waits for one
   a worker is restoring, and restores a bucket nobody has started *on the calling
-  thread* (first come, first served: every bucket is restored by exactly one thread,
-  once);
+  thread*, with the pending buckets right after it as one group (first come, first
+  served: every bucket is restored by exactly one thread, once);
 * workers take the pending buckets in the order given, a *group* of consecutive ones
   at a time (one :func:`~gic_runtime.state.restore.restore_buckets` call, so the
   sections one segment object holds for several buckets are still read together);
@@ -229,11 +229,10 @@ class BackgroundRestore:
                         "finished; the task must restore its range again"
                     )
                 if status is _Status.PENDING:
-                    self._status[bucket] = _Status.RUNNING
-                    self._queue.remove(bucket)
+                    group = self._claim(self._queue.index(bucket))
                     break
                 self._cond.wait()
-        self._restore([bucket])
+        self._restore(group)
         with self._cond:
             if self._status[bucket] is _Status.FAILED:
                 raise self._error(bucket)
@@ -285,16 +284,23 @@ class BackgroundRestore:
             with self._cond:
                 if self._closed or not self._queue:
                     return
-                group = [self._queue.pop(0)]
-                while (
-                    self._queue
-                    and len(group) < self._settings.group_buckets
-                    and self._queue[0] == group[-1] + 1
-                ):
-                    group.append(self._queue.pop(0))
-                for bucket in group:
-                    self._status[bucket] = _Status.RUNNING
+                group = self._claim(0)
             self._restore(group)
+
+    def _claim(self, at: int) -> list[int]:
+        """Take the pending bucket at queue position ``at`` and the consecutive buckets
+        after it (up to ``group_buckets``) off the queue, as RUNNING (``_cond`` held)."""
+        queue = self._queue
+        group = [queue.pop(at)]
+        while (
+            at < len(queue)
+            and len(group) < self._settings.group_buckets
+            and queue[at] == group[-1] + 1
+        ):
+            group.append(queue.pop(at))
+        for bucket in group:
+            self._status[bucket] = _Status.RUNNING
+        return group
 
     def _restore(self, group: list[int]) -> None:
         """Restore ``group`` (marked RUNNING by the caller) on this thread."""
