@@ -294,6 +294,9 @@ def _run_locked(
     ctx = TaskContext(barrier, task_index, backend.bucket_range, backend)
     stager = OutputStager(barrier.staging_uri, task_index, resolver, output_schema)
     processing = time.perf_counter()
+    restorer = backend.restorer
+    if restorer is not None:
+        restorer.pause()  # the buckets this task touches first; the rest between batches
     try:
         for table in process(ctx):
             stager.add(table)
@@ -301,6 +304,9 @@ def _run_locked(
     except BaseException:
         stager.abort()
         raise
+    finally:
+        if restorer is not None:
+            restorer.resume()
     processed = time.perf_counter()
     backend.check_restore()  # a bucket whose background restore failed fails the task
 

@@ -13,6 +13,10 @@ bucket only:
   a worker is restoring, and restores a bucket nobody has started *on the calling
   thread*, with the pending buckets right after it as one group (first come, first
   served: every bucket is restored by exactly one thread, once);
+* while a task processes, it may :meth:`BackgroundRestore.pause` the workers: they
+  start no new group, so the buckets the task touches (which it restores itself when
+  nobody started them) do not compete with the others for the process (restoring is
+  mostly CPU: decoding and applying);
 * workers take the pending buckets in the order given, a *group* of consecutive ones
   at a time (one :func:`~gic_runtime.state.restore.restore_buckets` call, so the
   sections one segment object holds for several buckets are still read together);
@@ -175,6 +179,7 @@ class BackgroundRestore:
         self._ended: float | None = None
         self._cond = threading.Condition()
         self._closed = False
+        self._paused = 0
         self._notified = False
         self._settled = threading.Event()
         self.ready: frozenset[int] = frozenset()
@@ -237,6 +242,18 @@ class BackgroundRestore:
             if self._status[bucket] is _Status.FAILED:
                 raise self._error(bucket)
 
+    def pause(self) -> None:
+        """Workers start no new group until :meth:`resume` (each pause needs one): the
+        task's own accesses go first. Groups in progress finish; a task needing a
+        pending bucket restores it itself."""
+        with self._cond:
+            self._paused += 1
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = max(0, self._paused - 1)
+            self._cond.notify_all()
+
     def check(self) -> None:
         """Raise the first failed bucket's RestoreError, if any bucket failed."""
         with self._cond:
@@ -282,6 +299,8 @@ class BackgroundRestore:
     def _work(self) -> None:
         while True:
             with self._cond:
+                while self._paused and not self._closed and self._queue:
+                    self._cond.wait()
                 if self._closed or not self._queue:
                     return
                 group = self._claim(0)
