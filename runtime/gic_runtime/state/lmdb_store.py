@@ -29,7 +29,9 @@ Invariants and thread-safety: the metadata is removed in the same transaction as
 first data change after it was set, so other processes never see metadata that does not
 describe the data. A bucket's pending write transaction belongs to the thread that
 started it; any other thread touching that bucket gets a :class:`StateError`. Views may
-be iterated on any thread. One process opens each directory once (instances on the same
+be iterated on any thread; :meth:`flush` commits the calling thread's transactions,
+so threads that own different buckets (a background restore beside the task thread)
+never commit each other's. One process opens each directory once (instances on the same
 directory share environments); never use a store across ``fork``.
 """
 
@@ -355,8 +357,13 @@ class LmdbStore:
         benv.meta_present = True
 
     def flush(self) -> None:
-        for bucket in list(self._envs):
-            self._commit(self._env(bucket))
+        """Commit the write transactions the calling thread has open (each bucket's
+        pending writes belong to the thread that made them; a bucket being restored on
+        a background thread is committed by that thread)."""
+        me = threading.get_ident()
+        for benv in list(self._envs.values()):
+            if benv.txn is not None and benv.owner == me:
+                self._commit(benv)
 
     def close(self) -> None:
         if self._closed:
