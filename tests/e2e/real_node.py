@@ -69,6 +69,7 @@ from ..controlplane.api import ApiError
 from ..controlplane.cluster import REPO, ControlPlane, kubernetes_version, write_kubeconfig
 from ..controlplane.pki import client_cert, node_identity, server_cert
 from .oci_image import ImageFile, host_programs, oci_archive
+from .real_node_net import NodeNetwork
 
 NODE_NAME = "gic-real-node"
 #: The taint the node registers with; pods meant for it tolerate it.
@@ -76,7 +77,9 @@ TAINT = {"key": "gic.io/real-node", "value": "true", "effect": "NoSchedule"}
 TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 CNI_DIR = Path("/usr/lib/cni")
 CGROUP_V1 = Path("/sys/fs/cgroup")
-TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "openssl")
+TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "openssl", "iptables")
+#: What controlplane/node/build.sh builds: the node's own programs.
+NODE_BINARIES = ("kubelet", "gic-pause", "gic-http", "kube-proxy", "coredns")
 #: Kernel settings the kubelet changes (pkg/kubelet/cm setupKernelTunables); restored.
 SYSCTLS = (
     "vm/overcommit_memory",
@@ -154,6 +157,7 @@ class RealNode(Service):
         binaries: Path | None = None,
         startup_timeout: float = 120.0,
         verbosity: int = 2,
+        network: bool = True,
     ) -> None:
         self.plane = plane
         self.workdir = Path(workdir).resolve()
@@ -173,6 +177,9 @@ class RealNode(Service):
         self._kubelet: subprocess.Popen[bytes] | None = None
         self._sysctls: dict[str, str] = {}
         self._netns: set[str] = set()
+        #: The cluster networking (API server, kube-proxy, CoreDNS), unless ``network``
+        #: is false (pods then reach nothing but each other's pod IPs).
+        self.network = NodeNetwork(self) if network else None
         #: Seconds from :meth:`start` to the Node being Ready, and each step's.
         self.startup_seconds = 0.0
         self.phases: dict[str, float] = {}
@@ -219,7 +226,7 @@ class RealNode(Service):
 
     def start(self) -> None:
         missing = missing_tools()
-        missing += [n for n in ("kubelet", "gic-pause") if not (self.bin_dir / n).exists()]
+        missing += [n for n in NODE_BINARIES if not (self.bin_dir / n).exists()]
         if missing:
             raise RealNodeError(
                 "missing for a real node: " + ", ".join(missing)
@@ -255,6 +262,9 @@ class RealNode(Service):
         self._make_cgroup_root()
         self._certificates()
         mark = self._phase("bridge + certificates", mark)
+        if self.network is not None:
+            self.network.start()
+            mark = self._phase("API server on the bridge + CoreDNS", mark)
         self._start_containerd()
         mark = self._phase("containerd", mark)
         self._import_pause()
@@ -262,7 +272,10 @@ class RealNode(Service):
         self._sysctls = {key: self._read_sysctl(key) for key in SYSCTLS}
         self._start_kubelet()
         self._wait(f"node {self.name} Ready", self._node_ready)
-        self._phase("kubelet: node Ready", mark)
+        mark = self._phase("kubelet: node Ready", mark)
+        if self.network is not None:
+            self.network.start_proxy()
+            self._phase("kube-proxy", mark)
 
     def stop(self) -> None:
         """Tear everything down (see the module doc); safe to call more than once."""
@@ -280,6 +293,8 @@ class RealNode(Service):
             self._containerd = None
         self._kill_shims()
         self._unmount()
+        if self.network is not None:
+            self.network.stop()
         if self.subnet:
             _run("ip", "link", "delete", f"gicn{self.subnet}", check=False)
         self._remove_cgroups()
@@ -496,6 +511,7 @@ disabled_plugins = [
             "authorization": {"mode": "Webhook"},
             "podLogsDir": str(self.pod_logs_dir),
             "clusterDomain": "cluster.local",
+            **({"clusterDNS": [self.network.dns_address]} if self.network is not None else {}),
             "resolvConf": "/etc/resolv.conf",
             "registerWithTaints": [TAINT],
             "evictionHard": {
