@@ -250,10 +250,14 @@ def test_a_restricted_pod_reaches_the_api_server_services_by_name_and_s3(
         f"echo api-service $({CURL} {auth} https://kubernetes.default.svc/api)",
         f"echo api-env $({CURL} {auth}"
         " https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api)",
+        # The certificate names the bridge address too (curl checks it).
+        f"echo api-bridge $({CURL} {auth} https://{real_node.address}:{control_plane.port}/api)",
         f"echo web $({CURL} http://web/)",
         f"echo dns-web $(getent hosts web.{ns}.svc.cluster.local)",
         f"echo headless $({CURL} http://web-headless:8080/)",
         "echo dns-headless $(getent hosts web-headless)",
+        # The form of spark.driver.host the operator sets: <service>.<namespace>.svc.
+        f"echo dns-driver-form $(getent hosts web-headless.{ns}.svc)",
         f"echo s3 $({CURL} '{url}')",
     ])  # fmt: skip
     started = time.monotonic()
@@ -272,8 +276,10 @@ def test_a_restricted_pod_reaches_the_api_server_services_by_name_and_s3(
     lines = dict(line.split(" ", 1) for line in logs.splitlines() if " " in line)
     assert lines.get("api-service") == "200", logs
     assert lines.get("api-env") == "200", logs
+    assert lines.get("api-bridge") == "200", logs
     assert lines.get("web") == "hello from web", logs
     assert lines.get("dns-web", "").split()[:1] == [cluster_ip], logs
     assert lines.get("headless") == "hello from web", logs
     assert lines.get("dns-headless", "").split()[:1] == [web_pod["status"]["podIP"]], logs
+    assert lines.get("dns-driver-form", "").split()[:1] == [web_pod["status"]["podIP"]], logs
     assert lines.get("s3") == "hello from S3", logs
