@@ -22,21 +22,28 @@ directory it owns:
   kubelet client is bound to ``system:kubelet-api-admin``), registered with the taint
   :data:`TAINT` so that only pods tolerating it are scheduled there.
 
-It is ready when the Node is Ready. The kubelet sets kernel settings it wants
-(``vm.overcommit_memory``, ``kernel.panic``, ``kernel.panic_on_oops`` ...) on this
-machine; :meth:`RealNode.stop` puts the values back.
+* with ``network`` (the default), :class:`~.real_node_net.NodeNetwork`: the API server
+  at the bridge address and through the ``kubernetes`` Service, kube-proxy in iptables
+  mode, CoreDNS as the kubelet's ``clusterDNS``; ``node.network.expose(port)`` puts a
+  loopback test server (S3) on the bridge address.
 
-:meth:`RealNode.stop` deletes the pods bound to the node (so the kubelet stops them
-and tears down their networks), stops the kubelet, kills and deletes any task and container
+It is ready when the Node is Ready (and kube-proxy healthy). The kubelet sets kernel
+settings it wants (``vm.overcommit_memory``, ``kernel.panic``, ``kernel.panic_on_oops``
+...) on this machine; :meth:`RealNode.stop` puts the values back.
+
+:meth:`RealNode.stop` deletes the pods bound to the node (so the kubelet stops them and
+tears down their networks), stops the kubelet, kills and deletes any task and container
 left, stops containerd and the shims it started, unmounts what is mounted under the work
-directory and the pods' network namespaces, removes the bridge, the node's cgroups and
-the Node, and restores the kernel settings. Every process it stops it started, found by
-its PID or by the socket path of this node's containerd on its command line.
+directory and the pods' network namespaces, stops the cluster networking (and removes its
+iptables chains), removes the bridge, the node's cgroups and the Node, and restores the
+kernel settings. Every process it stops it started, found by its PID or by the socket path
+of this node's containerd on its command line.
 
-Needs root, ``containerd``, ``containerd-shim-runc-v2``, ``ctr``, ``runc``, the CNI plugins
-(Debian's ``containerd``, ``runc`` and ``containernetworking-plugins``; :func:`missing_tools`
-lists what is missing), ``ip`` and ``openssl``. ``GIC_NODE_RUNC`` names another runc binary
-for containerd (e.g. a wrapper keeping runc's log when a sandbox does not start).
+Needs root, ``containerd``, ``containerd-shim-runc-v2``, ``ctr``, ``runc``, ``iptables``,
+the CNI plugins (Debian's ``containerd``, ``runc`` and ``containernetworking-plugins``;
+:func:`missing_tools` lists what is missing), ``ip`` and ``openssl``. ``GIC_NODE_RUNC``
+names another runc binary for containerd (e.g. a wrapper keeping runc's log when a sandbox
+does not start).
 
 Thread-safety: start and stop from one thread; the other methods may be called from any.
 """
@@ -740,8 +747,10 @@ In another shell:
 Node {node} ({address}): the kubelet of Kubernetes {version} with containerd and runc,
 tainted {taint} (pods for it tolerate that and select it by
 kubernetes.io/hostname); images in its store: {images}.
+Its pods reach the API server through the kubernetes Service (kube-proxy, iptables mode)
+and at {address}:{api_port}, Services by name (CoreDNS at {address}:53){exposed}.
 Import more with: ctr --address {socket} -n k8s.io images import ARCHIVE
-Logs: {logs} (kubelet, containerd), {plane_logs} (control plane). Ctrl-C stops it all."""
+Logs: {logs} (kubelet, containerd, kube-proxy, coredns), {plane_logs} (control plane). Ctrl-C stops it all."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -760,6 +769,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--image", action="append", type=Path, default=[],
         help="an image archive to import (podman save --format oci-archive); repeatable",
+    )  # fmt: skip
+    parser.add_argument(
+        "--expose", action="append", type=int, default=[], metavar="PORT",
+        help="forward <node address>:PORT to 127.0.0.1:PORT (e.g. a local S3); repeatable",
     )  # fmt: skip
     args = parser.parse_args(argv)
     missing = missing_tools()
@@ -785,6 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         node.import_image(archive)
         for image in args.image:
             print(node.import_image(image.resolve()).strip(), flush=True)
+        exposed = [node.network.expose(port) for port in args.expose] if node.network else []
         pod = workdir / "hello.json"
         pod.write_text(json.dumps(echo_pod("hello", ECHO_IMAGE, ["hello from a container"])))
         print(
@@ -795,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
                 pod=pod,
                 node=node.name,
                 address=node.address,
+                api_port=plane.port,
+                exposed="".join(f", {a} (forwarded to 127.0.0.1)" for a in exposed),
                 version=node.version,
                 taint=f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}",
                 images=", ".join(i for i in node.images() if not i.startswith("sha256:")),
