@@ -750,7 +750,8 @@ kubernetes.io/hostname); images in its store: {images}.
 Its pods reach the API server through the kubernetes Service (kube-proxy, iptables mode)
 and at {address}:{api_port}, Services by name (CoreDNS at {address}:53){exposed}.
 Import more with: ctr --address {socket} -n k8s.io images import ARCHIVE
-Logs: {logs} (kubelet, containerd, kube-proxy, coredns), {plane_logs} (control plane). Ctrl-C stops it all."""
+Logs: {logs} (kubelet, containerd, kube-proxy, coredns),
+{plane_logs} (control plane). Ctrl-C stops it all."""
 
 
 def main(argv: list[str] | None = None) -> int:
