@@ -4,8 +4,12 @@
 #   <repo>/.cache/controlplane/node-<kubernetes version>/bin/
 #     kubelet    k8s.io/kubernetes/cmd/kubelet, the real kubelet
 #     gic-pause  the pod sandbox's process (cmd/gic-pause), made into an image locally
+#     gic-http   a one-line HTTP server (cmd/gic-http), the tests' Service backend image
+#     kube-proxy k8s.io/kubernetes/cmd/kube-proxy, Services as iptables rules
+#     coredns    CoreDNS with the plugins of a cluster DNS, from dns/ (a module of its own
+#                pinning github.com/coredns/coredns)
 # (GIC_NODE_DIR overrides <repo>/.cache/controlplane/node-<version>). Binaries built from
-# the same inputs (go.mod, go.sum, cmd/, this script) are reused; `--force` rebuilds.
+# the same inputs (go.mod, go.sum, cmd/, dns/, this script) are reused; `--force` rebuilds.
 # Refuses to build when go.mod's k8s.io/kubernetes differs from the control plane's. Uses
 # `go` from PATH when it is at least the version go.mod asks for, else the toolchain that
 # ../install_go.py installs into <repo>/.cache/go. Prints the time each binary took.
@@ -26,7 +30,7 @@ fi
 go_needed=$(awk '$1 == "go" { print $2; exit }' "$here/go.mod")
 out=${GIC_NODE_DIR:-$root/.cache/controlplane/node-$version}
 bin=$out/bin
-binaries=(kubelet gic-pause)
+binaries=(kubelet gic-pause gic-http kube-proxy coredns)
 force=0
 [ "${1:-}" = "--force" ] && force=1
 
@@ -35,7 +39,7 @@ fmt_seconds() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 inputs_digest() {
     (
         cd "$here"
-        find go.mod go.sum build.sh cmd -type f | LC_ALL=C sort | xargs sha256sum
+        find go.mod go.sum build.sh cmd dns -type f | LC_ALL=C sort | xargs sha256sum
     ) | sha256sum | cut -d' ' -f1
 }
 
@@ -96,7 +100,12 @@ total_start=$(date +%s)
 for name in "${binaries[@]}"; do
     start=$(date +%s)
     echo "node: $name: building"
-    "$go" build -p 2 -trimpath -ldflags "$ldflags" -o "$staging/$name" "./cmd/$name"
+    if [ "$name" = coredns ]; then
+        # CoreDNS's module, its own version stamps (none: coremain reports its release).
+        (cd dns && "$go" build -p 2 -trimpath -ldflags "-s -w" -o "$staging/$name" .)
+    else
+        "$go" build -p 2 -trimpath -ldflags "$ldflags" -o "$staging/$name" "./cmd/$name"
+    fi
     echo "node: $name: done in $(fmt_seconds $(($(date +%s) - start))) ($(du -h "$staging/$name" | cut -f1))"
 done
 echo "$digest" >"$staging/.inputs"

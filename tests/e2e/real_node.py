@@ -22,21 +22,28 @@ directory it owns:
   kubelet client is bound to ``system:kubelet-api-admin``), registered with the taint
   :data:`TAINT` so that only pods tolerating it are scheduled there.
 
-It is ready when the Node is Ready. The kubelet sets kernel settings it wants
-(``vm.overcommit_memory``, ``kernel.panic``, ``kernel.panic_on_oops`` ...) on this
-machine; :meth:`RealNode.stop` puts the values back.
+* with ``network`` (the default), :class:`~.real_node_net.NodeNetwork`: the API server
+  at the bridge address and through the ``kubernetes`` Service, kube-proxy in iptables
+  mode, CoreDNS as the kubelet's ``clusterDNS``; ``node.network.expose(port)`` puts a
+  loopback test server (S3) on the bridge address.
 
-:meth:`RealNode.stop` deletes the pods bound to the node (so the kubelet stops them
-and tears down their networks), stops the kubelet, kills and deletes any task and container
+It is ready when the Node is Ready (and kube-proxy healthy). The kubelet sets kernel
+settings it wants (``vm.overcommit_memory``, ``kernel.panic``, ``kernel.panic_on_oops``
+...) on this machine; :meth:`RealNode.stop` puts the values back.
+
+:meth:`RealNode.stop` deletes the pods bound to the node (so the kubelet stops them and
+tears down their networks), stops the kubelet, kills and deletes any task and container
 left, stops containerd and the shims it started, unmounts what is mounted under the work
-directory and the pods' network namespaces, removes the bridge, the node's cgroups and
-the Node, and restores the kernel settings. Every process it stops it started, found by
-its PID or by the socket path of this node's containerd on its command line.
+directory and the pods' network namespaces, stops the cluster networking (and removes its
+iptables chains), removes the bridge, the node's cgroups and the Node, and restores the
+kernel settings. Every process it stops it started, found by its PID or by the socket path
+of this node's containerd on its command line.
 
-Needs root, ``containerd``, ``containerd-shim-runc-v2``, ``ctr``, ``runc``, the CNI plugins
-(Debian's ``containerd``, ``runc`` and ``containernetworking-plugins``; :func:`missing_tools`
-lists what is missing), ``ip`` and ``openssl``. ``GIC_NODE_RUNC`` names another runc binary
-for containerd (e.g. a wrapper keeping runc's log when a sandbox does not start).
+Needs root, ``containerd``, ``containerd-shim-runc-v2``, ``ctr``, ``runc``, ``iptables``,
+the CNI plugins (Debian's ``containerd``, ``runc`` and ``containernetworking-plugins``;
+:func:`missing_tools` lists what is missing), ``ip`` and ``openssl``. ``GIC_NODE_RUNC``
+names another runc binary for containerd (e.g. a wrapper keeping runc's log when a sandbox
+does not start).
 
 Thread-safety: start and stop from one thread; the other methods may be called from any.
 """
@@ -69,6 +76,7 @@ from ..controlplane.api import ApiError
 from ..controlplane.cluster import REPO, ControlPlane, kubernetes_version, write_kubeconfig
 from ..controlplane.pki import client_cert, node_identity, server_cert
 from .oci_image import ImageFile, host_programs, oci_archive
+from .real_node_net import NodeNetwork
 
 NODE_NAME = "gic-real-node"
 #: The taint the node registers with; pods meant for it tolerate it.
@@ -76,7 +84,9 @@ TAINT = {"key": "gic.io/real-node", "value": "true", "effect": "NoSchedule"}
 TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 CNI_DIR = Path("/usr/lib/cni")
 CGROUP_V1 = Path("/sys/fs/cgroup")
-TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "openssl")
+TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "openssl", "iptables")
+#: What controlplane/node/build.sh builds: the node's own programs.
+NODE_BINARIES = ("kubelet", "gic-pause", "gic-http", "kube-proxy", "coredns")
 #: Kernel settings the kubelet changes (pkg/kubelet/cm setupKernelTunables); restored.
 SYSCTLS = (
     "vm/overcommit_memory",
@@ -154,6 +164,7 @@ class RealNode(Service):
         binaries: Path | None = None,
         startup_timeout: float = 120.0,
         verbosity: int = 2,
+        network: bool = True,
     ) -> None:
         self.plane = plane
         self.workdir = Path(workdir).resolve()
@@ -173,6 +184,9 @@ class RealNode(Service):
         self._kubelet: subprocess.Popen[bytes] | None = None
         self._sysctls: dict[str, str] = {}
         self._netns: set[str] = set()
+        #: The cluster networking (API server, kube-proxy, CoreDNS), unless ``network``
+        #: is false (pods then reach nothing but each other's pod IPs).
+        self.network = NodeNetwork(self) if network else None
         #: Seconds from :meth:`start` to the Node being Ready, and each step's.
         self.startup_seconds = 0.0
         self.phases: dict[str, float] = {}
@@ -219,7 +233,7 @@ class RealNode(Service):
 
     def start(self) -> None:
         missing = missing_tools()
-        missing += [n for n in ("kubelet", "gic-pause") if not (self.bin_dir / n).exists()]
+        missing += [n for n in NODE_BINARIES if not (self.bin_dir / n).exists()]
         if missing:
             raise RealNodeError(
                 "missing for a real node: " + ", ".join(missing)
@@ -255,6 +269,9 @@ class RealNode(Service):
         self._make_cgroup_root()
         self._certificates()
         mark = self._phase("bridge + certificates", mark)
+        if self.network is not None:
+            self.network.start()
+            mark = self._phase("API server on the bridge + CoreDNS", mark)
         self._start_containerd()
         mark = self._phase("containerd", mark)
         self._import_pause()
@@ -262,7 +279,10 @@ class RealNode(Service):
         self._sysctls = {key: self._read_sysctl(key) for key in SYSCTLS}
         self._start_kubelet()
         self._wait(f"node {self.name} Ready", self._node_ready)
-        self._phase("kubelet: node Ready", mark)
+        mark = self._phase("kubelet: node Ready", mark)
+        if self.network is not None:
+            self.network.start_proxy()
+            self._phase("kube-proxy", mark)
 
     def stop(self) -> None:
         """Tear everything down (see the module doc); safe to call more than once."""
@@ -280,6 +300,8 @@ class RealNode(Service):
             self._containerd = None
         self._kill_shims()
         self._unmount()
+        if self.network is not None:
+            self.network.stop()
         if self.subnet:
             _run("ip", "link", "delete", f"gicn{self.subnet}", check=False)
         self._remove_cgroups()
@@ -496,6 +518,7 @@ disabled_plugins = [
             "authorization": {"mode": "Webhook"},
             "podLogsDir": str(self.pod_logs_dir),
             "clusterDomain": "cluster.local",
+            **({"clusterDNS": [self.network.dns_address]} if self.network is not None else {}),
             "resolvConf": "/etc/resolv.conf",
             "registerWithTaints": [TAINT],
             "evictionHard": {
@@ -724,8 +747,11 @@ In another shell:
 Node {node} ({address}): the kubelet of Kubernetes {version} with containerd and runc,
 tainted {taint} (pods for it tolerate that and select it by
 kubernetes.io/hostname); images in its store: {images}.
+Its pods reach the API server through the kubernetes Service (kube-proxy, iptables mode)
+and at {address}:{api_port}, Services by name (CoreDNS at {address}:53){exposed}.
 Import more with: ctr --address {socket} -n k8s.io images import ARCHIVE
-Logs: {logs} (kubelet, containerd), {plane_logs} (control plane). Ctrl-C stops it all."""
+Logs: {logs} (kubelet, containerd, kube-proxy, coredns),
+{plane_logs} (control plane). Ctrl-C stops it all."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -744,6 +770,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--image", action="append", type=Path, default=[],
         help="an image archive to import (podman save --format oci-archive); repeatable",
+    )  # fmt: skip
+    parser.add_argument(
+        "--expose", action="append", type=int, default=[], metavar="PORT",
+        help="forward <node address>:PORT to 127.0.0.1:PORT (e.g. a local S3); repeatable",
     )  # fmt: skip
     args = parser.parse_args(argv)
     missing = missing_tools()
@@ -769,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         node.import_image(archive)
         for image in args.image:
             print(node.import_image(image.resolve()).strip(), flush=True)
+        exposed = [node.network.expose(port) for port in args.expose] if node.network else []
         pod = workdir / "hello.json"
         pod.write_text(json.dumps(echo_pod("hello", ECHO_IMAGE, ["hello from a container"])))
         print(
@@ -779,6 +810,8 @@ def main(argv: list[str] | None = None) -> int:
                 pod=pod,
                 node=node.name,
                 address=node.address,
+                api_port=plane.port,
+                exposed="".join(f", {a} (forwarded to 127.0.0.1)" for a in exposed),
                 version=node.version,
                 taint=f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}",
                 images=", ".join(i for i in node.images() if not i.startswith("sha256:")),
