@@ -20,7 +20,7 @@ RUN_STAMP := $(RUN_VENV)/.installed
 RUN_LOCK := requirements/run.lock
 
 .PHONY: setup jvm run test lint typecheck contracts unit bench clean controlplane helm cluster \
-	lock spark-settings images
+	lock spark-settings kubelet node images
 
 setup: $(STAMP)
 
@@ -110,6 +110,19 @@ controlplane:
 helm:
 	PYTHON=$(PYTHON) controlplane/helm/build.sh
 
+# The kubelet of the same Kubernetes release and the sandbox process of its pods, built from
+# controlplane/node/go.mod into .cache/controlplane/node-<version>/bin (reused when up to
+# date; a module of its own, so it never changes the control plane's inputs).
+kubelet:
+	PYTHON=$(PYTHON) controlplane/node/build.sh
+
+# A control plane with a real node (containerd and runc from Debian, the kubelet above), in
+# the foreground until Ctrl-C; it prints the KUBECONFIG to use and a pod to try. Needs root
+# and `apt-get install containerd runc containernetworking-plugins`. IMAGES="a.tar b.tar"
+# imports image archives (podman save --format oci-archive) into the node's image store.
+node: setup controlplane kubelet
+	$(PY) -m tests.e2e.real_node $(foreach image,$(IMAGES),--image $(image))
+
 # A control plane with one process-kubelet node, in the foreground until Ctrl-C; it prints
 # the KUBECONFIG and PATH (kubectl, helm) to use and the commands of the local path.
 cluster: setup controlplane helm
@@ -122,7 +135,7 @@ cluster: setup controlplane helm
 images: setup
 	PIP="$(abspath $(VENV))/bin/pip" images/build.sh
 
-unit: setup jvm controlplane helm
+unit: setup jvm controlplane helm kubelet
 	$(PY) -m pytest tests
 
 test: lint typecheck contracts images unit

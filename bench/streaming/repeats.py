@@ -14,7 +14,9 @@ then summarized the same way (:func:`round_ratios`). Every run's output fingerpr
 
 Environment: ``GIC_BENCH_QUICK=1`` (small sizes, one round, ``local2`` only: a smoke
 run), ``GIC_BENCH_ROUNDS``, ``GIC_BENCH_MODES`` (default ``local2,cluster2``),
-``GIC_BENCH_SYSTEMS`` (a subset), ``GIC_BENCH_WARMUP`` / ``GIC_BENCH_MEASURED``.
+``GIC_BENCH_SYSTEMS`` (a subset), ``GIC_BENCH_WARMUP`` / ``GIC_BENCH_MEASURED``. A run of
+some modes keeps the other modes of the existing result file when they were measured
+the same way (:func:`kept_modes`), each with its own ``recorded_at``.
 
 Not thread-safe: one benchmark run per process.
 """
@@ -28,6 +30,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench import common
@@ -246,6 +249,18 @@ def run_comparison(
     for mode in modes.modes_from_env(default=QUICK_MODES if base.quick else DEFAULT_MODES):
         with modes.params_for(mode, base) as params:
             per_mode[mode.name] = run_mode(comparison, workload, params, names, rounds)
+            per_mode[mode.name]["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out_dir = harness.QUICK_RESULTS if base.quick else None
+    kept = kept_modes(
+        (out_dir or common.RESULTS) / f"{comparison.name}.json",
+        per_mode,
+        {
+            "workload": workload.describe(),
+            "rounds": rounds,
+            "batches": [base.warmup, base.measured],
+        },
+    )
+    per_mode = {**kept, **per_mode}
     data = {
         "workload": workload.describe(),
         "setup": {
@@ -258,6 +273,7 @@ def run_comparison(
             "baselines": list(comparison.baselines),
             "contenders": list(comparison.contenders),
             "modes": {m: modes.MODES[m].describe() for m in per_mode},
+            "kept_modes": sorted(kept),
             **(setup or {}),
         },
         "definitions": DEFINITIONS,
@@ -266,7 +282,6 @@ def run_comparison(
         "outputs_identical": {m: d["outputs"]["identical"] for m, d in per_mode.items()},
         "run_s": round(time.monotonic() - started, 1),
     }
-    out_dir = harness.QUICK_RESULTS if base.quick else None
     path = harness.write(comparison.name, data, out_dir)
     print(f"wrote {path}", flush=True)
     from bench.streaming.plots_timed import plot_comparison
@@ -280,3 +295,28 @@ def run_comparison(
             f"{len(failed)} run(s) failed: {', '.join(failed)}; see bench/scratch/logs"
         )
     return data
+
+
+def kept_modes(path: Path, ran: Mapping[str, Any], same: Mapping[str, Any]) -> dict[str, Any]:
+    """The modes of the results at ``path`` that this run did not measure again, kept
+    when they were measured with the same workload, rounds and batch counts (``same``):
+    a run of one mode then completes the file instead of dropping the others. Each kept
+    mode carries its own ``recorded_at``. Nothing is kept from a file that does not
+    match, or that cannot be read."""
+    try:
+        old = json.loads(path.read_text())
+        setup = old["setup"]
+        recorded = {
+            "workload": old["workload"],
+            "rounds": setup["rounds"],
+            "batches": [setup["warmup_batches"], setup["measured_batches"]],
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if recorded != dict(same):
+        return {}
+    return {
+        m: {"recorded_at": old.get("recorded_at"), **d}
+        for m, d in old.get("modes", {}).items()
+        if m not in ran and isinstance(d, dict)
+    }

@@ -18,6 +18,8 @@ Series (``*_total`` are counters):
 * ``gic_last_checkpoint_id``, ``gic_last_checkpoint_timestamp_seconds``;
 * ``gic_batches_total``; ``gic_epoch`` (the driver's fencing epoch);
 * ``gic_restore_source_released`` (0/1);
+* ``gic_restore_pending_buckets``, ``gic_restore_bytes_total``: buckets still being
+  restored in the background after the last batch, stored bytes restored that way;
 * ``gic_orphans_deleted_total``, ``gic_orphan_bytes_deleted_total``;
 * ``gic_savepoints_total{state=completed|failed}``;
 * ``gic_control_requests_refused_total``: control requests the driver refused
@@ -191,6 +193,18 @@ class DriverMetrics:
             job,
             registry=reg,
         ).labels(job_id)
+        self._restore_pending = Gauge(
+            "gic_restore_pending_buckets",
+            "Buckets still being restored from storage in the background after the last batch.",
+            job,
+            registry=reg,
+        ).labels(job_id)
+        self._restore_bytes = Counter(
+            "gic_restore_bytes",
+            "Stored bytes of buckets restored from storage in the background.",
+            job,
+            registry=reg,
+        ).labels(job_id)
         savepoints = Counter(
             "gic_savepoints", "Savepoints finished, by state.", (*job, "state"), registry=reg
         )
@@ -223,6 +237,11 @@ class DriverMetrics:
             self._hit_ratio.set(_non_negative("gic_local_hit_ratio", local_hit_ratio))
         self._last_id.set(_non_negative("gic_last_checkpoint_id", checkpoint_id))
         self._last_ts.set(time.time() if completed_at is None else completed_at)
+
+    def observe_restore(self, *, pending: int, restored_bytes: int) -> None:
+        """Record the background restore after a batch (see ``BatchReport``)."""
+        self._restore_pending.set(_non_negative("gic_restore_pending_buckets", pending))
+        self._restore_bytes.inc(_non_negative("gic_restore_bytes_total", restored_bytes))
 
     def observe_placement(self, *, executors: int, moved: int) -> None:
         """Record where the last batch's state tasks ran (see ``BatchReport``)."""

@@ -5,6 +5,8 @@ windows and goals, and the event-time workload specs. No Spark, no timings."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,3 +177,24 @@ def test_event_time_workloads_are_valid_specs_and_registered() -> None:
     for name in ("w3_sessions", "w4_windowed_count", "w5_ttl_soak"):
         assert name in BENCHMARKS
         assert MODULES[name] == f"bench.streaming.{name}"
+
+
+def test_a_run_of_some_modes_keeps_the_others_measured_the_same_way(tmp_path: Path) -> None:
+    same = {"workload": {"name": "w"}, "rounds": 3, "batches": [3, 6]}
+    path = tmp_path / "w.json"
+    assert repeats.kept_modes(path, {}, same) == {}  # no file yet
+    path.write_text(
+        json.dumps(
+            {
+                "recorded_at": "2026-01-01T00:00:00Z",
+                "workload": {"name": "w"},
+                "setup": {"rounds": 3, "warmup_batches": 3, "measured_batches": 6},
+                "modes": {"local2": {"goals": "old local2"}, "cluster2": {"goals": "old c2"}},
+            }
+        )
+    )
+    kept = repeats.kept_modes(path, {"cluster2": {}}, same)
+    assert kept == {"local2": {"recorded_at": "2026-01-01T00:00:00Z", "goals": "old local2"}}
+    assert repeats.kept_modes(path, {}, {**same, "rounds": 1}) == {}  # measured otherwise
+    path.write_text("{not json")
+    assert repeats.kept_modes(path, {}, same) == {}

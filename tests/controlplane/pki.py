@@ -16,6 +16,10 @@
   request-header authentication of the aggregation layer, which the controller manager's
   and scheduler's delegated authentication read from the API server.
 
+:func:`reissue_server_cert` replaces a serving certificate by one for other names with the
+same key (a real node's bridge address is added to the API server's while the node runs;
+kube-apiserver reloads the file).
+
 Every leaf has subject and authority key identifiers and the extended key usage of its
 role (``serverAuth`` or ``clientAuth``), which Go's and Python's strict verifiers need.
 
@@ -171,6 +175,30 @@ def server_cert(pki: Pki, stem: str, cn: str, hosts: list[str], *, days: int) ->
     _sign(pki.directory, stem, f"/CN={cn}", extensions, days=days)
 
 
+def reissue_server_cert(pki: Pki, stem: str, cn: str, hosts: list[str], *, days: int) -> None:
+    """Replace ``<stem>.crt`` by a certificate for ``hosts`` with the same key, in one
+    rename: a server reloading its certificate file (kube-apiserver does) never reads a
+    certificate that does not match its key."""
+    directory = pki.directory
+    csr = _openssl("req", "-new", "-key", str(pki.key(stem)), "-subj", f"/CN={cn}")
+    extfile = directory / f"{stem}.reissue.ext"
+    extensions = [*_LEAF, "extendedKeyUsage=serverAuth", _alt_names(hosts)]
+    extfile.write_text("\n".join(extensions) + "\n")
+    partial = directory / f"{stem}.crt.partial"
+    try:
+        _openssl(
+            "x509", "-req", "-sha256", "-days", str(days),
+            "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key),
+            "-set_serial", str(secrets.randbits(127) | 1),
+            "-extfile", str(extfile), "-out", str(partial),
+            stdin=csr,
+        )  # fmt: skip
+        partial.replace(pki.cert(stem))
+    finally:
+        extfile.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
+
+
 def client_cert(pki: Pki, stem: str, identity: Identity, *, days: int, ca: str = "ca") -> None:
     """A client certificate ``<stem>.crt`` for ``identity``, signed by CA ``<ca>``."""
     extensions = [*_LEAF, "extendedKeyUsage=clientAuth"]
@@ -200,6 +228,22 @@ def _front_proxy(pki: Pki, days: int) -> None:
     client_cert(pki, "front-proxy-client", identity, days=days, ca="front-proxy-ca")
 
 
+def apiserver_hosts(service_ip: str, *extra: str) -> list[str]:
+    """The names and addresses of the API server's serving certificate: loopback, the
+    ``kubernetes`` Service's names and cluster IP, and ``extra`` (a real node's bridge
+    address)."""
+    return [
+        "127.0.0.1",
+        "localhost",
+        service_ip,
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+        *extra,
+    ]
+
+
 def make_pki(
     directory: Path,
     *,
@@ -211,15 +255,7 @@ def make_pki(
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki(directory)
     _make_ca(directory, "ca", "gic-test-ca", days)
-    hosts = [
-        "127.0.0.1",
-        "localhost",
-        service_ip,
-        "kubernetes",
-        "kubernetes.default",
-        "kubernetes.default.svc",
-        "kubernetes.default.svc.cluster.local",
-    ]
+    hosts = apiserver_hosts(service_ip)
     jobs: list[Callable[[], None]] = [
         lambda: server_cert(pki, "apiserver", "kube-apiserver", hosts, days=days),
         lambda: server_cert(pki, "kubelet-serving", node_name, ["127.0.0.1"], days=days),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -137,10 +138,19 @@ def main() -> int:
     parser.add_argument(
         "--local-root", type=Path, help="where executors' scratch directories are (default: D)"
     )
+    parser.add_argument("--first-file", type=int, default=0, help="index of the first new file")
+    parser.add_argument(
+        "--restore", choices=["background", "eager"], default="background", help="restore mode"
+    )
+    parser.add_argument(
+        "--wipe-local", action="store_true", help="start with empty executor-local directories"
+    )
     args = parser.parse_args()
     base: Path = args.dir
     src, out, scratch = base / "in", base / "out", base / "spark-local"
-    write_text_batches(src, args.batches, lines=200)
+    if args.wipe_local:
+        shutil.rmtree(scratch, ignore_errors=True)
+    write_text_batches(src, args.batches, start=args.first_file, lines=200)
     spark = (
         SparkSession.builder.master(args.master)
         .appName("gic-cluster-test")
@@ -159,6 +169,9 @@ def main() -> int:
         num_buckets=16,
         control_poll_s=0.1,
         orphan_sweep_interval_s=0.5,
+        restore_background=args.restore == "background",
+        restore_parallel=1,
+        restore_fetch_threads=2,
     )
     killed: list[int] = []
 
@@ -199,6 +212,8 @@ def main() -> int:
                 "pinned": b.pinned,
                 "moved_ranges": [list(r) for r in b.moved_ranges],
                 "orphans_deleted": b.orphans_deleted,
+                "restore_pending": b.restore_pending,
+                "restore_bytes": b.restore_bytes,
             }
             for b in summary.batches
         ],

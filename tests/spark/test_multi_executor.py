@@ -104,3 +104,32 @@ def test_an_executor_killed_loses_nothing_and_its_ranges_stick_to_their_new_exec
     # ... then stayed put: the last batches are all local hits, nothing moves
     for b in batches[-2:]:
         assert b["pinned"] and b["restored"] == 0 and b["moved_ranges"] == [], b
+
+
+def test_a_restart_on_empty_local_directories_restores_in_the_background_exactly_once(
+    tmp_path: Path,
+) -> None:
+    """Four batches, then a restart (a new driver and new executors) on empty executor
+    directories, with the background restore and with the eager one: both publish
+    exactly the reference counts, so the background path equals the eager path."""
+    outputs = {}
+    for mode in ("background", "eager"):
+        base = tmp_path / mode
+        run_scenario(base, "--restore", mode, batches=4)
+        result = run_scenario(
+            base, "--restore", mode, "--wipe-local", "--first-file", "4", batches=4
+        )
+        assert_exactly_once(base, 8)
+        batches = result["batches"]
+        assert [b["batch_id"] for b in batches] == [4, 5, 6, 7]
+        first = batches[0]
+        assert first["restored"] > 0 and first["local_hits"] == 0, first
+        if mode == "eager":
+            assert all(b["restore_pending"] == 0 and b["restore_bytes"] == 0 for b in batches)
+        else:
+            assert sum(b["restore_bytes"] for b in batches) > 0, batches
+        # ... and settled: no bucket waits for its restore at the end
+        assert batches[-1]["restore_pending"] == 0, batches
+        assert batches[-1]["restored"] == 0, batches
+        outputs[mode] = sink_batches(base / "out")
+    assert outputs["background"] == outputs["eager"]

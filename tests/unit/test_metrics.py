@@ -23,6 +23,8 @@ SERIES = [
     "gic_last_checkpoint_timestamp_seconds",
     "gic_batches_total",
     "gic_restore_source_released",
+    "gic_restore_pending_buckets",
+    "gic_restore_bytes_total",
     "gic_orphans_deleted_total",
     "gic_savepoints_total",
     "gic_control_requests_refused_total",

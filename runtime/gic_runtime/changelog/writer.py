@@ -69,6 +69,24 @@ class _Pending:
         )
 
 
+def _encode_records(op: Op, keys: Sequence[bytes], values: Sequence[bytes]) -> bytes:
+    """The records ``(op, keys[i], values[i])`` concatenated; record headers are shared
+    between records of equal key and value lengths (most of a bulk write's)."""
+    pack = RECORD_HEADER.pack
+    headers: dict[tuple[int, int], bytes] = {}
+    parts: list[bytes] = []
+    add = parts.append
+    for k, v in zip(keys, values, strict=True):
+        lengths = (len(k), len(v))
+        header = headers.get(lengths)
+        if header is None:
+            header = headers[lengths] = pack(op, *lengths)
+        add(header)
+        add(k)
+        add(v)
+    return b"".join(parts)
+
+
 class BatchingChangelogWriter:
     """:class:`~gic_runtime.changelog.api.ChangelogWriter` for one task's bucket range.
 
@@ -132,10 +150,7 @@ class BatchingChangelogWriter:
         n = len(keys)
         if len(values) != n:
             raise StateError(f"{len(values)} values for {n} keys")
-        pack = RECORD_HEADER.pack
-        data = b"".join(
-            [pack(op, len(k), len(v)) + k + v for k, v in zip(keys, values, strict=True)]
-        )
+        data = _encode_records(op, keys, values)
         with self._lock:
             if self._closed:
                 raise StateError("changelog writer is closed")

@@ -154,6 +154,33 @@ class SettingsFields(BaseSettings):
         description="Seconds a checkpoint's uploads may take before the checkpoint fails; "
         "retries and hedges run well inside it.",
     )
+    restore_background: bool = Field(
+        True,
+        description="Rebuild buckets missing from an executor's local copy in the "
+        "background: a task starts at once and waits only for the buckets it touches "
+        "(restoring one nobody started itself). Off: every bucket of a task's range is "
+        "rebuilt before its processing starts.",
+    )
+    restore_parallel: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Groups of buckets a task range restores at once in the background "
+        "(each group of up to 4 consecutive buckets is one coalesced fetch plan).",
+    )
+    restore_fetch_threads: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Reads one restoring group of the background restore runs at once.",
+    )
+    restore_window_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Fetched bytes per window of a restoring group's plan; each group "
+        "holds about two windows (a snapshot larger than a window: that snapshot), so a "
+        "task range's restore holds about restore_parallel x 2 x this at most.",
+    )
     restore_source: str | None = Field(
         None,
         description="Checkpoint or savepoint to restore from (URI or path); None: resume "

@@ -68,6 +68,7 @@ from gic_runtime.layout import validate_id
 from gic_runtime.listen import listen_addresses
 from gic_runtime.local_dirs import default_local_dir
 from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.state.background_restore import BackgroundRestoreSettings
 from gic_runtime.storage.uri import StorageURI
 
 __all__ = ["ACCEPTED", "DRIVER_PID_FILE_ENV", "GICSettings"]
@@ -195,6 +196,12 @@ class GICSettings(SettingsFields):
                 changelog_ratio=self.materialization_changelog_ratio,
             ),
             checkpoint_timeout_s=self.checkpoint_timeout_s,
+            restore=BackgroundRestoreSettings(
+                background=self.restore_background,
+                parallel=self.restore_parallel,
+                fetch_threads=self.restore_fetch_threads,
+                window_bytes=self.restore_window_bytes,
+            ),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -272,6 +279,10 @@ ACCEPTED: Mapping[str, str] = {
     "hedge_budget_ratio": "a number from 0 to 1",
     "full_snapshots": "true or false (also 1/0, yes/no, on/off)",
     "checkpoint_timeout_s": "a positive number of seconds",
+    "restore_background": "true or false (also 1/0, yes/no, on/off)",
+    "restore_parallel": "an integer from 1 to 64",
+    "restore_fetch_threads": "an integer from 1 to 64",
+    "restore_window_bytes": "a number of bytes, at least 65536",
     "restore_source": "a checkpoint or savepoint URI or path (or unset)",
     "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
     "allow_query_change": "true or false (also 1/0, yes/no, on/off)",

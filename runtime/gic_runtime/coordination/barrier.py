@@ -204,7 +204,15 @@ class TaskStats:
     empty: Int = 0
     """Buckets that started empty."""
     replayed: Int = 0
-    """Changelog records replayed while restoring."""
+    """Changelog records replayed while restoring (in the background: those replayed
+    while the task ran)."""
+    restore_pending: Int = 0
+    """Buckets still being restored in the background when the task acked (their
+    restore goes on after the task; the next task of the range waits for those it
+    touches)."""
+    restore_bytes: Int = 0
+    """Stored bytes (snapshots, changelog sections) of buckets the background restore
+    completed while the task ran."""
     materializations_adopted: Int = 0
     """Background snapshots that became a bucket's base in this batch."""
     materializations_started: Int = 0

@@ -1,5 +1,5 @@
-"""Executor-side tuning of a state task: changelog writer, uploads, materialization and
-the checkpoint timeout. Shipped with every
+"""Executor-side tuning of a state task: changelog writer, uploads, materialization,
+restore and the checkpoint timeout. Shipped with every
 :class:`~gic_runtime.coordination.barrier.Barrier`; immutable.
 """
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from gic_runtime.changelog.uploader import UploaderSettings
 from gic_runtime.changelog.writer import WriterSettings
 from gic_runtime.materialization.scheduler import MaterializationSettings
+from gic_runtime.state.background_restore import BackgroundRestoreSettings
 
 __all__ = ["TaskSettings"]
 
@@ -24,3 +25,5 @@ class TaskSettings:
     checkpoint_timeout_s: float = 300.0
     """Longest wait for a checkpoint's uploads; beyond it the checkpoint fails (the
     uploader's own retries and hedges run well inside it)."""
+    restore: BackgroundRestoreSettings = field(default_factory=BackgroundRestoreSettings)
+    """How buckets missing from the executor-local copy are rebuilt from storage."""

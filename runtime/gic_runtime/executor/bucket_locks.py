@@ -15,7 +15,9 @@ Invariants:
   The kernel releases the locks of a process that dies, so a crash never leaves a
   bucket locked.
 
-Thread-safety: a :class:`BucketLocks` is used by the one thread that acquired it.
+Thread-safety: a :class:`BucketLocks` is used by one thread at a time; the executor
+entry hands a task's locks on to its background restore, whose end releases them
+(:meth:`~gic_runtime.executor.state_stack.ExecutorEntry.hold_locks`).
 """
 
 from __future__ import annotations

@@ -8,10 +8,13 @@ its own. For task ``i`` of a :class:`~gic_runtime.coordination.barrier.Barrier`,
 calling thread:
 
 1. lock the range's buckets machine-wide (:mod:`~gic_runtime.executor.bucket_locks`)
-   until the ack is built, so two attempts of a task never interleave on a bucket;
+   until the ack is built -- or, while buckets are still restored in the background,
+   until that restore ends -- so two attempts of a task never interleave on a bucket;
 2. bring every bucket to the expected lineage (:func:`restore_lineage`): import a
    canonical savepoint, or reuse the executor-local copy when its ``(seq, token)``
-   matches and restore from storage otherwise;
+   matches and restore from storage otherwise, in the background by default
+   (:mod:`~gic_runtime.state.background_restore`: the processing starts at once and
+   waits only for the buckets it touches);
 3. adopt background snapshots that fit the lineage
    (:mod:`~gic_runtime.materialization.background`);
 4. run the callback and stage its output tables as one Parquet file
@@ -47,7 +50,6 @@ import pyarrow as pa
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck, TaskStats
 from gic_runtime.errors import StateError, UploadError
-from gic_runtime.executor.bucket_locks import BucketLocks
 from gic_runtime.executor.environment import executor_id
 from gic_runtime.executor.process_cache import close_local_executor, discard, entry_for
 from gic_runtime.executor.staging import OutputStager
@@ -65,6 +67,7 @@ from gic_runtime.materialization.background import (
 from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.savepoint.canonical_import import restore_from_canonical
 from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
+from gic_runtime.state.background_restore import BackgroundRestoreSettings, RestoreProgress
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = [
@@ -193,9 +196,10 @@ def execute(
             f"task {task_index} of the barrier owns buckets [{owned.start}, {owned.stop}), "
             f"the entry [{entry.backend.bucket_range.start}, {entry.backend.bucket_range.stop})"
         )
-    with BucketLocks(entry.paths.locks, owned), entry.lock:
-        try:
-            return _run_locked(
+    locks = entry.take_locks()
+    try:
+        with entry.lock:
+            ack = _run_locked(
                 barrier=barrier,
                 task_index=task_index,
                 entry=entry,
@@ -203,9 +207,15 @@ def execute(
                 output_schema=output_schema,
                 began=began,
             )
-        except BaseException:
+    except BaseException:
+        try:
+            entry.backend.close_restore()  # no background write once the locks are gone
+        finally:
             _flush_after_failure(entry)
-            raise
+            locks.release()
+        raise
+    entry.hold_locks(locks)
+    return ack
 
 
 def restore_lineage(
@@ -213,13 +223,16 @@ def restore_lineage(
     resolver: StoreResolver,
     expected: Mapping[int, BucketState],
     canonical_source: str | None = None,
+    background: BackgroundRestoreSettings | None = None,
 ) -> RestoreSummary:
     """Bring every bucket of ``backend`` to the expected lineage (step 2): import the
     canonical savepoint at ``canonical_source`` into a fresh lineage, or restore to
     ``expected`` (a bucket whose local copy carries the expected ``(seq, token)`` is
-    reused without reading storage)."""
+    reused without reading storage; the others are rebuilt in the background when
+    ``background`` says so, else before this returns)."""
     if canonical_source is None:
-        return backend.restore(expected, resolver)
+        return backend.restore(expected, resolver, background=background)
+    backend.close_restore()
     restore_from_canonical(backend, canonical_source, resolver)
     imported = tuple(b for b in backend.bucket_range if backend.seq(b) > 0)
     return RestoreSummary(
@@ -263,7 +276,13 @@ def _run_locked(
 
     # 2. the expected lineage
     expected = barrier.expected_for(task_index)
-    summary = restore_lineage(backend, resolver, expected, barrier.canonical_source)
+    running = backend.restorer
+    before = running.progress() if running is not None else None
+    summary = restore_lineage(
+        backend, resolver, expected, barrier.canonical_source, settings.restore
+    )
+    if backend.restorer is not running:
+        before = None  # a new background restore: count all of its progress
     start_seq = {b: s.seq for b, s in expected.items()}
 
     # 3. background snapshots that fit
@@ -275,6 +294,9 @@ def _run_locked(
     ctx = TaskContext(barrier, task_index, backend.bucket_range, backend)
     stager = OutputStager(barrier.staging_uri, task_index, resolver, output_schema)
     processing = time.perf_counter()
+    restorer = backend.restorer
+    if restorer is not None:
+        restorer.pause()  # the buckets this task touches first; the rest between batches
     try:
         for table in process(ctx):
             stager.add(table)
@@ -282,7 +304,11 @@ def _run_locked(
     except BaseException:
         stager.abort()
         raise
+    finally:
+        if restorer is not None:
+            restorer.resume()
     processed = time.perf_counter()
+    backend.check_restore()  # a bucket whose background restore failed fails the task
 
     # 5. durability
     snapshots: list[SnapshotHandle] = []
@@ -304,7 +330,10 @@ def _run_locked(
     durable = time.perf_counter()
 
     # 6. background materializations, then the ack
-    started = start_due_materializations(scope, backend, states)
+    ready = {b: s for b, s in states.items() if backend.restored(b)}
+    started = start_due_materializations(scope, backend, ready)
+    progress = backend.restore_progress()
+    restore_bytes, replayed = _restore_delta(before, progress)
     stats = TaskStats(
         rows_in=ctx.rows_in,
         rows_out=sum(o.rows for o in outputs),
@@ -314,7 +343,9 @@ def _run_locked(
         local_hits=len(summary.local_hits),
         restored=len(summary.restored),
         empty=len(summary.empty),
-        replayed=summary.replayed,
+        replayed=summary.replayed + replayed,
+        restore_pending=len(backend.restore_outstanding()),
+        restore_bytes=restore_bytes,
         materializations_adopted=len(adopted),
         materializations_started=started,
         process_s=processed - processing,
@@ -336,6 +367,17 @@ def _run_locked(
         outputs=outputs,
         stats=stats,
     )
+
+
+def _restore_delta(
+    before: RestoreProgress | None, after: RestoreProgress | None
+) -> tuple[int, int]:
+    """Bytes restored and changes replayed in the background during one task."""
+    if after is None:
+        return 0, 0
+    if before is None:
+        return after.bytes_done, after.replayed
+    return after.bytes_done - before.bytes_done, after.replayed - before.replayed
 
 
 def _materialize_all(

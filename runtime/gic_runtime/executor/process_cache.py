@@ -105,6 +105,7 @@ def discard(entry: ExecutorEntry) -> None:
         cache = _cache()
         if cache.entries.get(entry.key) is entry:
             del cache.entries[entry.key]
+    entry.abandon()
 
 
 def close_local_executor(*, wait: bool = True, timeout: float | None = None) -> None:
@@ -119,6 +120,7 @@ def close_local_executor(*, wait: bool = True, timeout: float | None = None) -> 
         cache = _cache()
         _CACHE[0] = _Cache()
     for entry in cache.entries.values():
+        entry.abandon()
         if wait:
             entry.writer.close()
     for uploader in cache.uploaders.values():
@@ -145,7 +147,9 @@ def _fence(cache: _Cache, barrier: Barrier, retired: list[Callable[[], None]]) -
         )
     if newest is not None and barrier.epoch > newest:
         for key in [k for k in cache.entries if k[1:3] == job and k[3] < barrier.epoch]:
-            del cache.entries[key]  # abandoned: its uploads settle on their own
+            # abandoned: its uploads settle on their own; its background restore stops
+            # (after the bucket in progress) and gives the range's locks back
+            retired.append(cache.entries.pop(key).abandon)
         for ukey in [k for k in cache.uploaders if k[:2] == job and k[2] < barrier.epoch]:
             uploader = cache.uploaders.pop(ukey)
             retired.append(functools.partial(_close_in_background, uploader))

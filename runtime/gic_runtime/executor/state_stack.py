@@ -19,7 +19,10 @@ both use it, so they cannot assemble it differently.
 
 Invariants: an entry's writer and backend own exactly its bucket range; its key
 (:func:`entry_key`) names the local job directory, the attempt and the range; an entry's
-``lock`` serializes the tasks that use it.
+``lock`` serializes the tasks that use it. While the backend restores buckets in the
+background after a task acked, the entry holds that task's bucket locks
+(:meth:`ExecutorEntry.hold_locks`): the next task of the entry takes them over, the
+restore's end releases them, so no other process touches the range meanwhile.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gic_runtime.changelog.writer import BatchingChangelogWriter
 from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.coordination.task_settings import TaskSettings
+from gic_runtime.executor.bucket_locks import BucketLocks
 from gic_runtime.executor.environment import resolve_local_dir
 from gic_runtime.layout import new_segment_uri, validate_id
 from gic_runtime.materialization.pool import MaterializationPool, process_pool
@@ -106,6 +110,44 @@ class ExecutorEntry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     clock: Clock = field(default_factory=SystemClock)
     pool: MaterializationPool = field(default_factory=process_pool)
+    _held: BucketLocks | None = field(default=None, repr=False)
+    _held_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.backend.on_restore_finished(self.release_held_locks)
+
+    def take_locks(self) -> BucketLocks:
+        """The range's bucket locks: those the entry holds for a background restore, or
+        newly acquired (blocking until no other process holds them)."""
+        with self._held_lock:
+            held, self._held = self._held, None
+        if held is not None:
+            return held
+        locks = BucketLocks(self.paths.locks, self.backend.bucket_range)
+        locks.acquire()
+        return locks
+
+    def hold_locks(self, locks: BucketLocks) -> None:
+        """A task is done with ``locks``: keep them while the backend still restores in
+        the background (released when that restore finishes), else release them."""
+        with self._held_lock:
+            if self.backend.restore_pending():
+                self._held = locks
+                return
+        locks.release()
+
+    def release_held_locks(self) -> None:
+        """Release the locks kept for a background restore (when it finished)."""
+        with self._held_lock:
+            held, self._held = self._held, None
+        if held is not None:
+            held.release()
+
+    def abandon(self) -> None:
+        """Stop the backend's background restore and release the locks kept for it (the
+        entry is dropped: a failed task, a newer attempt, a shutdown)."""
+        self.backend.close_restore()
+        self.release_held_locks()
 
 
 def local_paths(barrier: Barrier) -> LocalPaths:

@@ -49,7 +49,6 @@ from gic_runtime.clock import Clock, SystemClock
 from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.coordination.task_settings import TaskSettings
 from gic_runtime.errors import StateError
-from gic_runtime.executor.bucket_locks import BucketLocks
 from gic_runtime.executor.core import TaskContext, execute, restore_lineage
 from gic_runtime.executor.state_stack import attempt_uploader, build_entry, local_paths
 from gic_runtime.handles import BucketState
@@ -223,6 +222,7 @@ class StateTask:
     def close(self, *, wait: bool = True) -> None:
         """Stop background work (jobs not started are cancelled) and release the task;
         ``wait=False`` abandons uploads in flight (what a crash looks like)."""
+        self._entry.abandon()
         self._entry.pool.shutdown(wait=wait)
         if wait:
             self._entry.writer.close()
@@ -240,7 +240,11 @@ class StateTask:
     def _restore(self, states: Mapping[int, BucketState], canonical: str | None) -> RestoreSummary:
         entry = self._entry
         try:
-            with BucketLocks(entry.paths.locks, self.bucket_range), entry.lock:
-                return restore_lineage(entry.backend, entry.resolver, states, canonical)
+            locks = entry.take_locks()
+            try:
+                with entry.lock:
+                    return restore_lineage(entry.backend, entry.resolver, states, canonical)
+            finally:
+                locks.release()  # an eager restore: nothing left running in the background
         finally:
             self._settle()

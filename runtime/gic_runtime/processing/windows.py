@@ -37,11 +37,12 @@ import pyarrow.compute as pc
 from gic_runtime.errors import ConfigurationError, StateError
 from gic_runtime.event_time import BatchTime
 from gic_runtime.processing.aggregates import Aggregation, aggregate_schema, combine
-from gic_runtime.processing.firing import due_now, pop_due
+from gic_runtime.processing.firing import due_now
 from gic_runtime.processing.processors import Buckets, FiredCounter, check_keys
 from gic_runtime.processing.window_rows import fit_output, plain_rows, rows_table
 from gic_runtime.processing.window_specs import Window, WindowSpec
 from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.keys import decode_key
 from gic_runtime.state.states import Located
 
 __all__ = ["WindowFunction", "WindowProcessor", "window_schema"]
@@ -191,15 +192,22 @@ class WindowProcessor:
             return
         open_, size, kinds = backend.map_state(_OPEN), self.spec.size_us, self._kinds
         located = open_.locate_entries(keys, window_starts, key_buckets)
-        fresh: list[int] = []
-        merged: list[list[Any]] = []
-        for i, old in enumerate(open_.get_located(located)):
-            new = [v[i] for v in values]
-            if old is None:
-                fresh.append(i)
-                merged.append([window_starts[i] + size, *new])
-            else:
-                merged.append([old[0], *_combined(kinds, old[1:], new)])
+        olds = open_.get_located(located)
+        fresh = [i for i, old in enumerate(olds) if old is None]
+        merged: list[list[Any]]
+        if kinds == ["count"]:  # the common case, without a call per window
+            merged = [
+                [start + size, n] if old is None else [old[0], old[1] + n]
+                for old, start, n in zip(olds, window_starts, values[0], strict=True)
+            ]
+        else:
+            merged = []
+            for i, old in enumerate(olds):
+                new = [v[i] for v in values]
+                if old is None:
+                    merged.append([window_starts[i] + size, *new])
+                else:
+                    merged.append([old[0], *_combined(kinds, old[1:], new)])
         open_.set_located(located, merged)
         if fresh:
             backend.timer_state().register_many(
@@ -329,32 +337,33 @@ class WindowProcessor:
     def _close_fixed(
         self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter
     ) -> pa.Table:
-        """Close every tumbling or sliding window whose timer is due, in bulk: pop the
-        timers, read and delete the windows (per bucket) and return their aggregates,
-        one row per window in firing order."""
-        popped = pop_due(backend, time)
-        if fired is not None:
-            fired(len(popped))
-        order = sorted(range(len(popped)), key=lambda i: popped[i][0].bucket)
-        keys = [popped[i][1] for i in order]
-        ends = [self._end_of(popped[i][0].at_us) for i in order]
-        key_buckets = [popped[i][0].bucket for i in order]
+        """Close every tumbling or sliding window whose timer is due, in bulk, one bucket
+        at a time: pop the bucket's due timers, read and delete their windows, and
+        return the aggregates, one row per window in firing order (time, bucket, key).
+        The windows' timers are all event-time timers."""
+        timers, open_ = backend.timer_state(), backend.map_state(_OPEN)
         size = self.spec.size_us
-        open_ = backend.map_state(_OPEN)
-        located = open_.locate_entries(keys, [e - size for e in ends], key_buckets)
-        values = open_.get_located(located)
-        present = [j for j, v in enumerate(values) if v is not None]
-        open_.remove_located(
-            Located([located.store_keys[j] for j in present], [key_buckets[j] for j in present])
-        )
-        present.sort(key=lambda j: order[j])  # back to firing order
+        runs = timers.pop_due_runs(backend.bucket_range, "event", time.watermark_us)
+        if fired is not None:
+            fired(sum(len(run) for run in runs))
+        closed: list[tuple[int, int, bytes, list[Any]]] = []
+        for run in runs:
+            starts = [self._end_of(at) - size for at in run.ats]
+            located = open_.locate_encoded(run.bucket, run.keys, starts)
+            values = open_.get_located(located)
+            present = [j for j, v in enumerate(values) if v is not None]
+            skeys = located.store_keys
+            open_.remove_located(Located([skeys[j] for j in present], [run.bucket] * len(present)))
+            closed += [(run.ats[j], run.bucket, run.keys[j], values[j]) for j in present]
+        closed.sort()  # firing order: (time, bucket, key) is unique per window
+        ends = [self._end_of(at) for at, _, _, _ in closed]
         columns: dict[str, list[Any]] = {
-            self.key_column: [keys[j] for j in present],
-            "window_start": [ends[j] - size for j in present],
-            "window_end": [ends[j] for j in present],
+            self.key_column: [decode_key(k) for _, _, k, _ in closed],
+            "window_start": [e - size for e in ends],
+            "window_end": ends,
         }
         for n, name in enumerate(self.aggregations, start=1):
-            columns[name] = [values[j][n] for j in present]
+            columns[name] = [v[n] for _, _, _, v in closed]
         try:
             return pa.Table.from_pydict(columns, schema=self.output_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:

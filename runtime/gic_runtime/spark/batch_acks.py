@@ -157,4 +157,6 @@ def batch_report(
         late_rows=sum(s.late_rows for s in stats),
         timers_fired=sum(s.timers_fired for s in stats),
         expired=sum(s.expired for s in stats),
+        restore_pending=sum(s.restore_pending for s in stats),
+        restore_bytes=sum(s.restore_bytes for s in stats),
     )

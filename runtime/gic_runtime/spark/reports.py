@@ -64,6 +64,11 @@ class BatchReport:
     """Timers that fired in this batch."""
     expired: int = 0
     """State entries whose time to live passed, removed in this batch."""
+    restore_pending: int = 0
+    """Buckets still being restored in the background when the tasks acked (restored
+    buckets the batch did not touch; the restore goes on after the batch)."""
+    restore_bytes: int = 0
+    """Stored bytes of buckets the background restore completed during this batch."""
 
     @property
     def local_hit_ratio(self) -> float:

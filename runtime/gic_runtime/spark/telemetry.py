@@ -128,6 +128,7 @@ class Telemetry:
             local_hit_ratio=report.local_hit_ratio,
         )
         m.observe_placement(executors=report.executors, moved=len(report.moved_ranges))
+        m.observe_restore(pending=report.restore_pending, restored_bytes=report.restore_bytes)
         m.observe_event_time(
             watermark_us=report.watermark_us,
             late_rows=report.late_rows,

@@ -25,12 +25,15 @@ Thread-safety: one task thread owns the backend and calls every method. The futu
 returned by :meth:`checkpoint` completes on an uploader thread and touches only values
 captured when ``checkpoint`` was called. Views from :meth:`materialization_view` may be
 read on another thread. :meth:`restore` downloads on a bounded pool of threads
-(:mod:`~gic_runtime.state.fetch`) but touches the store only on the calling thread.
+(:mod:`~gic_runtime.state.fetch`) and touches the store only on the calling thread,
+unless it restores in the background: then each bucket being rebuilt is written only
+by the one thread restoring it (:mod:`~gic_runtime.state.background_restore`), and the
+gated :attr:`store` keeps every other thread off it until it is complete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +42,20 @@ from gic_runtime.changelog.api import ChangelogWriter
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import RestoreError, StateError
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.state.background_restore import (
+    BackgroundRestore,
+    BackgroundRestoreSettings,
+    RestoreProgress,
+)
 from gic_runtime.state.fetch import ChangeReader, FetchSettings
+from gic_runtime.state.gated_store import GatedStore
 from gic_runtime.state.registry import StateRegistry
-from gic_runtime.state.restore import RestoreSummary, check_coverage, restore_range
+from gic_runtime.state.restore import (
+    RestoreSummary,
+    check_coverage,
+    classify_range,
+    restore_buckets,
+)
 from gic_runtime.state.routing import BUCKET_SPOT_CHECKS, check_routed_buckets, route_key
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
 from gic_runtime.storage.uri import StoreResolver
@@ -107,13 +121,17 @@ class KeyedStateBackend(StateRegistry):
             )
         self.bucket_range = bucket_range
         self.num_buckets = num_buckets
-        self.store = store
+        self.store = GatedStore(store)
+        """The local store, gated while a background restore runs (every operation on a
+        bucket waits until that bucket is restored)."""
         self.changelog = changelog
         self._lo = bucket_range.start
         self._hi = bucket_range.stop
         self._tracks = {b: _Track(floor=changelog.next_seq(b)) for b in bucket_range}
         StateRegistry.__init__(self)
         self._unreferenced: list[SnapshotHandle] = []
+        self._restorer: BackgroundRestore | None = None
+        self._on_restored: list[Callable[[], None]] = []
 
     # --- routing and the dual write ------------------------------------------------------
 
@@ -244,7 +262,8 @@ class KeyedStateBackend(StateRegistry):
             track.persisted = state.changelog
             if self.changelog.next_seq(bucket) == state.seq:
                 track.token = state.token
-                self.store.set_meta(bucket, BucketMeta(state.seq, state.token))
+                if self.restored(bucket):  # a bucket still restoring gets its own metadata
+                    self.store.set_meta(bucket, BucketMeta(state.seq, state.token))
         self.store.flush()
 
     def changelog_since_base(self, bucket: int) -> tuple[ChangelogHandle, ...]:
@@ -320,13 +339,25 @@ class KeyedStateBackend(StateRegistry):
         *,
         reader: ChangeReader | None = None,
         fetch: FetchSettings | None = None,
+        background: BackgroundRestoreSettings | None = None,
     ) -> RestoreSummary:
         """Bring every bucket of the range to the given lineage (buckets absent from
         ``bucket_states`` start empty). A bucket whose local copy already carries the
         expected ``(seq, token)`` is reused without reading storage; the others are
-        restored together by :func:`~gic_runtime.state.restore.restore_range` (every
-        bucket's handles checked before any download; coalesced parallel reads, tuned by
-        ``fetch``; ``reader`` replaces them with one call per section)."""
+        rebuilt from storage (every bucket's handles checked before any download):
+
+        * eagerly (``background`` None or not ``background.background``): all together
+          by :func:`~gic_runtime.state.restore.restore_buckets` before this returns
+          (coalesced parallel reads tuned by ``fetch``; ``reader`` replaces them with
+          one call per section);
+        * in the background: a :class:`BackgroundRestore` rebuilds them while the
+          caller goes on, and :attr:`store` is gated so that any access to a bucket
+          waits for that bucket only (:meth:`restored`, :meth:`restore_progress`).
+
+        A background restore still running from an earlier call is kept when every
+        bucket it has not finished is expected at the same ``(seq, token)`` (the usual
+        case: untouched buckets keep their lineage from batch to batch), and closed
+        otherwise (its finished buckets are then ordinary local copies)."""
         outside = sorted(b for b in bucket_states if b not in self._tracks)
         if outside:
             raise StateError(
@@ -337,7 +368,45 @@ class KeyedStateBackend(StateRegistry):
         for bucket, state in zip(self.bucket_range, given, strict=True):
             if state.bucket != bucket:
                 raise StateError(f"bucket state for {state.bucket} given as bucket {bucket}")
-        summary = restore_range(self.store, given, resolver, reader=reader, settings=fetch)
+        inner = self.store.inner
+        in_background = background is not None and background.background
+        if not in_background:
+            self.close_restore()  # an eager restore leaves nothing to wait for
+        running = self._restorer
+        carried: tuple[int, ...] = ()
+        if running is not None:
+            outstanding = running.outstanding()
+            if not running.failed() and all(
+                _same_point(running.target(b), given[b - self._lo]) for b in outstanding
+            ):
+                carried = tuple(sorted(outstanding))
+            else:
+                self.close_restore()
+        pending = set(carried)
+        hits, empty, rebuild = classify_range(inner, [s for s in given if s.bucket not in pending])
+        restored: list[int] = []
+        replayed = entries = 0
+        if rebuild and background is not None and in_background:
+            if running is not None and running is self._restorer:
+                self.close_restore()  # one restore at a time; its unfinished buckets join
+                rebuild = [*rebuild, *(given[b - self._lo] for b in carried)]
+                rebuild.sort(key=lambda st: st.bucket)
+                carried = ()
+            self._start_restore(rebuild, resolver, background, reader)
+            restored = [s.bucket for s in rebuild]
+        elif rebuild:
+            stats = restore_buckets(inner, rebuild, resolver, reader=reader, settings=fetch)
+            restored = [st.bucket for st in stats]
+            replayed = sum(st.replayed for st in stats)
+            entries = sum(st.snapshot_entries for st in stats)
+        inner.flush()
+        summary = RestoreSummary(
+            local_hits=tuple(hits),
+            restored=tuple(sorted([*restored, *carried])),
+            empty=tuple(empty),
+            replayed=replayed,
+            snapshot_entries=entries,
+        )
         for state in given:
             bucket = state.bucket
             self.changelog.reset(bucket, state.seq)
@@ -353,3 +422,79 @@ class KeyedStateBackend(StateRegistry):
                 persisted=state.changelog,
             )
         return summary
+
+    def _start_restore(
+        self,
+        states: Sequence[BucketState],
+        resolver: StoreResolver,
+        settings: BackgroundRestoreSettings,
+        reader: ChangeReader | None,
+    ) -> None:
+        restorer = BackgroundRestore(
+            self.store.inner,
+            states,
+            resolver,
+            settings,
+            reader=reader,
+            on_finished=self._finished,
+            name=f"buckets [{self._lo}, {self._hi})",
+        )
+        self._restorer = restorer
+        self.store.set_gate(restorer.ensure)
+
+    def _finished(self, restorer: BackgroundRestore) -> None:
+        """Every bucket of ``restorer`` is complete or failed (a restore thread)."""
+        if restorer is not self._restorer:
+            return
+        if not restorer.failed():
+            self.store.set_gate(None)
+        for callback in list(self._on_restored):
+            callback()
+
+    def on_restore_finished(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from a restore thread) whenever a background restore of
+        this backend finishes (every bucket complete or failed)."""
+        self._on_restored.append(callback)
+
+    def restored(self, bucket: int) -> bool:
+        """Whether ``bucket``'s local copy is complete (False only while a background
+        restore has not finished it)."""
+        restorer = self._restorer
+        return restorer is None or bucket in restorer.ready or restorer.target(bucket) is None
+
+    def restore_pending(self) -> bool:
+        """Whether a background restore still has buckets pending or in progress."""
+        restorer = self._restorer
+        return restorer is not None and bool(restorer.outstanding())
+
+    @property
+    def restorer(self) -> BackgroundRestore | None:
+        """The newest background restore (``None``: none, or it was closed)."""
+        return self._restorer
+
+    def restore_outstanding(self) -> frozenset[int]:
+        """Buckets a background restore has not finished yet."""
+        restorer = self._restorer
+        return restorer.outstanding() if restorer is not None else frozenset()
+
+    def restore_progress(self) -> RestoreProgress | None:
+        """Progress of the newest background restore (``None``: none ran)."""
+        restorer = self._restorer
+        return restorer.progress() if restorer is not None else None
+
+    def check_restore(self) -> None:
+        """Raise the error of a bucket whose background restore failed, if any."""
+        if self._restorer is not None:
+            self._restorer.check()
+
+    def close_restore(self) -> None:
+        """Stop a background restore (buckets not started stay without metadata and are
+        rebuilt when next needed) and open the store's gate."""
+        restorer, self._restorer = self._restorer, None
+        if restorer is not None:
+            restorer.close()
+        self.store.set_gate(None)
+
+
+def _same_point(target: BucketState | None, given: BucketState) -> bool:
+    return target is not None and (target.seq, target.token) == (given.seq, given.token)

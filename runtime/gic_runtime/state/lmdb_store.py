@@ -29,7 +29,9 @@ Invariants and thread-safety: the metadata is removed in the same transaction as
 first data change after it was set, so other processes never see metadata that does not
 describe the data. A bucket's pending write transaction belongs to the thread that
 started it; any other thread touching that bucket gets a :class:`StateError`. Views may
-be iterated on any thread. One process opens each directory once (instances on the same
+be iterated on any thread; :meth:`flush` commits the calling thread's transactions,
+so threads that own different buckets (a background restore beside the task thread)
+never commit each other's. One process opens each directory once (instances on the same
 directory share environments); never use a store across ``fork``.
 """
 
@@ -294,17 +296,33 @@ class LmdbStore:
         return out
 
     def apply(self, bucket: int, changes: Iterable[tuple[Op, bytes, bytes]]) -> int:
+        """Each change in order, as :meth:`put`, :meth:`delete`, :meth:`append` or
+        :meth:`delete_prefix` would apply it, in the bucket's write transaction (committed
+        every ``commit_every`` changes, as one by one)."""
+        benv = self._env(bucket)
+        db = benv.data
+        txn: Any = None
         n = 0
         for op, key, value in changes:
-            if op is Op.PUT:
-                self.put(bucket, key, value)
-            elif op is Op.DELETE:
-                self.delete(bucket, key)
+            if txn is None:
+                txn = self._wtxn(benv)
+            if op is Op.DELETE:
+                txn.delete(key, db=db)
+            elif op is Op.PUT:
+                txn.put(key, value, db=db)
             elif op is Op.APPEND:
-                self.append(bucket, key, value)
+                old = txn.get(key, db=db)
+                txn.put(key, value if old is None else old + value, db=db)
             else:
-                self.delete_prefix(bucket, key)
+                cursor = txn.cursor(db=db)
+                if cursor.set_range(key):
+                    while cursor.key().startswith(key) and cursor.delete():
+                        pass
             n += 1
+            benv.ops += 1
+            if benv.ops >= self._commit_every:
+                self._commit(benv)
+                txn = None
         return n
 
     def snapshot_items(self, bucket: int) -> _LmdbView:
@@ -339,8 +357,13 @@ class LmdbStore:
         benv.meta_present = True
 
     def flush(self) -> None:
-        for bucket in list(self._envs):
-            self._commit(self._env(bucket))
+        """Commit the write transactions the calling thread has open (each bucket's
+        pending writes belong to the thread that made them; a bucket being restored on
+        a background thread is committed by that thread)."""
+        me = threading.get_ident()
+        for benv in list(self._envs.values()):
+            if benv.txn is not None and benv.owner == me:
+                self._commit(benv)
 
     def close(self) -> None:
         if self._closed:

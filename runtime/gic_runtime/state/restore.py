@@ -23,7 +23,7 @@ touches the store. Downloads run on the fetcher's pool threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -40,11 +40,14 @@ __all__ = [
     "RestoreStats",
     "RestoreSummary",
     "check_coverage",
+    "check_state",
+    "classify_range",
     "default_reader",
     "replay_needs",
     "restore_bucket",
     "restore_buckets",
     "restore_range",
+    "stored_bytes",
 ]
 
 _BATCH = 10_000
@@ -103,7 +106,7 @@ def check_coverage(state: BucketState) -> None:
         )
 
 
-def _check(state: BucketState) -> None:
+def check_state(state: BucketState) -> None:
     """Every check that needs no download (raises RestoreError)."""
     if state.snapshot is not None and state.snapshot.bucket != state.bucket:
         raise RestoreError(
@@ -183,27 +186,67 @@ def restore_buckets(
     *,
     reader: ChangeReader | None = None,
     settings: FetchSettings | None = None,
+    on_applied: Callable[[RestoreStats], None] | None = None,
 ) -> list[RestoreStats]:
     """Replace each bucket ``state.bucket`` in ``store`` with the state ``state``
     describes, in the order given (see the module docstring). Buckets must be distinct.
 
     ``reader`` replaces the coalesced ranged reads with one call per section (it must be
-    thread-safe); ``settings`` tunes the parallel reads.
+    thread-safe); ``settings`` tunes the parallel reads; ``on_applied`` is called with
+    each bucket's stats right after that bucket is complete (content, metadata, flush),
+    before the next one is applied; an exception it raises stops the restore there.
     """
     seen: set[int] = set()
     for state in states:
         if state.bucket in seen:
             raise RestoreError(f"bucket {state.bucket} is given twice in one restore")
         seen.add(state.bucket)
-        _check(state)
+        check_state(state)
     needs: list[Need] = []
     for state in states:
         if state.snapshot is not None:
             needs.append(state.snapshot)
         if state.seq > state.base:
             needs.extend(replay_needs(state))
+    out: list[RestoreStats] = []
     with RestoreFetcher(resolver, needs, reader=reader, settings=settings) as fetcher:
-        return [_apply(store, state, fetcher) for state in states]
+        for state in states:
+            stats = _apply(store, state, fetcher)
+            out.append(stats)
+            if on_applied is not None:
+                on_applied(stats)
+    return out
+
+
+def stored_bytes(state: BucketState) -> int:
+    """Bytes a restore of ``state`` fetches at least: its snapshot and the sections its
+    replay reads (gaps a coalesced read spans are not counted)."""
+    total = state.snapshot.size if state.snapshot is not None else 0
+    if state.seq > state.base:
+        total += sum(need.handle.length for need in replay_needs(state))
+    return total
+
+
+def classify_range(
+    store: KVStore, states: Sequence[BucketState]
+) -> tuple[list[int], list[int], list[BucketState]]:
+    """Sort ``states`` (distinct buckets) into ``(local hits, empty, to rebuild)`` as
+    :func:`restore_range` does, emptying the empty ones (metadata ``(0, token)``) on the
+    way; the buckets to rebuild are left untouched."""
+    hits: list[int] = []
+    empty: list[int] = []
+    rebuild: list[BucketState] = []
+    for state in states:
+        bucket = state.bucket
+        if state.seq == 0 and state.snapshot is None:
+            store.clear_bucket(bucket)
+            store.set_meta(bucket, BucketMeta(0, state.token))
+            empty.append(bucket)
+        elif state.token and store.get_meta(bucket) == BucketMeta(state.seq, state.token):
+            hits.append(bucket)
+        else:
+            rebuild.append(state)
+    return hits, empty, rebuild
 
 
 def restore_range(
@@ -219,19 +262,7 @@ def restore_range(
     already equals ``(seq, token)`` (with a non-empty token) is a *local hit* and storage
     is not read for it; the others go to one :func:`restore_buckets` call. The store is
     flushed at the end."""
-    hits: list[int] = []
-    empty: list[int] = []
-    rebuild: list[BucketState] = []
-    for state in states:
-        bucket = state.bucket
-        if state.seq == 0 and state.snapshot is None:
-            store.clear_bucket(bucket)
-            store.set_meta(bucket, BucketMeta(0, state.token))
-            empty.append(bucket)
-        elif state.token and store.get_meta(bucket) == BucketMeta(state.seq, state.token):
-            hits.append(bucket)
-        else:
-            rebuild.append(state)
+    hits, empty, rebuild = classify_range(store, states)
     stats = restore_buckets(store, rebuild, resolver, reader=reader, settings=settings)
     store.flush()
     return RestoreSummary(

@@ -241,6 +241,19 @@ class MapState(_LocatedEntries):
         ]
         return Located(entries, bucket_list)
 
+    def locate_encoded(
+        self, bucket: int, key_bytes: Sequence[bytes], user_keys: Sequence[Any]
+    ) -> Located:
+        """Store keys of the entries ``(key_bytes[i], user_keys[i])`` of ``bucket``, where
+        ``key_bytes`` are keys as :func:`~gic_runtime.state.keys.encode` wrote them to
+        this backend's own store (a timer's key, read from ``bucket``): neither routed
+        nor spot-checked again."""
+        if len(user_keys) != len(key_bytes):
+            raise StateError(f"{len(user_keys)} user keys for {len(key_bytes)} keys")
+        prefix = self._prefix
+        entries = [prefix + k + u for k, u in zip(key_bytes, encode_many(user_keys), strict=True)]
+        return Located(entries, [bucket] * len(entries))
+
     def get(self, key: Any, user_key: Any, default: Any = None) -> Any:
         bucket, ekey = self._entry(key, user_key)
         raw = self._store.get(bucket, ekey)

@@ -47,6 +47,7 @@ from gic_runtime.state.states import Located, StateBackend
 __all__ = [
     "DOMAINS",
     "Domain",
+    "DueRun",
     "DueTimer",
     "TimeValue",
     "Timer",
@@ -127,6 +128,20 @@ class DueTimer:
     @property
     def timer(self) -> Timer:
         return Timer(self.at_us, self.domain)
+
+
+@dataclass(frozen=True, slots=True)
+class DueRun:
+    """The timers of one bucket popped together (:meth:`TimerState.pop_due_runs`):
+    ``ats[i]`` and ``keys[i]`` (msgpack-encoded) of each, ordered by key, then time."""
+
+    bucket: int
+    domain: Domain
+    ats: list[int]
+    keys: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.ats)
 
 
 def timer_key(domain: Domain, key_bytes: bytes, at_us: int) -> bytes:
@@ -241,6 +256,46 @@ class TimerState:
                 found.append(DueTimer(at, d, bucket, skey[n + 8 :]))
         found.sort()
         return found
+
+    def pop_due_runs(
+        self, buckets: Iterable[int], domain: str, until_us: int | None
+    ) -> builtins.list[DueRun]:
+        """Pop every timer of ``buckets`` in ``domain`` due at ``until_us`` (as :meth:`due`
+        then :meth:`pop_many` would), one bucket at a time, without building a
+        :class:`DueTimer` per timer: per bucket with due timers, a :class:`DueRun` of
+        their times and encoded keys, ordered by key within the bucket (the order of
+        the store's entries of a key; callers sort into firing order).
+
+        Each bucket's due entries are scanned and both entries of each timer deleted
+        right away: the timer entries first (in key order), then the due entries (in
+        time order). No timer entry is looked up first: nothing runs between the scan
+        and the deletes, and a due entry exists exactly when its timer entry does."""
+        if until_us is None:
+            return []
+        d = _domain(domain)
+        prefix = KIND_DUE + _DOMAIN_PREFIX[d]
+        start = prefix + _U64.pack(0)
+        stop = prefix + _U64.pack(min(until_us + _BIAS + 1, (1 << 64) - 1))
+        n = len(prefix)
+        tprefix = KIND_TIMER + _DOMAIN_PREFIX[d]
+        unpack, scan_range = _U64.unpack_from, self._store.scan_range
+        write_many = self._backend.write_many
+        runs: builtins.list[DueRun] = []
+        for bucket in buckets:
+            dkeys = [skey for skey, _ in scan_range(bucket, start, stop)]
+            if not dkeys:
+                continue
+            # by key, so the timer entries' deletes (and the caller's reads) go through
+            # the store in its own order
+            popped = sorted([(skey[n + 8 :], unpack(skey, n)[0] - _BIAS) for skey in dkeys])
+            kbytes = [k for k, _ in popped]
+            ats = [at for _, at in popped]
+            tkeys = [tprefix + k + t for k, t in zip(kbytes, encode_many(ats), strict=True)]
+            empty = [b""] * len(dkeys)
+            write_many(bucket, Op.DELETE, tkeys, empty)
+            write_many(bucket, Op.DELETE, dkeys, empty)
+            runs.append(DueRun(bucket, d, ats, kbytes))
+        return runs
 
     def pop_many(self, dues: Sequence[DueTimer]) -> builtins.list[tuple[DueTimer, Any]]:
         """:meth:`pop` of each of ``dues``, in bulk per bucket (the timer entries of a

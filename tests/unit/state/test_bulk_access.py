@@ -188,3 +188,30 @@ class TestBulkTimers:
         for b in range(B):
             assert bulk.store.scan(b, b"") == single.store.scan(b, b"")
         assert bulk.timer_state().pop_many(due) == []  # never twice
+
+    def test_pop_due_runs_pops_what_due_and_pop_many_pop(self, make_store: MakeStore) -> None:
+        """The bulk pop without lookups pops the same timers as the scan and
+        ``pop_many``, leaves the same store (later timers and the other domain kept),
+        and pops nothing twice."""
+        bulk, single = _backend(make_store()), _backend(make_store())
+        keys = KEYS[::2]
+        ats = [(i * 37) % 11 for i in range(len(keys))]
+        for backend in (bulk, single):
+            backend.timer_state().register_many(keys, ats)
+            backend.timer_state().register_many(keys[:5], [1] * 5, "processing")
+        runs = bulk.timer_state().pop_due_runs(range(B), "event", 5)
+        expected = single.timer_state().pop_many(single.timer_state().due(range(B), "event", 5))
+        popped = sorted(
+            (at, run.bucket, key) for run in runs for at, key in zip(run.ats, run.keys, strict=True)
+        )
+        assert popped == [(d.at_us, d.bucket, d.key) for d, _ in expected]
+        assert len(popped) == sum(1 for at in ats if at <= 5) > 0
+        for run in runs:
+            assert run.keys == sorted(run.keys) and all(
+                bucket_for(decode_key(k), B) == run.bucket for k in run.keys
+            )
+        for b in range(B):
+            assert bulk.store.scan(b, b"") == single.store.scan(b, b"")
+        assert bulk.timer_state().pop_due_runs(range(B), "event", 5) == []  # never twice
+        assert bulk.timer_state().pop_due_runs(range(B), "event", None) == []
+        assert len(bulk.timer_state().list(keys[0], "processing")) == 1

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
 from gic_runtime.state.lmdb_store import LmdbStore
 from gic_runtime.state.memory_store import SortedKeys, prefix_end
-from gic_runtime.state.stores import BucketMeta, KVStore
+from gic_runtime.state.stores import BucketMeta, KVStore, apply_change
 
 MakeStore = Callable[[], KVStore]
 
@@ -64,6 +67,39 @@ class TestKeyValueOps:
         )
         assert n == 7
         assert s.scan(3, b"") == [(b"k2", b"xy")]
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        changes=st.lists(
+            st.tuples(
+                st.sampled_from([Op.PUT, Op.DELETE, Op.APPEND, Op.DELETE_PREFIX]),
+                st.sampled_from([b"a", b"aa", b"ab", b"b", b"ba"]),
+                st.binary(max_size=2),
+            ),
+            max_size=30,
+        ),
+        commit_every=st.integers(1, 5),
+    )
+    def test_lmdb_apply_is_the_changes_one_by_one(
+        self, changes: list[tuple[Op, bytes, bytes]], commit_every: int
+    ) -> None:
+        """Bulk ``apply`` in one write transaction (committed every ``commit_every``
+        changes) leaves what the single calls leave, also across commits and views."""
+        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+            bulk = LmdbStore(Path(tmp) / "bulk", map_size=1 << 22, commit_every=commit_every)
+            single = LmdbStore(Path(tmp) / "single", map_size=1 << 22)
+            half = len(changes) // 2
+            assert bulk.apply(0, changes[:half]) == half
+            with bulk.snapshot_items(0) as view:  # a view commits what is open
+                mid = list(view)
+            bulk.apply(0, iter(changes[half:]))
+            for i, (op, key, value) in enumerate(changes):
+                apply_change(single, 0, op, key, value)
+                if i + 1 == half:
+                    assert single.scan(0, b"") == mid
+            assert bulk.scan(0, b"") == single.scan(0, b"")
+            bulk.close()
+            single.close()
 
     def test_get_many_and_put_many(self, make_store: MakeStore) -> None:
         s = make_store()
