@@ -82,6 +82,9 @@ class Comparison:
     """Measured batches in quick mode when the default (3) is too few to emit output."""
     local_only: tuple[str, ...] = ()
     """Systems run in local modes only (shown beside the comparison, not part of it)."""
+    batches: tuple[int, int] | None = None
+    """Warm-up and measured batches of a full run when the defaults (5 + 25) would take
+    too long; ``GIC_BENCH_WARMUP`` / ``GIC_BENCH_MEASURED`` still win."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,13 @@ def run_sections(
     base = harness.params_from_env()
     if base.quick and comparison.quick_measured and not os.environ.get("GIC_BENCH_MEASURED"):
         base = dataclasses.replace(base, measured=comparison.quick_measured)
+    if not base.quick and comparison.batches:
+        warmup, measured = comparison.batches
+        base = dataclasses.replace(
+            base,
+            warmup=base.warmup if os.environ.get("GIC_BENCH_WARMUP") else warmup,
+            measured=base.measured if os.environ.get("GIC_BENCH_MEASURED") else measured,
+        )
     workload = comparison.workload(base.quick)
     names = harness.chosen_systems(comparison.systems)
     rounds = rounds_from_env(quick=base.quick)
