@@ -125,7 +125,8 @@ def test_the_measured_added_latency_on_s3_is_the_configured_one(
                 server.endpoint_url, proxy.endpoint_url, bucket, samples=8
             )
             assert proxy.requests_by_method()["HEAD"] == 9
-    assert 28 <= got["added_ms_p50"] <= 45
+    assert 29 <= got["added_ms_min"] <= 45
+    assert 25 <= got["added_ms_p50"] <= 50  # medians move with the machine's load
     assert got["head_ms_proxied_p50"] > got["head_ms_direct_p50"] + 25
     assert got["get_ms_proxied_p50"] > got["get_ms_direct_p50"] + 25
 
