@@ -169,6 +169,12 @@ def main() -> None:
                     "GIC through boto3 (s3://)"
                 ),
                 "latencies_ms": latencies,
+                "logs": (
+                    "Spark's stores write their offset and commit logs to S3 (through the "
+                    "proxy); GIC's query keeps Spark's logs on local disk, as GIC runs "
+                    "everywhere, and its checkpoint (changelog, snapshots, manifest) goes to S3 "
+                    "through the proxy; both commit times include the log writes"
+                ),
                 "hadoop_aws": f"{s3a.HADOOP_AWS}:{s3a.hadoop_version()}",
                 "checkpoint_file_manager": {
                     "class": s3a.ABORTABLE_MANAGER,
