@@ -29,9 +29,17 @@ Layout (one concept per module):
 ``timed_workloads`` / ``gic_timed`` / ``spark_timed`` / ``spark_sessions`` / ``outputs``
     The event-time workloads (sessions, windowed count, TTL churn), GIC's and Spark's
     jobs for them, and output fingerprints with reference outputs.
+``spark_event_log``
+    W2's Spark baselines: ``transformWithState`` APIs appending to a list state.
+``systems``
+    The systems of W1, W2 and W1 on S3 (each writing its output to Parquet).
+``latency_proxy``
+    An HTTP proxy holding every S3 request a set time, and the measurement of what it
+    added.
 ``repeats`` / ``plots_timed``
-    Comparisons repeated in interleaved rounds: medians, spreads, per-round ratios,
-    goals, output agreement, and their plot.
+    Comparisons repeated in interleaved rounds (per cluster mode, or per section: a mode
+    plus what surrounds it): medians, spreads, per-round ratios, goals, output agreement,
+    and their plot.
 ``w1_keyed_count`` / ``w2_event_log`` / ``w1_s3`` / ``soak`` / ``recovery`` /
 ``w3_sessions`` / ``w4_windowed_count`` / ``w5_ttl_soak``
     Entry points (``python -m bench NAME``, or ``python -m bench.streaming.NAME``).

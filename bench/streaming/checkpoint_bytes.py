@@ -36,7 +36,7 @@ import bisect
 import os
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -186,26 +186,44 @@ def _kind(relative: tuple[str, ...]) -> str:
     return relative[2] if len(relative) > 3 and relative[0] == "jobs" else "other"
 
 
-def stored_sample(root: Path) -> StoredSample:
-    """Totals of ``root`` split by kind (see :class:`StoredSample`)."""
+def top_directory(relative: tuple[str, ...]) -> str:
+    """The kind of a file of a Spark checkpoint directory: its top-level directory
+    (``offsets``, ``commits``, ``state``, ...; ``other`` for files at the top)."""
+    return relative[0] if len(relative) > 1 else "other"
+
+
+KindFn = Callable[[tuple[str, ...]], str]
+
+
+def stored_sample(root: Path, kind: KindFn | None = None) -> StoredSample:
+    """Totals of ``root`` split by kind (see :class:`StoredSample`; ``kind`` maps a
+    relative path's parts to its kind, by default GIC's ``jobs/<job>/<kind>/``)."""
+    kind_of = kind or _kind
     total = files = 0
     kinds: dict[str, int] = {}
     for path, size in _walk(root):
         total += size
         files += 1
-        kind = _kind(Path(path).relative_to(root).parts)
-        kinds[kind] = kinds.get(kind, 0) + size
+        name = kind_of(Path(path).relative_to(root).parts)
+        kinds[name] = kinds.get(name, 0) + size
     return StoredSample(total, files, kinds)
 
 
 class StoredBytesSampler:
     """Samples a storage root (:func:`stored_sample`) on a background thread whenever
     :meth:`batch_done` is called with a batch id that is a multiple of ``every``, off the
-    batch's critical path."""
+    batch's critical path. ``kind``: as for :func:`stored_sample`. ``coalesce``: when
+    batches end faster than a sample takes, sample once for the latest of the waiting
+    batches (each sample then belongs to the batch it is filed under; batches in between
+    get none) instead of filing late samples under earlier batches."""
 
-    def __init__(self, root: Path, every: int) -> None:
+    def __init__(
+        self, root: Path, every: int, *, kind: KindFn | None = None, coalesce: bool = False
+    ) -> None:
         self.root = root
         self.every = every
+        self.kind = kind
+        self.coalesce = coalesce
         self._lock = threading.Lock()
         self._samples: dict[int, StoredSample] = {}
         self._queue: queue.Queue[int | None] = queue.Queue()
@@ -225,9 +243,18 @@ class StoredBytesSampler:
 
     def _run(self) -> None:
         while (batch_id := self._queue.get()) is not None:
-            sample = stored_sample(self.root)
+            last = False
+            while self.coalesce and not self._queue.empty():
+                later = self._queue.get_nowait()
+                if later is None:
+                    last = True
+                    break
+                batch_id = later
+            sample = stored_sample(self.root, self.kind)
             with self._lock:
                 self._samples[batch_id] = sample
+            if last:
+                return
 
 
 def logs_complete(root: Path, batch_ids: Sequence[int]) -> bool:

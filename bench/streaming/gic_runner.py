@@ -13,7 +13,8 @@
 ``gic_s3``
     ``gic`` with checkpoint storage on SeaweedFS: the server named by ``GIC_BENCH_S3_BUCKET``
     and the S3 environment variables when they are set (one server shared by every system
-    of a benchmark), else a :class:`TestingS3Server` started and stopped by this process.
+    of a benchmark, each run under its own prefix), else a :class:`TestingS3Server`
+    started and stopped by this process.
     Executors find it through the S3 environment variables (``spark.executorEnv.*``).
 
 Workloads: ``keyed_count`` runs ``.aggregate(count=count())`` on the ``key`` column;
@@ -154,7 +155,12 @@ def _storage(variant: Variant, scratch: Path, name: str) -> Iterator[tuple[str, 
     shared = os.environ.get(SHARED_S3_BUCKET_ENV)
     if shared:
         endpoint = os.environ.get("GIC_S3_ENDPOINT_URL", "")
-        yield f"s3://{shared}/gic/{name}", f"SeaweedFS S3 on loopback ({endpoint}), shared"
+        # one prefix per run directory: rounds and sections run gic_s3 again and again,
+        # each from scratch (a restart reuses its run directory, so its prefix too)
+        yield (
+            f"s3://{shared}/gic/{name}/{scratch.name}",
+            f"S3 at {endpoint}, shared by the benchmark's systems",
+        )
         return
     from tests.support.testing_s3server import TestingS3Server
 

@@ -16,8 +16,13 @@ A :class:`Mode` says where tasks run:
 Memory: at most three executors of 3 GiB plus a 2 GiB driver (and their Python workers),
 well inside the 24 GiB of the benchmark machine.
 
-:func:`main_for` runs one workload in every mode of ``GIC_BENCH_MODES`` (comma-separated,
-default :data:`DEFAULT_MODES`): in local mode every registered system, in cluster modes
+The repeated comparisons (:mod:`bench.streaming.repeats`) run in the modes of
+``GIC_BENCH_MODES`` (comma-separated, default :data:`DEFAULT_MODES`: what two cores
+allow); each mode's description says how many task slots it has on how many cores
+(:func:`contention`).
+
+:func:`main_for` (one run per system, no longer used by W1 and W2) runs one workload in
+every mode of ``GIC_BENCH_MODES``: in local mode every registered system, in cluster modes
 Spark's three stores and ``gic`` (:data:`CLUSTER_SYSTEMS`), each mode a full
 :func:`~bench.streaming.harness.run_benchmark` with its own JSON and PNG. Then it writes
 ``<workload>_modes.json`` (and PNG): per mode the systems' headline figures and GIC's
@@ -50,7 +55,10 @@ EXECUTOR_MEMORY_MIB = 3072
 CLUSTER_DRIVER_MEMORY = "2g"
 """The driver only plans and collects acks once executors run the tasks."""
 MODES_ENV = "GIC_BENCH_MODES"
-DEFAULT_MODES = ("local2", "cluster2", "cluster3")
+DEFAULT_MODES = ("local2", "cluster2")
+"""What the benchmark machine's two cores allow; ``cluster3`` (three one-core executors
+on two cores) runs only when named, and its results say it measures contention
+(:func:`contention`)."""
 CLUSTER_SYSTEMS = ("spark_hdfs", "spark_rocksdb", "spark_rocksdb_changelog", "gic")
 GOAL_MULTI_EXECUTOR_RATIO = 1.0
 AIM_MULTI_EXECUTOR_RATIO = 1.5
@@ -81,6 +89,11 @@ class Mode:
             raise BenchmarkError(f"mode {self.name} needs the URL of a running cluster")
         return url
 
+    @property
+    def task_slots(self) -> int:
+        """Tasks that run at once: two in ``local[2]``, one per executor otherwise."""
+        return 2 if self.kind == LOCAL else self.executors
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -92,7 +105,26 @@ class Mode:
             "gic_local_dir": (
                 "runtime default (executor-private)" if self.executors else "bench/scratch"
             ),
+            **contention(self),
         }
+
+
+def contention(mode: Mode, cores: int | None = None) -> dict[str, Any]:
+    """The task slots of ``mode`` against the machine's cores (``cores``: default
+    ``os.cpu_count()``): whether the run measures contention rather than scaling."""
+    available = cores if cores is not None else (os.cpu_count() or 1)
+    over = mode.task_slots > available
+    if over:
+        note = (
+            f"{mode.task_slots} task slots on {available} cores: the executors take turns on "
+            "the cores, so this mode measures contention, not scaling"
+        )
+    else:
+        note = (
+            f"{mode.task_slots} task slots on {available} cores; the driver, the executor "
+            "JVMs and their Python workers share them"
+        )
+    return {"cores": available, "task_slots": mode.task_slots, "contention": over, "note": note}
 
 
 def _cluster(name: str, kind: str, executors: int) -> Mode:

@@ -12,6 +12,12 @@ max) over rounds are reported (:func:`aggregate`); ratios are taken within a rou
 then summarized the same way (:func:`round_ratios`). Every run's output fingerprint
 (:mod:`bench.streaming.outputs`) is compared across systems and rounds.
 
+:func:`run_sections` runs the same per :class:`Section` instead of per mode: a mode plus
+what surrounds its rounds (W1 on S3: a proxy adding latency), recorded under the
+section's ``conditions``. Every section records the contention of its mode on the
+machine's cores (:func:`bench.streaming.modes.contention`); systems a comparison names
+``local_only`` run in local modes only.
+
 Environment: ``GIC_BENCH_QUICK=1`` (small sizes, one round, ``local2`` only: a smoke
 run), ``GIC_BENCH_ROUNDS``, ``GIC_BENCH_MODES`` (default ``local2,cluster2``),
 ``GIC_BENCH_SYSTEMS`` (a subset), ``GIC_BENCH_WARMUP`` / ``GIC_BENCH_MEASURED``. A run of
@@ -23,13 +29,15 @@ Not thread-safe: one benchmark run per process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +80,31 @@ class Comparison:
     aim: float | None = None
     quick_measured: int | None = None
     """Measured batches in quick mode when the default (3) is too few to emit output."""
+    local_only: tuple[str, ...] = ()
+    """Systems run in local modes only (shown beside the comparison, not part of it)."""
+    batches: tuple[int, int] | None = None
+    """Warm-up and measured batches of a full run when the defaults (5 + 25) would take
+    too long; ``GIC_BENCH_WARMUP`` / ``GIC_BENCH_MEASURED`` still win."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of a comparison's result (a key of its ``modes``): a cluster mode, and
+    what surrounds its rounds (for example a proxy adding latency to storage)."""
+
+    name: str
+    mode: modes.Mode
+    around: Callable[[], AbstractContextManager[dict[str, Any]]] | None = None
+    """Entered around the section's rounds; the dict it yields (filled in until it
+    exits) is recorded in the section under ``conditions``."""
+    describe: Mapping[str, Any] = field(default_factory=dict)
+    """Added to the mode's description in ``setup.modes``."""
+
+    def systems(self, comparison: Comparison, names: Sequence[str]) -> list[str]:
+        """The systems of ``names`` that run in this section."""
+        if self.mode.kind == modes.LOCAL:
+            return list(names)
+        return [n for n in names if n not in comparison.local_only]
 
 
 def rounds_from_env(environ: Mapping[str, str] = os.environ, quick: bool = False) -> int:
@@ -238,18 +271,56 @@ def run_comparison(
     comparison: Comparison, setup: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Every mode of ``GIC_BENCH_MODES``; writes ``<name>.json`` and ``.png``."""
+    return run_sections(comparison, None, setup)
+
+
+def mode_sections(quick: bool) -> list[Section]:
+    """One section per mode of ``GIC_BENCH_MODES`` (default :data:`DEFAULT_MODES`, quick
+    :data:`QUICK_MODES`), named after the mode."""
+    return [
+        Section(m.name, m)
+        for m in modes.modes_from_env(default=QUICK_MODES if quick else DEFAULT_MODES)
+    ]
+
+
+def run_sections(
+    comparison: Comparison,
+    sections: Callable[[BenchParams], Sequence[Section]] | None,
+    setup: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every section ``sections(params)`` gives (None: :func:`mode_sections`), each in its
+    mode with what surrounds it; writes ``<name>.json`` and ``.png``."""
     base = harness.params_from_env()
     if base.quick and comparison.quick_measured and not os.environ.get("GIC_BENCH_MEASURED"):
         base = dataclasses.replace(base, measured=comparison.quick_measured)
+    if not base.quick and comparison.batches:
+        warmup, measured = comparison.batches
+        base = dataclasses.replace(
+            base,
+            warmup=base.warmup if os.environ.get("GIC_BENCH_WARMUP") else warmup,
+            measured=base.measured if os.environ.get("GIC_BENCH_MEASURED") else measured,
+        )
     workload = comparison.workload(base.quick)
     names = harness.chosen_systems(comparison.systems)
     rounds = rounds_from_env(quick=base.quick)
     started = time.monotonic()
     per_mode: dict[str, Any] = {}
-    for mode in modes.modes_from_env(default=QUICK_MODES if base.quick else DEFAULT_MODES):
-        with modes.params_for(mode, base) as params:
-            per_mode[mode.name] = run_mode(comparison, workload, params, names, rounds)
-            per_mode[mode.name]["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    chosen = mode_sections(base.quick) if sections is None else list(sections(base))
+    described: dict[str, Any] = {}
+    for section in chosen:
+        mode = section.mode
+        described[section.name] = {**mode.describe(), **section.describe}
+        with contextlib.ExitStack() as stack:
+            params = stack.enter_context(modes.params_for(mode, base))
+            conditions = stack.enter_context(section.around()) if section.around else None
+            data = run_mode(
+                comparison, workload, params, section.systems(comparison, names), rounds
+            )
+        if conditions is not None:
+            data["conditions"] = dict(conditions)
+        data["contention"] = modes.contention(mode)
+        data["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        per_mode[section.name] = data
     out_dir = harness.QUICK_RESULTS if base.quick else None
     kept = kept_modes(
         (out_dir or common.RESULTS) / f"{comparison.name}.json",
@@ -272,7 +343,10 @@ def run_comparison(
             "isolation": "each run in its own process and JVM, one after another",
             "baselines": list(comparison.baselines),
             "contenders": list(comparison.contenders),
-            "modes": {m: modes.MODES[m].describe() for m in per_mode},
+            "modes": {
+                m: described.get(m) or (modes.MODES[m].describe() if m in modes.MODES else None)
+                for m in per_mode
+            },
             "kept_modes": sorted(kept),
             **(setup or {}),
         },

@@ -24,8 +24,9 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import common
@@ -33,7 +34,7 @@ from bench.streaming.records import BenchmarkError, BenchParams
 from bench.streaming.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -137,8 +138,9 @@ def _collector_class() -> type[Any]:
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class _Collector(StreamingQueryListener):
-        def __init__(self, batches: int) -> None:
+        def __init__(self, batches: int, on_progress: Callable[[int], None] | None) -> None:
             self.batches = batches
+            self.on_progress = on_progress
             self.lock = threading.Lock()
             self.progress: dict[int, dict[str, Any]] = {}
             self.done = threading.Event()
@@ -151,6 +153,8 @@ def _collector_class() -> type[Any]:
             with self.lock:
                 self.progress[int(data["batchId"])] = data
                 enough = len(self.progress) >= self.batches
+            if self.on_progress is not None:
+                self.on_progress(int(data["batchId"]))
             if enough:
                 self.done.set()
 
@@ -166,11 +170,18 @@ def _collector_class() -> type[Any]:
 class ProgressCollector:
     """Progress of every micro-batch of a query, by batch id; register before start.
 
-    ``batches``: how many micro-batches the caller waits for (:attr:`done`)."""
+    ``batches``: how many micro-batches the caller waits for (:attr:`done`).
+    ``on_progress``: called with each batch id as its progress arrives, on Spark's
+    listener thread (it must return quickly)."""
 
-    def __init__(self, spark: SparkSession, batches: int) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        batches: int,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
         self._spark = spark
-        self._listener = _collector_class()(batches)
+        self._listener = _collector_class()(batches, on_progress)
         spark.streams.addListener(self._listener)
 
     @property
@@ -234,3 +245,26 @@ def start_ns(progress: Mapping[str, Any]) -> int:
 def end_ns(progress: Mapping[str, Any]) -> int:
     """End of a batch: its start plus ``durationMs.triggerExecution``."""
     return start_ns(progress) + int(progress["durationMs"]["triggerExecution"]) * 1_000_000
+
+
+def parquet_writer(out: Path) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function writing each batch to ``out/batch_id=<N>`` as Parquet."""
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        df.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))
+
+    return write
+
+
+def output_fingerprint(spark: SparkSession, out: Path, batches: int) -> dict[str, Any]:
+    """The fingerprint (:func:`bench.streaming.outputs.fingerprint`) of the Parquet
+    batches :func:`parquet_writer` wrote under ``out`` (ids ``< batches``)."""
+    from bench.streaming import outputs
+
+    if not out.is_dir() or not any(out.glob("batch_id=*")):
+        return outputs.fingerprint([], [], batches)
+    table = spark.read.parquet(str(out)).toArrow()
+    ids = table.column("batch_id").to_pylist()
+    data = table.drop_columns(["batch_id"])
+    rows = zip(*(c.to_pylist() for c in data.columns), strict=True)
+    return outputs.fingerprint(rows, ids, batches)

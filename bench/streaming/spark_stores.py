@@ -15,7 +15,9 @@
     into the bucket of the benchmark's shared SeaweedFS.
 
 Each runs the workload's :func:`~bench.streaming.workloads.spark_baseline` aggregation
-into the ``noop`` sink in update mode (no ``foreachBatch``), checkpointing to local disk
+into the ``noop`` sink in update mode (no ``foreachBatch``; with the option ``output``,
+``foreachBatch`` writing Parquet under the scratch directory and fingerprinted, as
+:mod:`bench.streaming.spark_timed` does), checkpointing to local disk
 under the run's scratch directory (or to S3), for exactly ``warmup + measured``
 micro-batches; a checkpoint left there by an earlier run of the same scratch directory
 is resumed (a restart). Numbers come from Spark's own progress reports (see
@@ -31,6 +33,7 @@ thread-safe, one run per process.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -181,6 +184,19 @@ def _added_bytes(
     return [added[b] for b in ids], complete
 
 
+def with_stored(record: BatchRecord, sample: checkpoint_bytes.StoredSample | None) -> BatchRecord:
+    """``record`` with a storage sample in its parts (unchanged without one)."""
+    if sample is None:
+        return record
+    parts = {
+        **record.parts,
+        "stored_bytes": float(sample.bytes),
+        "stored_files": float(sample.files),
+    }
+    parts.update({f"stored_{kind}_bytes": float(n) for kind, n in sample.kinds.items()})
+    return dataclasses.replace(record, parts=parts)
+
+
 def run_spark_store(
     variant: str,
     workload: WorkloadSpec,
@@ -188,11 +204,15 @@ def run_spark_store(
     scratch: Path,
     *,
     spark_retention: bool = False,
+    output: bool = False,
+    stored_bytes_every: int = 0,
 ) -> RunResult:
     """Run Spark's aggregation with the ``variant`` state store; return its records.
 
     ``spark_retention``: keep Spark's default ``minBatchesToRetain`` and measure no bytes
-    (for restarts, which need realistic retention, not byte accounting)."""
+    (for restarts, which need realistic retention, not byte accounting). ``output``:
+    write the output to Parquet and fingerprint it. ``stored_bytes_every``: sample the
+    checkpoint directory's bytes after every N-th batch (0: never)."""
     provider, on_s3 = _provider(variant)
     total = params.total_batches
     conf = dict(provider)
@@ -203,16 +223,29 @@ def run_spark_store(
         checkpoint = f"s3a://{s3a.bucket()}/spark/{workload.name}/{variant}/{scratch.name}"
     else:
         checkpoint = str(scratch / "checkpoint")
+    sampler = None
+    if stored_bytes_every > 0 and not on_s3:
+        sampler = checkpoint_bytes.StoredBytesSampler(
+            Path(checkpoint), stored_bytes_every, kind=checkpoint_bytes.top_directory
+        )
+    out = scratch / "output"
+    fingerprint = None
     began = time.perf_counter()
     spark = spark_query.spark_session(params, workload, conf, f"bench-{workload.name}-{variant}")
     session_ms = (time.perf_counter() - began) * 1000
     try:
-        collector = spark_query.ProgressCollector(spark, batches=total)
+        collector = spark_query.ProgressCollector(
+            spark, batches=total, on_progress=None if sampler is None else sampler.batch_done
+        )
         started_ns = time.time_ns()
+        stream = workloads.spark_baseline(workloads.source(spark, workload), workload)
+        writer = (
+            stream.writeStream.foreachBatch(spark_query.parquet_writer(out))
+            if output
+            else stream.writeStream.format("noop")
+        )
         query = (
-            workloads.spark_baseline(workloads.source(spark, workload), workload)
-            .writeStream.format("noop")
-            .outputMode("update")
+            writer.outputMode("update")
             .queryName(f"{workload.name}_{variant}")
             .option("checkpointLocation", checkpoint)
             .start()
@@ -224,8 +257,11 @@ def run_spark_store(
             effective.update({key: _conf(spark, key) for key in s3a.REPORTED})
         slots = spark.sparkContext.defaultParallelism
         version = spark.version
+        if output:
+            fingerprint = spark_query.output_fingerprint(spark, out, total)
     finally:
         spark_query.stop_session(spark, params)
+        samples = sampler.close() if sampler is not None else {}
     if spark_retention:
         added, complete = [checkpoint_bytes.BatchBytes() for _ in progress], False
     else:
@@ -234,7 +270,10 @@ def run_spark_store(
             raise BenchmarkError(
                 f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
             )
-    records = [_record(p, b, slots) for p, b in zip(progress, added, strict=True)]
+    records = [
+        with_stored(_record(p, b, slots), samples.get(int(p["batchId"])))
+        for p, b in zip(progress, added, strict=True)
+    ]
     return RunResult(
         system=variant,
         warmup=tuple(records[: params.warmup]),
@@ -244,7 +283,12 @@ def run_spark_store(
             "spark_version": version,
             "task_slots": slots,
             "mode": params.mode,
-            "sink": "noop, update output mode",
+            "sink": (
+                "foreachBatch writing Parquet under the scratch directory, update output mode"
+                if output
+                else "noop, update output mode"
+            ),
+            **({"output": fingerprint} if output else {}),
             "checkpoint": (
                 f"S3A on the benchmark's SeaweedFS ({checkpoint})"
                 if on_s3

@@ -1,19 +1,56 @@
-"""W1, keyed count: every registered system on 500,000 keys, 100,000 rows per batch.
+"""W1, keyed count: GIC against Spark's three state stores, 500,000 keys, 100,000 rows
+per batch, in interleaved rounds.
 
-See :mod:`bench.streaming.workloads` for the workload and :mod:`bench.streaming.harness`
-for what is measured and compared. Run: ``.venv/bin/python -m bench w1_keyed_count``
-(``GIC_BENCH_QUICK=1`` for a small smoke run). Writes ``bench/results/w1_keyed_count.json``
-and ``.png``.
+Systems (:mod:`bench.streaming.systems`), every one writing its output (``key, count``
+per key of the batch) to Parquet, fingerprinted:
+
+``spark_hdfs`` / ``spark_rocksdb`` / ``spark_rocksdb_changelog``
+    ``groupBy(key).count()`` in update mode on each of Spark's state stores (the
+    baselines, :mod:`bench.streaming.spark_stores`).
+``gic``
+    ``.aggregate(count=count())`` with incremental checkpoints (the contender).
+``gic_no_changelog``
+    the same with a full snapshot of every bucket at every checkpoint, in ``local[2]``
+    only: what incremental checkpoints save, shown beside the comparison.
+
+Method (:mod:`bench.streaming.repeats`): per mode (``local[2]`` and two one-core
+executors by default; ``GIC_BENCH_MODES=...,cluster3`` adds three executors, recorded as
+contention on two cores) :data:`~bench.streaming.repeats.ROUNDS` rounds with the systems
+interleaved; medians and min-max spreads per system; GIC's rows/s over the best store's
+of the same round. Goal: that ratio's median at least :data:`GOAL` in every mode; every
+run's output identical. Commit time is the same for every system: from the end of
+processing to the batch being durable, offset and commit logs included.
+
+Run: ``.venv/bin/python -m bench w1_keyed_count`` (``GIC_BENCH_QUICK=1``: a smoke run).
+Writes ``bench/results/w1_keyed_count.json`` and ``.png``.
 """
 
 from __future__ import annotations
 
-from bench.streaming.modes import main_for
+from bench.streaming import systems
+from bench.streaming.repeats import Comparison, run_comparison
 from bench.streaming.workloads import keyed_count
+
+GOAL = 1.5
+SPARK_STORES = ("spark_hdfs", "spark_rocksdb", "spark_rocksdb_changelog")
+
+COMPARISON = Comparison(
+    name="w1_keyed_count",
+    workload=keyed_count,
+    systems={
+        **{name: systems.spark_store(name) for name in SPARK_STORES},
+        "gic": systems.gic("gic"),
+        "gic_no_changelog": systems.gic("gic_no_changelog"),
+    },
+    baselines=SPARK_STORES,
+    contenders=("gic",),
+    goal=GOAL,
+    local_only=("gic_no_changelog",),
+)
 
 
 def main() -> None:
-    main_for(keyed_count)
+    run_comparison(COMPARISON)
 
 
 if __name__ == "__main__":

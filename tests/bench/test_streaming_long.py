@@ -18,12 +18,18 @@ def _record(batch: int, batch_ms: float, commit_ms: float, **parts: float) -> Ba
 
 
 def _soak_records(late_commit: float, late_batch_ms: float) -> list[BatchRecord]:
-    """200 batches: 100 at 100 ms (commit 10 ms), then 100 as given; a manifest of
-    1 KiB per 10 batches and a storage sample every 10 batches."""
+    """200 batches: 100 at 100 ms (commit 10 ms, with logs 12 ms), then 100 as given; a
+    manifest of 1 KiB per 10 batches and a storage sample every 10 batches."""
     out = []
     for b in range(200):
         young = b < 100
-        parts = {"manifest_bytes": 1024.0 * (1 + b // 10), "local_hits": 8.0, "restored": 0.0}
+        parts = {
+            "manifest_bytes": 1024.0 * (1 + b // 10),
+            "local_hits": 8.0,
+            "restored": 0.0,
+            "commit_offsets_ms": 1.0,
+            "wal_commit_ms": 1.0,
+        }
         if b % 10 == 0:
             parts["stored_bytes"] = 1_000.0 * (b + 10)
             parts["stored_snapshots_bytes"] = 600.0 * (b + 10)
@@ -34,15 +40,17 @@ def _soak_records(late_commit: float, late_batch_ms: float) -> list[BatchRecord]
     return out
 
 
-PLAN = soak.SoakPlan(batches=200, early=(5, 55), late=100, stored_every=10)
+PLAN = soak.SoakPlan(batches=200, steady=(50, 100), late=100, stored_every=10)
 
 
-def test_soak_windows_compare_the_old_job_with_the_young_one() -> None:
-    summary = soak.summarize_soak(_soak_records(12.0, 105.0), PLAN, state_snapshot_bytes=80_000)
-    assert summary["early"]["batches"] == [5, 54]
+def test_soak_windows_compare_the_old_job_with_the_steady_young_one() -> None:
+    summary = soak.summarize_soak(_soak_records(13.0, 105.0), PLAN, state_snapshot_bytes=80_000)
+    assert summary["steady"]["batches"] == [50, 99]
     assert summary["late"]["batches"] == [100, 199]
-    assert summary["early"]["rows_per_s"] == pytest.approx(10_000)
-    assert summary["late"]["commit_ms_p99"] == 12.0
+    assert summary["steady"]["rows_per_s"] == pytest.approx(10_000)
+    assert summary["steady"]["commit_with_logs_ms_p99"] == 12.0  # logs included
+    assert summary["late"]["commit_with_logs_ms_p99"] == 15.0
+    assert summary["late"]["stored_bytes_max"] == 200_000
     assert summary["manifest_bytes_max"] == 20 * 1024
     assert summary["stored_bytes_max"] == 200_000 and summary["stored_samples"] == 20
     assert summary["local_hit_ratio_mean"] == 1.0
@@ -51,15 +59,34 @@ def test_soak_windows_compare_the_old_job_with_the_young_one() -> None:
     assert peak["bytes"] == {"snapshots": 120_000, "changelog": 60_000, "rest": 20_000}
     assert peak["vs_state_snapshot"]["snapshots"] == pytest.approx(1.5)
     goals = soak.soak_goals(summary)
-    assert goals["commit_p99_late_vs_early"] == pytest.approx(1.2)
-    assert goals["throughput_late_vs_early"] == pytest.approx(100 / 105, abs=1e-4)
+    assert goals["commit_p99_late_vs_steady"] == pytest.approx(1.25)
+    assert goals["throughput_late_vs_steady"] == pytest.approx(100 / 105, abs=1e-4)
     assert goals["commit_p99_met"] and goals["throughput_met"] and goals["manifest_met"]
     assert goals["stored_vs_state_snapshot"] == pytest.approx(2.5)
     assert goals["stored_met"] is True
 
 
+def test_soak_compares_gic_with_the_spark_store_over_the_same_windows() -> None:
+    gic = soak.summarize_soak(_soak_records(13.0, 105.0), PLAN, state_snapshot_bytes=80_000)
+    spark_records = [
+        _record(b, 200.0, 40.0, stored_bytes=400_000.0, stored_state_bytes=300_000.0)
+        for b in range(200)
+    ]
+    spark = soak.summarize_spark(spark_records, PLAN)
+    assert spark["late"]["commit_with_logs_ms_p99"] == 40.0  # Spark's commit has its logs
+    assert spark["stored_samples"] == 200
+    versus = soak.versus_spark(gic, spark)
+    assert versus["rows_per_s"] == pytest.approx(200 / 105, abs=1e-4)
+    assert versus["commit_with_logs_ms_p99"] == pytest.approx(15 / 40)
+    assert versus["stored_bytes_max"] == pytest.approx(0.5)
+    assert soak.versus_spark(gic, None) == {"spark": None}
+    cols = soak.columns(spark_records[:3], "spark_baseline", soak.SPARK_KINDS)
+    assert cols["stored_state_bytes"] == [300_000.0] * 3
+    assert cols["commit_with_logs_ms"] == [40.0] * 3
+
+
 def test_soak_goals_fail_on_growth_and_are_null_without_snapshots() -> None:
-    summary = soak.summarize_soak(_soak_records(20.0, 125.0), PLAN, state_snapshot_bytes=0)
+    summary = soak.summarize_soak(_soak_records(22.0, 125.0), PLAN, state_snapshot_bytes=0)
     goals = soak.soak_goals(summary)
     assert goals["commit_p99_met"] is False  # 2.0x
     assert goals["throughput_met"] is False  # 0.8x
@@ -69,18 +96,23 @@ def test_soak_goals_fail_on_growth_and_are_null_without_snapshots() -> None:
     assert big["manifest_met"] is False and big["stored_met"] is None  # nothing sampled
 
 
-def test_soak_columns_and_plan() -> None:
+def test_soak_columns_plan_and_spark_store() -> None:
     cols = soak.columns(_soak_records(12.0, 105.0)[:11])
     assert cols["batch_id"][:2] == [0, 1]
     assert cols["rows_per_s"][0] == 10_000
+    assert cols["commit_with_logs_ms"][0] == 12.0
     assert cols["stored_bytes"][:2] == [10_000.0, None]
     assert cols["stored_snapshots_bytes"][:2] == [6_000.0, None]
     assert cols["stored_checkpoints_bytes"][0] is None
     assert cols["local_hit_ratio"][0] == 1.0
-    assert soak.plan_from_env({}) == soak.SoakPlan(400, (5, 55), 100, 10)
+    assert soak.plan_from_env({}) == soak.SoakPlan(400, (100, 150), 100, 1)
     assert soak.plan_from_env({}, quick=True).batches == 40
     with pytest.raises(BenchmarkError, match="do not fit"):
-        soak.plan_from_env({"GIC_BENCH_SOAK_BATCHES": "120"})
+        soak.plan_from_env({"GIC_BENCH_SOAK_BATCHES": "200"})
+    assert soak.spark_from_env({}) == "spark_hdfs"
+    assert soak.spark_from_env({"GIC_BENCH_SOAK_SPARK": "none"}) is None
+    with pytest.raises(BenchmarkError, match="choose one of"):
+        soak.spark_from_env({"GIC_BENCH_SOAK_SPARK": "spark_memory"})
 
 
 def _run(first_id: int, batches: int, to_first: float, **parts: float) -> RunResult:
@@ -146,7 +178,8 @@ def test_s3a_settings_use_pysparks_hadoop_version_and_the_s3_environment(tmp_pat
         "AWS_ACCESS_KEY_ID": "id",
         "AWS_SECRET_ACCESS_KEY": "secret",
     }
-    conf = s3a.spark_conf(environ)
+    conf = s3a.spark_conf(environ, checkpoint_manager=False)
+    assert s3a.CHECKPOINT_FILE_MANAGER not in conf
     assert conf["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{s3a.hadoop_version()}"
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:8333"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
@@ -154,7 +187,7 @@ def test_s3a_settings_use_pysparks_hadoop_version_and_the_s3_environment(tmp_pat
     assert conf["spark.hadoop.fs.s3a.secret.key"] == "secret"
     assert not any("secret" in key for key in s3a.REPORTED)
     with pytest.raises(BenchmarkError, match="AWS_ACCESS_KEY_ID is not set"):
-        s3a.spark_conf({"GIC_S3_ENDPOINT_URL": "http://x"})
+        s3a.spark_conf({"GIC_S3_ENDPOINT_URL": "http://x"}, checkpoint_manager=False)
     with pytest.raises(BenchmarkError, match="GIC_BENCH_S3_BUCKET"):
         s3a.bucket({})
 

@@ -39,7 +39,7 @@ def _system(batch_ms: float, local_hits: int | None = None) -> SystemFn:
 
 
 def test_modes_come_from_the_environment_in_order() -> None:
-    assert [m.name for m in modes.modes_from_env({})] == ["local2", "cluster2", "cluster3"]
+    assert [m.name for m in modes.modes_from_env({})] == ["local2", "cluster2"]
     chosen = modes.modes_from_env({"GIC_BENCH_MODES": "cluster3, standalone2"})
     assert [m.name for m in chosen] == ["cluster3", "standalone2"]
     assert modes.mode_from_env({}, "GIC_BENCH_SOAK_MODE").name == "local2"
