@@ -39,7 +39,7 @@ def run_commands(tmp_path: Path, work: Path, steps: list[dict[str, Any]]) -> lis
     return results
 
 
-def word_count(job: str, *extra: str) -> list[str]:
+def word_count(job: str, *extra: str, output: str = "counts") -> list[str]:
     return [
         "run",
         "examples/word_count.py",
@@ -52,7 +52,7 @@ def word_count(job: str, *extra: str) -> list[str]:
         "--input",
         "text",
         "--output",
-        "counts",
+        output,
     ]
 
 
@@ -121,3 +121,34 @@ def test_a_second_job_cannot_silently_take_an_output_path(tmp_path: Path) -> Non
     assert rows[0] + rows[1] == rows[2] > 0
     table = read_file_sink(out, resolver)
     assert table is not None and table.num_rows == rows[0] + rows[1] + rows[2]
+
+
+@pytest.mark.slow
+def test_a_job_resuming_from_its_checkpoints_keeps_its_output(tmp_path: Path) -> None:
+    """The same job restarted into another output is refused before anything is
+    written, naming both outputs; restarted into its own output it goes on."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "examples").symlink_to(REPO / "examples")
+    write_text_batches(work / "text", 2)
+    checkpoints = work / "data" / "jobs" / "payments" / "checkpoints"
+    results = run_commands(
+        tmp_path,
+        work,
+        [
+            {"argv": word_count("payments")},
+            {"argv": word_count("payments", output="elsewhere")},
+            {"argv": word_count("payments")},
+        ],
+    )
+    first, moved, again = results
+    assert first["code"] == 0, first
+    assert moved["code"] != 0, moved
+    message = " ".join(moved["stderr"].split())
+    assert "resumes from its own checkpoint" in message, message
+    assert "counts" in message and "elsewhere" in message, message
+    assert not (work / "elsewhere").exists()
+    status = read_status(StoreResolver(), (work / "data").resolve().as_uri(), "payments")
+    assert status is not None
+    assert again["code"] == 0, again
+    assert sorted(p.name for p in checkpoints.glob("*.manifest")), "the job went on"
