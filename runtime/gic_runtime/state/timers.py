@@ -154,6 +154,14 @@ def due_key(domain: Domain, key_bytes: bytes, at_us: int) -> bytes:
     return KIND_DUE + _DOMAIN_PREFIX[domain] + _U64.pack(at_us + _BIAS) + key_bytes
 
 
+def _due_range(domain: Domain, until_us: int) -> tuple[bytes, bytes, int]:
+    """Store keys ``[start, stop)`` of the due entries of ``domain`` at or before
+    ``until_us``, and the length of their prefix (the time follows it)."""
+    prefix = KIND_DUE + _DOMAIN_PREFIX[domain]
+    stop = prefix + _U64.pack(min(until_us + _BIAS + 1, (1 << 64) - 1))
+    return prefix + _U64.pack(0), stop, len(prefix)
+
+
 class TimerState:
     """The timers of a backend's keys, each method taking the key (vectorized style;
     :class:`~gic_runtime.processing.facades.BoundTimers` binds one key)."""
@@ -245,10 +253,7 @@ class TimerState:
         if until_us is None:
             return []
         d = _domain(domain)
-        prefix = KIND_DUE + _DOMAIN_PREFIX[d]
-        start = prefix + _U64.pack(0)
-        stop = prefix + _U64.pack(min(until_us + _BIAS + 1, (1 << 64) - 1))
-        n = len(prefix)
+        start, stop, n = _due_range(d, until_us)
         found: builtins.list[DueTimer] = []
         for bucket in buckets:
             for skey, _ in self._store.scan_range(bucket, start, stop):
@@ -273,10 +278,7 @@ class TimerState:
         if until_us is None:
             return []
         d = _domain(domain)
-        prefix = KIND_DUE + _DOMAIN_PREFIX[d]
-        start = prefix + _U64.pack(0)
-        stop = prefix + _U64.pack(min(until_us + _BIAS + 1, (1 << 64) - 1))
-        n = len(prefix)
+        start, stop, n = _due_range(d, until_us)
         tprefix = KIND_TIMER + _DOMAIN_PREFIX[d]
         unpack, scan_range = _U64.unpack_from, self._store.scan_range
         write_many = self._backend.write_many
