@@ -340,6 +340,7 @@ class KeyedStateBackend(StateRegistry):
         reader: ChangeReader | None = None,
         fetch: FetchSettings | None = None,
         background: BackgroundRestoreSettings | None = None,
+        priority: Sequence[int] = (),
     ) -> RestoreSummary:
         """Bring every bucket of the range to the given lineage (buckets absent from
         ``bucket_states`` start empty). A bucket whose local copy already carries the
@@ -352,7 +353,9 @@ class KeyedStateBackend(StateRegistry):
           one call per section);
         * in the background: a :class:`BackgroundRestore` rebuilds them while the
           caller goes on, and :attr:`store` is gated so that any access to a bucket
-          waits for that bucket only (:meth:`restored`, :meth:`restore_progress`).
+          waits for that bucket only (:meth:`restored`, :meth:`restore_progress`);
+          the buckets of ``priority`` (those the task's input touches, in input order)
+          are restored first.
 
         A background restore still running from an earlier call is kept when every
         bucket it has not finished is expected at the same ``(seq, token)`` (the usual
@@ -392,7 +395,7 @@ class KeyedStateBackend(StateRegistry):
                 rebuild = [*rebuild, *(given[b - self._lo] for b in carried)]
                 rebuild.sort(key=lambda st: st.bucket)
                 carried = ()
-            self._start_restore(rebuild, resolver, background, reader)
+            self._start_restore(rebuild, resolver, background, reader, priority)
             restored = [s.bucket for s in rebuild]
         elif rebuild:
             stats = restore_buckets(inner, rebuild, resolver, reader=reader, settings=fetch)
@@ -429,6 +432,7 @@ class KeyedStateBackend(StateRegistry):
         resolver: StoreResolver,
         settings: BackgroundRestoreSettings,
         reader: ChangeReader | None,
+        priority: Sequence[int],
     ) -> None:
         restorer = BackgroundRestore(
             self.store.inner,
@@ -438,6 +442,7 @@ class KeyedStateBackend(StateRegistry):
             reader=reader,
             on_finished=self._finished,
             name=f"buckets [{self._lo}, {self._hi})",
+            priority=priority,
         )
         self._restorer = restorer
         self.store.set_gate(restorer.ensure)

@@ -13,13 +13,24 @@ bucket only:
   a worker is restoring, and restores a bucket nobody has started *on the calling
   thread*, with the pending buckets right after it as one group (first come, first
   served: every bucket is restored by exactly one thread, once);
-* while a task processes, it may :meth:`BackgroundRestore.pause` the workers: they
-  start no new group, so the buckets the task touches (which it restores itself when
-  nobody started them) do not compete with the others for the process (restoring is
-  mostly CPU: decoding and applying);
-* workers take the pending buckets in the order given, a *group* of consecutive ones
-  at a time (one :func:`~gic_runtime.state.restore.restore_buckets` call, so the
-  sections one segment object holds for several buckets are still read together);
+* a task that knows which buckets its input touches (the stage has each row's bucket
+  before processing) names them, in input order, when the restore starts (``priority``)
+  or later (:meth:`BackgroundRestore.prioritize`): they move to the front of the
+  pending queue, and the next free worker takes all of them as one *run*, restored in
+  that order with one fetch plan that reads ahead across the whole run on
+  ``run_fetch_threads`` threads -- the eager restore's plan over just those buckets --
+  while the task processes each bucket as soon as it is complete;
+* while a task processes (between :meth:`BackgroundRestore.processing_started` and
+  :meth:`BackgroundRestore.processing_ended`) the workers keep running: every worker
+  restores prioritized buckets, at most ``processing_parallel`` of them restore
+  buckets the task did not ask for (restoring is mostly CPU, decoding and applying,
+  which the task's own processing needs too); between batches all ``parallel`` do;
+* otherwise workers take the pending buckets in queue order, a *group* of up to
+  ``group_buckets`` at a time (one :func:`~gic_runtime.state.restore.restore_buckets`
+  call: one fetch plan whose reads run ahead across the whole group and whose sections
+  of one segment object, for several buckets, are read together); a thread that needs
+  a pending bucket claims it with the buckets queued right after it (the next ones its
+  input touches, once prioritized);
 * a failure is kept per bucket and raised, as a :class:`~gic_runtime.errors.RestoreError`
   naming the bucket and the cause, to every caller that needs that bucket and by
   :meth:`BackgroundRestore.check`; a failed bucket is never reported complete, its
@@ -29,9 +40,10 @@ bucket only:
   bucket is left without metadata and is rebuilt by whoever needs it next.
 
 What is fetched and held at once is bounded by the settings, not by the state's size:
-``parallel`` groups, each through a :class:`~gic_runtime.state.fetch.RestoreFetcher` of
-``fetch_threads`` threads holding about two windows of ``window_bytes`` (one snapshot
-larger than a window is a window of its own: one bucket's snapshot, state / buckets).
+``parallel`` workers plus the task thread, each through a
+:class:`~gic_runtime.state.fetch.RestoreFetcher` holding about two windows of
+``window_bytes`` (one snapshot larger than a window is a window of its own: one
+bucket's snapshot, state / buckets; docs/operations.md states the bound).
 
 Thread-safety: every public method may be called from any thread. A bucket's store
 writes happen on the one thread restoring it, which commits its own transactions
@@ -44,18 +56,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
 from gic_runtime.errors import ConfigurationError, GICError, RestoreError, StateError
 from gic_runtime.handles import BucketState
-from gic_runtime.state.fetch import ChangeReader, FetchSettings
+from gic_runtime.state.fetch import ChangeReader, FetchSettings, RestoreFetcher
 from gic_runtime.state.restore import (
     RestoreStats,
+    apply_planned,
     check_state,
-    restore_buckets,
+    plan_restore,
     stored_bytes,
 )
 from gic_runtime.state.stores import KVStore
@@ -84,25 +97,56 @@ class BackgroundRestoreSettings:
     bucket nobody started restores it itself, on top of these)."""
 
     group_buckets: int = 4
-    """Consecutive buckets one worker restores with one coalesced fetch plan."""
+    """Buckets (consecutive in queue order) one thread restores with one coalesced fetch
+    plan that reads ahead across them."""
+
+    processing_parallel: int = 1
+    """Workers that may restore buckets the running task did not ask for while it
+    processes (0: none; those wait for the end of the batch). Buckets the task's input
+    touches are restored by all ``parallel`` workers at any time."""
 
     fetch_threads: int = 4
     """Reads one group runs at once."""
+
+    run_fetch_threads: int = 8
+    """Reads at once of a worker's *run*: every pending bucket a task asked for
+    (:meth:`BackgroundRestore.prioritize`), in the task's order, restored by one worker
+    with one fetch plan that reads ahead across all of them (the eager restore's plan,
+    whose eight threads it matches)."""
 
     window_bytes: int = 16 * _MiB
     """Fetched bytes per window of one group's plan (about two windows are held)."""
 
     def __post_init__(self) -> None:
-        if min(self.parallel, self.group_buckets, self.fetch_threads, self.window_bytes) < 1:
+        if (
+            min(
+                self.parallel,
+                self.group_buckets,
+                self.fetch_threads,
+                self.run_fetch_threads,
+                self.window_bytes,
+            )
+            < 1
+            or self.processing_parallel < 0
+        ):
             raise ConfigurationError(
-                "background restore needs parallel, group_buckets, fetch_threads and "
-                f"window_bytes >= 1; got {self.parallel}, {self.group_buckets}, "
-                f"{self.fetch_threads}, {self.window_bytes}"
+                "background restore needs parallel, group_buckets, fetch_threads, "
+                "run_fetch_threads and window_bytes >= 1 and processing_parallel >= 0; got "
+                f"{self.parallel}, {self.group_buckets}, {self.fetch_threads}, "
+                f"{self.run_fetch_threads}, {self.window_bytes}, {self.processing_parallel}"
             )
 
     @property
     def fetch(self) -> FetchSettings:
         return FetchSettings(threads=self.fetch_threads, window_bytes=self.window_bytes)
+
+    @property
+    def run_fetch(self) -> FetchSettings:
+        """Reads of a worker's run over the buckets a task asked for: as many threads as
+        the eager restore's plan, windows of ``window_bytes``."""
+        return FetchSettings(
+            threads=max(self.fetch_threads, self.run_fetch_threads), window_bytes=self.window_bytes
+        )
 
 
 class _Status(Enum):
@@ -132,6 +176,16 @@ class RestoreProgress:
         return self.done + self.failed >= self.total
 
 
+@dataclass(slots=True)
+class _Job:
+    """A claimed group: its buckets in apply order, whether a task asked for them (a
+    worker's run) and the fetcher planned for them."""
+
+    group: list[int]
+    asked: bool
+    fetcher: RestoreFetcher | None
+
+
 class _CancelledError(Exception):
     """Raised inside a worker's restore to stop it after the bucket just applied."""
 
@@ -154,6 +208,7 @@ class BackgroundRestore:
         reader: ChangeReader | None = None,
         on_finished: Callable[[BackgroundRestore], None] | None = None,
         name: str = "",
+        priority: Iterable[int] = (),
     ) -> None:
         seen: set[int] = set()
         for state in states:
@@ -179,11 +234,14 @@ class BackgroundRestore:
         self._ended: float | None = None
         self._cond = threading.Condition()
         self._closed = False
-        self._paused = 0
+        self._processing = 0
+        self._priority: set[int] = set()  # pending buckets a running task asked for
+        self._unasked = 0  # workers restoring a group no task asked for
         self._notified = False
         self._settled = threading.Event()
         self.ready: frozenset[int] = frozenset()
         """Buckets complete so far (replaced, never mutated: cheap to read anywhere)."""
+        self._reorder(priority)  # before any worker starts: the first claims take them
         workers = min(settings.parallel, -(-len(states) // settings.group_buckets))
         self._threads = [
             threading.Thread(target=self._work, name=f"gic-restore-{i}", daemon=True)
@@ -242,16 +300,39 @@ class BackgroundRestore:
             if self._status[bucket] is _Status.FAILED:
                 raise self._error(bucket)
 
-    def pause(self) -> None:
-        """Workers start no new group until :meth:`resume` (each pause needs one): the
-        task's own accesses go first. Groups in progress finish; a task needing a
-        pending bucket restores it itself."""
+    def prioritize(self, buckets: Iterable[int]) -> None:
+        """Move the pending ones of ``buckets`` (in the order given, repeats and buckets
+        not pending ignored) to the front of the queue: workers and claims take them
+        first. Called by a task with the buckets its input touches, in input order."""
         with self._cond:
-            self._paused += 1
+            self._reorder(buckets)
+            self._cond.notify_all()
 
-    def resume(self) -> None:
+    def _reorder(self, buckets: Iterable[int]) -> None:
+        """:meth:`prioritize` (``_cond`` held, or no worker started yet)."""
+        pending = set(self._queue)
+        first: list[int] = []
+        for bucket in buckets:
+            if bucket in pending:
+                pending.discard(bucket)
+                first.append(bucket)
+        if first:
+            moved = set(first)
+            self._queue = first + [b for b in self._queue if b not in moved]
+            self._priority |= moved
+
+    def processing_started(self) -> None:
+        """A task processes until :meth:`processing_ended` (each start needs one end):
+        at most ``processing_parallel`` workers start groups the task did not ask for
+        (:meth:`prioritize`); groups in progress finish."""
         with self._cond:
-            self._paused = max(0, self._paused - 1)
+            self._processing += 1
+
+    def processing_ended(self) -> None:
+        with self._cond:
+            self._processing = max(0, self._processing - 1)
+            if not self._processing:
+                self._priority.clear()
             self._cond.notify_all()
 
     def check(self) -> None:
@@ -297,53 +378,117 @@ class BackgroundRestore:
     # --- workers ------------------------------------------------------------------------
 
     def _work(self) -> None:
-        while True:
-            with self._cond:
-                while self._paused and not self._closed and self._queue:
-                    self._cond.wait()
-                if self._closed or not self._queue:
-                    return
-                group = self._claim(0)
-            self._restore(group)
+        """Restore groups until the queue is empty or the restore closed, claiming the
+        next group (and starting its reads) before applying the current one, so a
+        worker's fetches run ahead across groups as the eager plan's do."""
+        job = self._next_job(wait=True)
+        while job is not None:
+            ahead = self._next_job(wait=False)
+            self._run(job)
+            if ahead is not None and self._closed:
+                self._drop(ahead)
+                return
+            job = ahead if ahead is not None else self._next_job(wait=True)
 
-    def _claim(self, at: int) -> list[int]:
-        """Take the pending bucket at queue position ``at`` and the consecutive buckets
-        after it (up to ``group_buckets``) off the queue, as RUNNING (``_cond`` held)."""
+    def _next_job(self, *, wait: bool) -> _Job | None:
+        """Claim the queue's first group (waiting while workers may not start one when
+        ``wait``) and start its reads; ``None``: nothing to claim now."""
+        with self._cond:
+            while wait and not self._closed and self._queue and not self._may_start():
+                self._cond.wait()
+            if self._closed or not self._queue or not self._may_start():
+                return None
+            asked = self._queue[0] in self._priority
+            group = self._claim(0, run=asked)
+            if not asked:
+                self._unasked += 1
+        job = _Job(group, asked, None)
+        try:
+            job.fetcher = self._plan(group, run=asked)
+            job.fetcher.prefetch()
+        except BaseException as exc:  # the checks ran before: nothing is expected here
+            self._finish(job, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return None
+        return job
+
+    def _plan(self, group: list[int], *, run: bool) -> RestoreFetcher:
+        settings = self._settings.run_fetch if run else self._settings.fetch
+        states = [self._targets[b] for b in group]
+        return plan_restore(states, self._resolver, reader=self._reader, settings=settings)
+
+    def _drop(self, job: _Job) -> None:
+        """A claimed group not applied (the restore closed): cancelled."""
+        self._finish(job, None)
+
+    def _may_start(self) -> bool:
+        """Whether a worker may claim the queue's first group now (``_cond`` held)."""
+        if not self._processing or self._queue[0] in self._priority:
+            return True
+        return self._unasked < self._settings.processing_parallel
+
+    def _claim(self, at: int, *, run: bool = False) -> list[int]:
+        """Take the pending bucket at queue position ``at`` and the buckets queued right
+        after it (up to ``group_buckets``, or every one a task asked for when ``run``;
+        those a task asked for only with one it asked for, and the others only with one
+        it did not) off the queue, as RUNNING (``_cond`` held)."""
         queue = self._queue
         group = [queue.pop(at)]
-        while (
-            at < len(queue)
-            and len(group) < self._settings.group_buckets
-            and queue[at] == group[-1] + 1
-        ):
+        asked = group[0] in self._priority
+        limit = len(queue) + 1 if run else self._settings.group_buckets
+        while at < len(queue) and len(group) < limit and (queue[at] in self._priority) == asked:
             group.append(queue.pop(at))
         for bucket in group:
             self._status[bucket] = _Status.RUNNING
+            self._priority.discard(bucket)
         return group
 
     def _restore(self, group: list[int]) -> None:
-        """Restore ``group`` (marked RUNNING by the caller) on this thread."""
-        states = [self._targets[b] for b in group]
+        """Restore ``group``, claimed by a thread that needs its first bucket, on that
+        thread (not a worker's: ``asked``, outside the count of unasked groups)."""
+        job = _Job(group, True, None)
         try:
-            restore_buckets(
-                self._store,
-                states,
-                self._resolver,
-                reader=self._reader,
-                settings=self._settings.fetch,
-                on_applied=self._applied,
-            )
-        except _CancelledError:
-            self._settle(group, None)
-        except BaseException as exc:
-            self._settle(group, exc)
+            job.fetcher = self._plan(group, run=False)
+        except BaseException as exc:  # the checks ran before: nothing is expected here
+            self._finish(job, exc)
             if not isinstance(exc, Exception):
                 raise
+            return
+        self._run(job)
+
+    def _run(self, job: _Job) -> None:
+        """Apply ``job``'s group from its fetcher on this thread, then settle it."""
+        assert job.fetcher is not None
+        states = [self._targets[b] for b in job.group]
+        error: BaseException | None = None
+        try:
+            apply_planned(self._store, states, job.fetcher, on_applied=self._applied)
+        except _CancelledError:
+            pass
+        except BaseException as exc:
+            error = exc
+        self._finish(job, error)
+        if error is not None and not isinstance(error, Exception):
+            raise error
+
+    def _finish(self, job: _Job, error: BaseException | None) -> None:
+        """Close ``job``'s fetcher, commit this thread's writes (a failed bucket keeps no
+        metadata), settle the buckets not complete (failed with ``error``, or cancelled)
+        and report the end when it was the last."""
+        try:
+            if job.fetcher is not None:
+                job.fetcher.close()
         finally:
             try:
-                self._store.flush()  # this thread's writes: a failed bucket keeps no metadata
+                self._store.flush()
             except Exception as exc:  # the restore's own outcome matters more
                 _log.warning("could not flush the local store after a restore: %s", exc)
+            self._settle(job.group, error)
+            if not job.asked:
+                with self._cond:
+                    self._unasked -= 1
+                    self._cond.notify_all()
         self._finish_if_done()
 
     def _applied(self, stats: RestoreStats) -> None:

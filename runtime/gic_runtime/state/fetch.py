@@ -250,6 +250,15 @@ class RestoreFetcher:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def prefetch(self) -> None:
+        """Start the reads of the first ``ahead + 1`` windows now, before the first need
+        is asked for (a restore that applies something else meanwhile)."""
+        if self._windows and self._current == 0:
+            last = min(len(self._windows), self._settings.ahead + 1)
+            while self._submitted < last:
+                self._submit(self._windows[self._submitted])
+                self._submitted += 1
+
     # --- results, on the caller's thread ---------------------------------------------------
 
     def snapshot_entries(self, handle: SnapshotHandle) -> Iterator[tuple[bytes, bytes]]:
