@@ -98,6 +98,7 @@ GOLDEN_STATUS = """{"batches": 12, "driver": {"host": "driver-0", "pid": 123}, "
 "changelog_bytes": 4000, "created_at": 1700000100.0, "duration_ms": 182.5, "executors": 3,
 "expired": 9,
 "id": 41, "late_rows": 2, "local_hit_ratio": 0.75, "moved_ranges": [[0, 4], [8, 12]],
+"restore_bytes": 65000, "restore_pending": 5,
 "rows": 100000, "snapshot_bytes": 1000, "timers_fired": 6,
 "watermark_us": 1700000090000000},
 "last_savepoint": {"checkpoint_id": 40, "error": null, "finished_at": 1700000050.0,
@@ -137,6 +138,8 @@ def full_status() -> JobStatus:
             late_rows=2,
             timers_fired=6,
             expired=9,
+            restore_pending=5,
+            restore_bytes=65000,
         ),
         restored_from=RestoreStatus(
             "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, 40
@@ -179,7 +182,7 @@ def test_status_records_are_written_and_read_as_before(status: JobStatus, text: 
 def test_status_optional_keys_may_be_missing() -> None:
     body = golden(GOLDEN_STATUS)
     optional = ("executors", "moved_ranges", "local_hit_ratio", "watermark_us", "late_rows")
-    for name in (*optional, "timers_fired", "expired"):
+    for name in (*optional, "timers_fired", "expired", "restore_pending", "restore_bytes"):
         del body["last_checkpoint"][name]
     del body["materialization"]["failed"], body["materialization"]["bytes_uploaded"]
     del body["failure"]["error_type"], body["restored_from"]["checkpoint_id"]
@@ -194,6 +197,7 @@ def test_status_optional_keys_may_be_missing() -> None:
     assert status.last_checkpoint.local_hit_ratio is None
     assert (status.last_checkpoint.watermark_us, status.last_checkpoint.late_rows) == (None, 0)
     assert status.last_checkpoint.timers_fired == status.last_checkpoint.expired == 0
+    assert status.last_checkpoint.restore_pending == status.last_checkpoint.restore_bytes == 0
     assert status.materialization == MaterializationStatus(9, 8, 0, 0)
     assert status.restored_from == RestoreStatus(
         "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, None
