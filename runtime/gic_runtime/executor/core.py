@@ -306,8 +306,7 @@ def _run_locked(
     processing = time.perf_counter()
     restorer = backend.restorer
     if restorer is not None:
-        restorer.prioritize(touched)  # the buckets this task's input touches, in its order
-        restorer.processing_started()  # the others on fewer workers while it processes
+        restorer.prioritize(touched)  # a restore carried over: this batch's buckets first
     try:
         for table in process(ctx):
             stager.add(table)
@@ -315,9 +314,6 @@ def _run_locked(
     except BaseException:
         stager.abort()
         raise
-    finally:
-        if restorer is not None:
-            restorer.processing_ended()
     processed = time.perf_counter()
     backend.check_restore()  # a bucket whose background restore failed fails the task
 

@@ -63,12 +63,13 @@ from typing import Final
 
 from gic_runtime.errors import ConfigurationError, GICError, RestoreError, StateError
 from gic_runtime.handles import BucketState
-from gic_runtime.state.fetch import ChangeReader, FetchSettings, RestoreFetcher
+from gic_runtime.state.fetch import ChangeReader, FetchSettings
 from gic_runtime.state.restore import (
     RestoreStats,
-    apply_planned,
+    apply_bucket,
     check_state,
     plan_restore,
+    restore_buckets,
     stored_bytes,
 )
 from gic_runtime.state.stores import KVStore
@@ -93,29 +94,22 @@ class BackgroundRestoreSettings:
     rebuild every bucket before the task's processing starts (the eager restore)."""
 
     parallel: int = 2
-    """Groups of buckets restored at once by the background workers (a task touching a
-    bucket nobody started restores it itself, on top of these)."""
+    """Runs at once: a run takes every pending bucket no other run covers, so one run
+    usually restores the whole range and a second starts only with buckets a first
+    left (a run stops when a task reorders the queue and is planned anew)."""
 
     group_buckets: int = 4
-    """Buckets (consecutive in queue order) one thread restores with one coalesced fetch
-    plan that reads ahead across them."""
-
-    processing_parallel: int = 1
-    """Workers that may restore buckets the running task did not ask for while it
-    processes (0: none; those wait for the end of the batch). Buckets the task's input
-    touches are restored by all ``parallel`` workers at any time."""
+    """Pending buckets (consecutive in queue order, outside any run) a task thread
+    restores with the bucket it needs and nobody started."""
 
     fetch_threads: int = 4
-    """Reads one group runs at once."""
+    """Reads a task thread's own group runs at once."""
 
     run_fetch_threads: int = 8
-    """Reads at once of a worker's *run*: every pending bucket a task asked for
-    (:meth:`BackgroundRestore.prioritize`), in the task's order, restored by one worker
-    with one fetch plan that reads ahead across all of them (the eager restore's plan,
-    whose eight threads it matches)."""
+    """Reads a run keeps going at once (the eager restore's plan has eight)."""
 
     window_bytes: int = 16 * _MiB
-    """Fetched bytes per window of one group's plan (about two windows are held)."""
+    """Fetched bytes per window of a fetch plan (about two windows are held)."""
 
     def __post_init__(self) -> None:
         if (
@@ -127,13 +121,12 @@ class BackgroundRestoreSettings:
                 self.window_bytes,
             )
             < 1
-            or self.processing_parallel < 0
         ):
             raise ConfigurationError(
                 "background restore needs parallel, group_buckets, fetch_threads, "
-                "run_fetch_threads and window_bytes >= 1 and processing_parallel >= 0; got "
+                "run_fetch_threads and window_bytes >= 1; got "
                 f"{self.parallel}, {self.group_buckets}, {self.fetch_threads}, "
-                f"{self.run_fetch_threads}, {self.window_bytes}, {self.processing_parallel}"
+                f"{self.run_fetch_threads}, {self.window_bytes}"
             )
 
     @property
@@ -142,11 +135,8 @@ class BackgroundRestoreSettings:
 
     @property
     def run_fetch(self) -> FetchSettings:
-        """Reads of a worker's run over the buckets a task asked for: as many threads as
-        the eager restore's plan, windows of ``window_bytes``."""
-        return FetchSettings(
-            threads=max(self.fetch_threads, self.run_fetch_threads), window_bytes=self.window_bytes
-        )
+        """Reads of a run: ``run_fetch_threads`` at once, windows of ``window_bytes``."""
+        return FetchSettings(threads=self.run_fetch_threads, window_bytes=self.window_bytes)
 
 
 class _Status(Enum):
@@ -174,16 +164,6 @@ class RestoreProgress:
     @property
     def finished(self) -> bool:
         return self.done + self.failed >= self.total
-
-
-@dataclass(slots=True)
-class _Job:
-    """A claimed group: its buckets in apply order, whether a task asked for them (a
-    worker's run) and the fetcher planned for them."""
-
-    group: list[int]
-    asked: bool
-    fetcher: RestoreFetcher | None
 
 
 class _CancelledError(Exception):
@@ -234,15 +214,15 @@ class BackgroundRestore:
         self._ended: float | None = None
         self._cond = threading.Condition()
         self._closed = False
-        self._processing = 0
-        self._priority: set[int] = set()  # pending buckets a running task asked for
-        self._unasked = 0  # workers restoring a group no task asked for
+        self._planned: set[int] = set()  # pending buckets a running run covers
+        self._priority: set[int] = set()  # buckets a task named (prioritize)
+        self._version = 0  # bumped whenever the queue is reordered
         self._notified = False
         self._settled = threading.Event()
         self.ready: frozenset[int] = frozenset()
         """Buckets complete so far (replaced, never mutated: cheap to read anywhere)."""
         self._reorder(priority)  # before any worker starts: the first claims take them
-        workers = min(settings.parallel, -(-len(states) // settings.group_buckets))
+        workers = min(settings.parallel, len(states))
         self._threads = [
             threading.Thread(target=self._work, name=f"gic-restore-{i}", daemon=True)
             for i in range(workers)
@@ -291,7 +271,9 @@ class BackgroundRestore:
                         f"bucket {bucket}: its background restore was cancelled before it "
                         "finished; the task must restore its range again"
                     )
-                if status is _Status.PENDING:
+                if status is _Status.PENDING and not (
+                    bucket in self._planned and bucket in self._priority
+                ):  # a run reaches the buckets the task named in the task's order: wait
                     group = self._claim(self._queue.index(bucket))
                     break
                 self._cond.wait()
@@ -316,24 +298,11 @@ class BackgroundRestore:
             if bucket in pending:
                 pending.discard(bucket)
                 first.append(bucket)
-        if first:
+        if first and first != self._queue[: len(first)]:
             moved = set(first)
             self._queue = first + [b for b in self._queue if b not in moved]
             self._priority |= moved
-
-    def processing_started(self) -> None:
-        """A task processes until :meth:`processing_ended` (each start needs one end):
-        at most ``processing_parallel`` workers start groups the task did not ask for
-        (:meth:`prioritize`); groups in progress finish."""
-        with self._cond:
-            self._processing += 1
-
-    def processing_ended(self) -> None:
-        with self._cond:
-            self._processing = max(0, self._processing - 1)
-            if not self._processing:
-                self._priority.clear()
-            self._cond.notify_all()
+            self._version += 1  # a run planned in the old order stops and is planned anew
 
     def check(self) -> None:
         """Raise the first failed bucket's RestoreError, if any bucket failed."""
@@ -378,118 +347,107 @@ class BackgroundRestore:
     # --- workers ------------------------------------------------------------------------
 
     def _work(self) -> None:
-        """Restore groups until the queue is empty or the restore closed, claiming the
-        next group (and starting its reads) before applying the current one, so a
-        worker's fetches run ahead across groups as the eager plan's do."""
-        job = self._next_job(wait=True)
-        while job is not None:
-            ahead = self._next_job(wait=False)
-            self._run(job)
-            if ahead is not None and self._closed:
-                self._drop(ahead)
-                return
-            job = ahead if ahead is not None else self._next_job(wait=True)
+        """Restore runs until the queue is empty or the restore closed: a run is every
+        pending bucket no other run covers, in queue order, with one fetch plan."""
+        while True:
+            with self._cond:
+                while not self._closed and self._queue and not self._unplanned():
+                    self._cond.wait()
+                if self._closed or not self._queue:
+                    return
+                plan = self._unplanned()
+                self._planned.update(plan)
+                version = self._version
+            try:
+                self._run(plan, version)
+            finally:
+                with self._cond:
+                    self._planned.difference_update(plan)
+                    self._cond.notify_all()
 
-    def _next_job(self, *, wait: bool) -> _Job | None:
-        """Claim the queue's first group (waiting while workers may not start one when
-        ``wait``) and start its reads; ``None``: nothing to claim now."""
-        with self._cond:
-            while wait and not self._closed and self._queue and not self._may_start():
-                self._cond.wait()
-            if self._closed or not self._queue or not self._may_start():
-                return None
-            asked = self._queue[0] in self._priority
-            group = self._claim(0, run=asked)
-            if not asked:
-                self._unasked += 1
-        job = _Job(group, asked, None)
-        try:
-            job.fetcher = self._plan(group, run=asked)
-            job.fetcher.prefetch()
-        except BaseException as exc:  # the checks ran before: nothing is expected here
-            self._finish(job, exc)
-            if not isinstance(exc, Exception):
-                raise
-            return None
-        return job
+    def _unplanned(self) -> list[int]:
+        """Pending buckets no run covers, in queue order (``_cond`` held)."""
+        return [b for b in self._queue if b not in self._planned]
 
-    def _plan(self, group: list[int], *, run: bool) -> RestoreFetcher:
-        settings = self._settings.run_fetch if run else self._settings.fetch
-        states = [self._targets[b] for b in group]
-        return plan_restore(states, self._resolver, reader=self._reader, settings=settings)
+    def _run(self, plan: list[int], version: int) -> None:
+        """Restore ``plan`` in order on this thread through one fetch plan that reads
+        ahead across it, claiming each bucket only right before applying it: a bucket a
+        task claimed meanwhile is skipped. Stops when the restore closes, or when the
+        queue was reordered (:meth:`prioritize`): the caller plans a new run then."""
+        states = [self._targets[b] for b in plan]
+        settings = self._settings.run_fetch
+        with plan_restore(states, self._resolver, reader=self._reader, settings=settings) as f:
+            for state in states:
+                bucket = state.bucket
+                with self._cond:
+                    if self._closed or self._version != version:
+                        return
+                    if self._status[bucket] is not _Status.PENDING:
+                        continue  # a task took it
+                    self._queue.remove(bucket)
+                    self._status[bucket] = _Status.RUNNING
+                try:
+                    stats = apply_bucket(self._store, state, f)
+                except BaseException as exc:
+                    self._flush()
+                    self._settle([bucket], exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    self._finish_if_done()
+                    continue
+                try:
+                    self._applied(stats)
+                except _CancelledError:
+                    return
+                finally:
+                    self._finish_if_done()
 
-    def _drop(self, job: _Job) -> None:
-        """A claimed group not applied (the restore closed): cancelled."""
-        self._finish(job, None)
-
-    def _may_start(self) -> bool:
-        """Whether a worker may claim the queue's first group now (``_cond`` held)."""
-        if not self._processing or self._queue[0] in self._priority:
-            return True
-        return self._unasked < self._settings.processing_parallel
-
-    def _claim(self, at: int, *, run: bool = False) -> list[int]:
+    def _claim(self, at: int) -> list[int]:
         """Take the pending bucket at queue position ``at`` and the buckets queued right
-        after it (up to ``group_buckets``, or every one a task asked for when ``run``;
-        those a task asked for only with one it asked for, and the others only with one
-        it did not) off the queue, as RUNNING (``_cond`` held)."""
+        after it that no run covers (up to ``group_buckets``; none when a run covers the
+        bucket itself) off the queue, as RUNNING (``_cond`` held)."""
         queue = self._queue
         group = [queue.pop(at)]
-        asked = group[0] in self._priority
-        limit = len(queue) + 1 if run else self._settings.group_buckets
-        while at < len(queue) and len(group) < limit and (queue[at] in self._priority) == asked:
-            group.append(queue.pop(at))
+        if group[0] not in self._planned:
+            while (
+                at < len(queue)
+                and len(group) < self._settings.group_buckets
+                and queue[at] not in self._planned
+            ):
+                group.append(queue.pop(at))
         for bucket in group:
             self._status[bucket] = _Status.RUNNING
-            self._priority.discard(bucket)
         return group
 
     def _restore(self, group: list[int]) -> None:
-        """Restore ``group``, claimed by a thread that needs its first bucket, on that
-        thread (not a worker's: ``asked``, outside the count of unasked groups)."""
-        job = _Job(group, True, None)
+        """Restore ``group`` (claimed by a thread that needs its first bucket) on that
+        thread."""
+        states = [self._targets[b] for b in group]
         try:
-            job.fetcher = self._plan(group, run=False)
-        except BaseException as exc:  # the checks ran before: nothing is expected here
-            self._finish(job, exc)
+            restore_buckets(
+                self._store,
+                states,
+                self._resolver,
+                reader=self._reader,
+                settings=self._settings.fetch,
+                on_applied=self._applied,
+            )
+        except _CancelledError:
+            self._settle(group, None)
+        except BaseException as exc:
+            self._settle(group, exc)
             if not isinstance(exc, Exception):
                 raise
-            return
-        self._run(job)
-
-    def _run(self, job: _Job) -> None:
-        """Apply ``job``'s group from its fetcher on this thread, then settle it."""
-        assert job.fetcher is not None
-        states = [self._targets[b] for b in job.group]
-        error: BaseException | None = None
-        try:
-            apply_planned(self._store, states, job.fetcher, on_applied=self._applied)
-        except _CancelledError:
-            pass
-        except BaseException as exc:
-            error = exc
-        self._finish(job, error)
-        if error is not None and not isinstance(error, Exception):
-            raise error
-
-    def _finish(self, job: _Job, error: BaseException | None) -> None:
-        """Close ``job``'s fetcher, commit this thread's writes (a failed bucket keeps no
-        metadata), settle the buckets not complete (failed with ``error``, or cancelled)
-        and report the end when it was the last."""
-        try:
-            if job.fetcher is not None:
-                job.fetcher.close()
         finally:
-            try:
-                self._store.flush()
-            except Exception as exc:  # the restore's own outcome matters more
-                _log.warning("could not flush the local store after a restore: %s", exc)
-            self._settle(job.group, error)
-            if not job.asked:
-                with self._cond:
-                    self._unasked -= 1
-                    self._cond.notify_all()
+            self._flush()
         self._finish_if_done()
+
+    def _flush(self) -> None:
+        """Commit this thread's writes (a failed bucket keeps no metadata)."""
+        try:
+            self._store.flush()
+        except Exception as exc:  # the restore's own outcome matters more
+            _log.warning("could not flush the local store after a restore: %s", exc)
 
     def _applied(self, stats: RestoreStats) -> None:
         with self._cond:

@@ -39,6 +39,7 @@ __all__ = [
     "ChangeReader",
     "RestoreStats",
     "RestoreSummary",
+    "apply_bucket",
     "apply_planned",
     "check_coverage",
     "check_state",
@@ -163,7 +164,10 @@ def _replay(state: BucketState, fetcher: RestoreFetcher) -> Iterator[tuple[Op, b
         )
 
 
-def _apply(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
+def apply_bucket(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
+    """Replace bucket ``state.bucket`` in ``store`` with the state ``state`` describes,
+    from ``fetcher`` (planned by :func:`plan_restore` with ``state`` among its states):
+    cleared, snapshot loaded, changelog replayed, metadata set, flushed."""
     bucket = state.bucket
     store.clear_bucket(bucket)
     loaded = 0
@@ -239,7 +243,7 @@ def apply_planned(
     :func:`plan_restore`): the second half of :func:`restore_buckets`."""
     out: list[RestoreStats] = []
     for state in states:
-        stats = _apply(store, state, fetcher)
+        stats = apply_bucket(store, state, fetcher)
         out.append(stats)
         if on_applied is not None:
             on_applied(stats)
