@@ -815,7 +815,7 @@ GOLDEN_OWNER_GROUP = """{"bytes": 999, "label": "restore source (no-claim)", "ob
 GOLDEN_JOB_ENTRY = """{"bytes": 4096, "checkpoints": [2, 3, 4], "job_id": "job-a",
 "latest_checkpoint": 4, "objects": 7, "status": {"epoch": 4, "error": "boom",
 "failure": {"error_type": "QueryMismatchError", "message": "job job-a: different query",
-"reason": "QueryMismatch"}, "last_checkpoint": 41, "state": "running",
+"reason": "QueryMismatch"}, "last_checkpoint": 41, "restore_pending": 5, "state": "running",
 "updated_at": "2023-11-14T22:15:00.500Z"}, "status_error": null}"""
 GOLDEN_JOB_ENTRY_UNREADABLE = """{"bytes": 10, "checkpoints": [], "job_id": "job-b",
 "latest_checkpoint": null, "objects": 1, "status": null, "status_error": "bad record"}"""
