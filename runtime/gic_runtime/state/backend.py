@@ -355,7 +355,10 @@ class KeyedStateBackend(StateRegistry):
           caller goes on, and :attr:`store` is gated so that any access to a bucket
           waits for that bucket only (:meth:`restored`, :meth:`restore_progress`);
           the buckets of ``priority`` (those the task's input touches, in input order)
-          are restored first.
+          are restored first. When ``priority`` names every bucket to rebuild (and no
+          earlier restore runs), the batch would wait for all of them anyway: they are
+          rebuilt eagerly instead, on this thread, before this returns -- the same
+          plan without a restore running beside the processing.
 
         A background restore still running from an earlier call is kept when every
         bucket it has not finished is expected at the same ``(seq, token)`` (the usual
@@ -389,6 +392,15 @@ class KeyedStateBackend(StateRegistry):
         hits, empty, rebuild = classify_range(inner, [s for s in given if s.bucket not in pending])
         restored: list[int] = []
         replayed = entries = 0
+        if (
+            background is not None
+            and in_background
+            and background.eager_when_all_touched
+            and not carried
+            and _all_named(rebuild, priority)
+        ):
+            in_background = False  # the batch waits for every one: the eager plan, here
+            self.close_restore()
         if rebuild and background is not None and in_background:
             if running is not None and running is self._restorer:
                 self.close_restore()  # one restore at a time; its unfinished buckets join
@@ -499,6 +511,14 @@ class KeyedStateBackend(StateRegistry):
         if restorer is not None:
             restorer.close()
         self.store.set_gate(None)
+
+
+def _all_named(rebuild: Sequence[BucketState], priority: Sequence[int]) -> bool:
+    """Whether ``priority`` names every bucket of ``rebuild`` (a non-empty one)."""
+    if not rebuild or not priority:
+        return False
+    named = set(priority)
+    return all(state.bucket in named for state in rebuild)
 
 
 def _same_point(target: BucketState | None, given: BucketState) -> bool:

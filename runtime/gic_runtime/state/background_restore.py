@@ -9,40 +9,34 @@ bucket only:
 * a bucket is *usable* only once it is complete: snapshot loaded, changelog replayed to
   the checkpoint's seq, lineage metadata ``(seq, token)`` set and committed -- exactly
   what :func:`~gic_runtime.state.restore.restore_buckets` does for it eagerly;
-* :meth:`BackgroundRestore.ensure` returns at once for a complete bucket, waits for one
-  a worker is restoring, and restores a bucket nobody has started *on the calling
-  thread*, with the pending buckets right after it as one group (first come, first
-  served: every bucket is restored by exactly one thread, once);
 * a task that knows which buckets its input touches (the stage has each row's bucket
-  before processing) names them, in input order, when the restore starts (``priority``)
-  or later (:meth:`BackgroundRestore.prioritize`): they move to the front of the
-  pending queue, and the next free worker takes all of them as one *run*, restored in
-  that order with one fetch plan that reads ahead across the whole run on
-  ``run_fetch_threads`` threads -- the eager restore's plan over just those buckets --
-  while the task processes each bucket as soon as it is complete;
-* while a task processes (between :meth:`BackgroundRestore.processing_started` and
-  :meth:`BackgroundRestore.processing_ended`) the workers keep running: every worker
-  restores prioritized buckets, at most ``processing_parallel`` of them restore
-  buckets the task did not ask for (restoring is mostly CPU, decoding and applying,
-  which the task's own processing needs too); between batches all ``parallel`` do;
-* otherwise workers take the pending buckets in queue order, a *group* of up to
-  ``group_buckets`` at a time (one :func:`~gic_runtime.state.restore.restore_buckets`
-  call: one fetch plan whose reads run ahead across the whole group and whose sections
-  of one segment object, for several buckets, are read together); a thread that needs
-  a pending bucket claims it with the buckets queued right after it (the next ones its
-  input touches, once prioritized);
+  before processing) names them when the restore starts (``priority``) or later
+  (:meth:`BackgroundRestore.prioritize`): they move to the front of the pending queue,
+  in range order among themselves (a plan in range order reads neighbouring buckets'
+  sections of one segment object as one read);
+* a worker restores a *run*: every pending bucket no other run covers, in queue order,
+  through one fetch plan (:func:`~gic_runtime.state.restore.plan_restore`) reading ahead
+  across all of them on ``run_fetch_threads`` threads -- the eager restore's plan, with
+  the task's buckets first -- claiming each bucket only right before applying it (a bucket a
+  task claimed meanwhile is skipped); a reorder stops the run after the bucket it is
+  applying, and the worker plans a new one in the new order;
+* :meth:`BackgroundRestore.ensure` returns at once for a complete bucket; waits for
+  one a thread is restoring, or one a run will reach that a task named; and restores
+  any other bucket nobody started *on the calling thread*, with the pending buckets
+  queued right after it that no run covers as one group (first come, first served:
+  every bucket is restored by exactly one thread, once);
 * a failure is kept per bucket and raised, as a :class:`~gic_runtime.errors.RestoreError`
   naming the bucket and the cause, to every caller that needs that bucket and by
   :meth:`BackgroundRestore.check`; a failed bucket is never reported complete, its
   metadata stays absent, so nothing ever reads it as (empty) state;
 * :meth:`BackgroundRestore.close` cancels the buckets not started and waits for the
-  groups in progress to stop (each stops after the bucket it is applying); a cancelled
+  runs in progress to stop (each stops after the bucket it is applying); a cancelled
   bucket is left without metadata and is rebuilt by whoever needs it next.
 
 What is fetched and held at once is bounded by the settings, not by the state's size:
-``parallel`` workers plus the task thread, each through a
-:class:`~gic_runtime.state.fetch.RestoreFetcher` holding about two windows of
-``window_bytes`` (one snapshot larger than a window is a window of its own: one
+``parallel`` runs, each through a :class:`~gic_runtime.state.fetch.RestoreFetcher`
+holding about ``run_ahead + 1`` windows of ``window_bytes``, plus a task thread's group
+holding about two (one snapshot larger than a window is a window of its own: one
 bucket's snapshot, state / buckets; docs/operations.md states the bound).
 
 Thread-safety: every public method may be called from any thread. A bucket's store
@@ -93,6 +87,10 @@ class BackgroundRestoreSettings:
     """Restore in the background and let each access wait for its bucket only; False:
     rebuild every bucket before the task's processing starts (the eager restore)."""
 
+    eager_when_all_touched: bool = True
+    """A task naming every bucket to rebuild is restored eagerly, before it processes
+    (:meth:`~gic_runtime.state.backend.KeyedStateBackend.restore`)."""
+
     parallel: int = 2
     """Runs at once: a run takes every pending bucket no other run covers, so one run
     usually restores the whole range and a second starts only with buckets a first
@@ -105,8 +103,13 @@ class BackgroundRestoreSettings:
     fetch_threads: int = 4
     """Reads a task thread's own group runs at once."""
 
-    run_fetch_threads: int = 8
-    """Reads a run keeps going at once (the eager restore's plan has eight)."""
+    run_fetch_threads: int = 16
+    """Reads a run keeps going at once (the eager restore's plan has eight: a run shares
+    the process with the task's processing, which delays each thread between its reads,
+    so it keeps more of them going to keep the link busy)."""
+
+    run_ahead: int = 2
+    """Windows a run fetches beyond the one it applies (the eager plan: one)."""
 
     window_bytes: int = 16 * _MiB
     """Fetched bytes per window of a fetch plan (about two windows are held)."""
@@ -121,12 +124,13 @@ class BackgroundRestoreSettings:
                 self.window_bytes,
             )
             < 1
+            or self.run_ahead < 0
         ):
             raise ConfigurationError(
                 "background restore needs parallel, group_buckets, fetch_threads, "
-                "run_fetch_threads and window_bytes >= 1; got "
+                "run_fetch_threads and window_bytes >= 1 and run_ahead >= 0; got "
                 f"{self.parallel}, {self.group_buckets}, {self.fetch_threads}, "
-                f"{self.run_fetch_threads}, {self.window_bytes}"
+                f"{self.run_fetch_threads}, {self.window_bytes}, {self.run_ahead}"
             )
 
     @property
@@ -136,7 +140,9 @@ class BackgroundRestoreSettings:
     @property
     def run_fetch(self) -> FetchSettings:
         """Reads of a run: ``run_fetch_threads`` at once, windows of ``window_bytes``."""
-        return FetchSettings(threads=self.run_fetch_threads, window_bytes=self.window_bytes)
+        return FetchSettings(
+            threads=self.run_fetch_threads, window_bytes=self.window_bytes, ahead=self.run_ahead
+        )
 
 
 class _Status(Enum):
@@ -283,21 +289,24 @@ class BackgroundRestore:
                 raise self._error(bucket)
 
     def prioritize(self, buckets: Iterable[int]) -> None:
-        """Move the pending ones of ``buckets`` (in the order given, repeats and buckets
-        not pending ignored) to the front of the queue: workers and claims take them
-        first. Called by a task with the buckets its input touches, in input order."""
+        """Move the pending ones of ``buckets`` (repeats and buckets not pending ignored)
+        to the front of the queue, in range order (see :meth:`_reorder`): the run
+        restores them first. Called by a task with the buckets its input touches."""
         with self._cond:
             self._reorder(buckets)
             self._cond.notify_all()
 
     def _reorder(self, buckets: Iterable[int]) -> None:
-        """:meth:`prioritize` (``_cond`` held, or no worker started yet)."""
+        """:meth:`prioritize` (``_cond`` held, or no worker started yet).
+
+        The named buckets go first in range order, not in the order named: a fetch plan
+        in range order reads the neighbouring sections one segment object holds for
+        several buckets as one read, while out of order it reads the gaps between them
+        too, or one read per section (measured: a run in a task's input order over every
+        bucket took 1.5x the eager restore). A task's first batch needs the buckets it
+        names before it can finish whichever order they come in."""
         pending = set(self._queue)
-        first: list[int] = []
-        for bucket in buckets:
-            if bucket in pending:
-                pending.discard(bucket)
-                first.append(bucket)
+        first = sorted({b for b in buckets if b in pending})
         if first and first != self._queue[: len(first)]:
             moved = set(first)
             self._queue = first + [b for b in self._queue if b not in moved]

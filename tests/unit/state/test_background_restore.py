@@ -148,9 +148,7 @@ class OrderStore(InMemoryStore):
 
 
 @pytest.mark.parametrize("parallel", [1, 2])
-def test_the_buckets_a_task_names_are_restored_first_in_its_order(
-    tmp_path: Path, parallel: int
-) -> None:
+def test_the_buckets_a_task_names_are_restored_first(tmp_path: Path, parallel: int) -> None:
     objects = LocalObjectStore(tmp_path / "objects")
     layout = write_batches(objects, range(B), batches=2)
     store = OrderStore()
@@ -164,12 +162,8 @@ def test_the_buckets_a_task_names_are_restored_first_in_its_order(
     )
     assert restore.wait(30)
     restore.check()
-    # one worker takes the named buckets as one run, in the order named; the others
-    # follow in range order (a second worker may finish some of them meanwhile)
-    run = [b for b in store.completed if b in {6, 1, 4}]
-    assert run == [6, 1, 4]
-    if parallel == 1:
-        assert store.completed == [6, 1, 4, 0, 2, 3, 5, 7]
+    # the run restores the named buckets first, in range order, then the others
+    assert store.completed == [1, 4, 6, 0, 2, 3, 5, 7]
 
 
 def test_a_bucket_the_task_did_not_name_is_not_left_waiting_for_the_run(
@@ -211,8 +205,8 @@ def test_naming_other_buckets_later_stops_the_run_and_restores_them_next(
     assert restore.wait(30)
     done = store.completed
     assert sorted(done) == list(range(B))
-    # at most the bucket being applied (and the one after it) come before 7 and 6
-    assert done.index(7) < done.index(6) <= 3
+    # at most the bucket being applied (and the one after it) come before 6 and 7
+    assert done.index(6) < done.index(7) <= 3
 
 
 def test_first_seen_lists_a_batchs_buckets_in_the_order_of_their_first_row() -> None:
@@ -334,6 +328,37 @@ def test_the_backend_gates_every_access_and_opens_when_done(tmp_path: Path) -> N
     # the next batch expects the same lineage: local hits, nothing restarts
     again = backend.restore(layout.states, resolver, background=BackgroundRestoreSettings())
     assert again.local_hits == tuple(range(B))
+
+
+def test_a_batch_naming_every_bucket_to_rebuild_restores_them_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    objects = LocalObjectStore(tmp_path / "objects")
+    layout = write_batches(objects, range(B), batches=2)
+    resolver = _resolver(objects)
+    eager = InMemoryStore()
+    restore_buckets(eager, list(layout.states.values()), resolver)
+    store = InMemoryStore()
+    backend = KeyedStateBackend(range(B), B, store, TestingChangelogWriter())
+    summary = backend.restore(
+        layout.states,
+        resolver,
+        background=BackgroundRestoreSettings(),
+        priority=[5, 3, *range(B)],
+    )
+    assert summary.restored == tuple(range(B))
+    assert backend.restorer is None and backend.store.gate is None  # nothing runs beside
+    assert contents(store, range(B)) == contents(eager, range(B))
+
+    # naming only some: the others restore in the background
+    store2 = InMemoryStore()
+    backend2 = KeyedStateBackend(range(B), B, store2, TestingChangelogWriter())
+    backend2.restore(
+        layout.states, resolver, background=BackgroundRestoreSettings(), priority=[5, 3]
+    )
+    restorer = backend2.restorer
+    assert restorer is not None and restorer.wait(30)
+    assert contents(store2, range(B)) == contents(eager, range(B))
 
 
 def test_a_running_restore_carries_over_to_a_batch_expecting_the_same_lineage(
