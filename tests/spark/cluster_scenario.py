@@ -170,6 +170,9 @@ def main() -> int:
         control_poll_s=0.1,
         orphan_sweep_interval_s=0.5,
         restore_background=args.restore == "background",
+        # the first batch after the restart touches every bucket: restore it in the
+        # background all the same, so the test covers that path end to end
+        restore_eager_when_all_touched=False,
         restore_parallel=1,
         restore_fetch_threads=2,
     )

@@ -98,6 +98,7 @@ GOLDEN_STATUS = """{"batches": 12, "driver": {"host": "driver-0", "pid": 123}, "
 "changelog_bytes": 4000, "created_at": 1700000100.0, "duration_ms": 182.5, "executors": 3,
 "expired": 9,
 "id": 41, "late_rows": 2, "local_hit_ratio": 0.75, "moved_ranges": [[0, 4], [8, 12]],
+"restore_bytes": 65000, "restore_pending": 5,
 "rows": 100000, "snapshot_bytes": 1000, "timers_fired": 6,
 "watermark_us": 1700000090000000},
 "last_savepoint": {"checkpoint_id": 40, "error": null, "finished_at": 1700000050.0,
@@ -137,6 +138,8 @@ def full_status() -> JobStatus:
             late_rows=2,
             timers_fired=6,
             expired=9,
+            restore_pending=5,
+            restore_bytes=65000,
         ),
         restored_from=RestoreStatus(
             "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, 40
@@ -179,7 +182,7 @@ def test_status_records_are_written_and_read_as_before(status: JobStatus, text: 
 def test_status_optional_keys_may_be_missing() -> None:
     body = golden(GOLDEN_STATUS)
     optional = ("executors", "moved_ranges", "local_hit_ratio", "watermark_us", "late_rows")
-    for name in (*optional, "timers_fired", "expired"):
+    for name in (*optional, "timers_fired", "expired", "restore_pending", "restore_bytes"):
         del body["last_checkpoint"][name]
     del body["materialization"]["failed"], body["materialization"]["bytes_uploaded"]
     del body["failure"]["error_type"], body["restored_from"]["checkpoint_id"]
@@ -194,6 +197,7 @@ def test_status_optional_keys_may_be_missing() -> None:
     assert status.last_checkpoint.local_hit_ratio is None
     assert (status.last_checkpoint.watermark_us, status.last_checkpoint.late_rows) == (None, 0)
     assert status.last_checkpoint.timers_fired == status.last_checkpoint.expired == 0
+    assert status.last_checkpoint.restore_pending == status.last_checkpoint.restore_bytes == 0
     assert status.materialization == MaterializationStatus(9, 8, 0, 0)
     assert status.restored_from == RestoreStatus(
         "s3://b/savepoints/sp-1/_savepoint.manifest", RestoreMode.NO_CLAIM, True, None
@@ -566,7 +570,8 @@ GOLDEN_TASK_ACK = """{"checkpoint_id": 7, "epoch": 2, "job_id": "job-a", "output
 "late_rows": 3,
 "local_hits": 1, "materializations_adopted": 1, "materializations_started": 2,
 "max_event_time_us": 1700000000000000, "pid": 42, "process_s": 0.5,
-"replayed": 2, "restored": 1, "rows_in": 5, "rows_out": 4, "snapshot_bytes": 0,
+"replayed": 2, "restore_bytes": 0, "restore_pending": 0, "restored": 1, "rows_in": 5,
+"rows_out": 4, "snapshot_bytes": 0,
 "timers_fired": 7,
 "total_s": 1.0}, "task_index": 1, "version": 1}""".replace("STATE", GOLDEN_BUCKET_STATE)
 
@@ -811,7 +816,7 @@ GOLDEN_OWNER_GROUP = """{"bytes": 999, "label": "restore source (no-claim)", "ob
 GOLDEN_JOB_ENTRY = """{"bytes": 4096, "checkpoints": [2, 3, 4], "job_id": "job-a",
 "latest_checkpoint": 4, "objects": 7, "status": {"epoch": 4, "error": "boom",
 "failure": {"error_type": "QueryMismatchError", "message": "job job-a: different query",
-"reason": "QueryMismatch"}, "last_checkpoint": 41, "state": "running",
+"reason": "QueryMismatch"}, "last_checkpoint": 41, "restore_pending": 5, "state": "running",
 "updated_at": "2023-11-14T22:15:00.500Z"}, "status_error": null}"""
 GOLDEN_JOB_ENTRY_UNREADABLE = """{"bytes": 10, "checkpoints": [], "job_id": "job-b",
 "latest_checkpoint": null, "objects": 1, "status": null, "status_error": "bad record"}"""

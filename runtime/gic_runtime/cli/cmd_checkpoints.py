@@ -57,7 +57,9 @@ sizes bytes):
                                   ISO-8601, null without event time), watermark_us
   unreadable                      manifests that cannot be read: id, uri, error
   status                          null (no status record) or: state, epoch,
-                                  last_checkpoint, updated_at, error, failure
+                                  last_checkpoint, restore_pending (buckets
+                                  still restoring in the background after the
+                                  last checkpoint), updated_at, error, failure
                                   (null, or reason, message, error_type)
   highest_epoch                   highest fencing epoch claimed (0: none)
   pending_requests                control requests without an outcome: request_id, type,
@@ -131,6 +133,7 @@ def status_json(status: JobStatus | None) -> dict[str, Any] | None:
         "state": status.state.value,
         "epoch": status.epoch,
         "last_checkpoint": status.last_checkpoint.id if status.last_checkpoint else None,
+        "restore_pending": status.last_checkpoint.restore_pending if status.last_checkpoint else 0,
         "updated_at": iso(status.updated_at, millis=True),
         "error": status.error,
         "failure": None if status.failure is None else codec.to_json(status.failure),
@@ -226,6 +229,11 @@ def _print_tables(ctx: JobContext, listing: _Listing) -> None:
             f"status: {status.state.value}, epoch {status.epoch}, last checkpoint {last}, "
             f"updated {iso(status.updated_at)} ({ago(status.updated_at, time.time())})"
         )
+        if status.last_checkpoint is not None and status.last_checkpoint.restore_pending:
+            line += (
+                f"; {status.last_checkpoint.restore_pending} bucket(s) still restoring in the "
+                "background"
+            )
         if listing.highest_epoch > status.epoch:
             line += f"; superseded: epoch {listing.highest_epoch} was claimed since"
         if status.failure is not None:

@@ -37,9 +37,9 @@ from gic_runtime.status import JobStatus, read_status
 HELP = """List the jobs under the storage root: status, checkpoints, objects and bytes.
 
 With --json, prints one JSON document: storage, and jobs (by id), each: job_id, status
-(null or: state, epoch, last_checkpoint, updated_at, error), status_error (null or
-text), checkpoints (retained ids, ascending), latest_checkpoint, objects, bytes (all
-objects under the job's directory).
+(null or: state, epoch, last_checkpoint, restore_pending, updated_at, error),
+status_error (null or text), checkpoints (retained ids, ascending), latest_checkpoint,
+objects, bytes (all objects under the job's directory).
 """
 
 

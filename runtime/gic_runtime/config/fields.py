@@ -161,25 +161,35 @@ class SettingsFields(BaseSettings):
         "(restoring one nobody started itself). Off: every bucket of a task's range is "
         "rebuilt before its processing starts.",
     )
+    restore_eager_when_all_touched: bool = Field(
+        True,
+        description="With the background restore: a task whose input touches every bucket "
+        "it has to rebuild waits for all of them anyway, so they are rebuilt before its "
+        "processing starts (the eager plan, without a restore beside the processing). "
+        "Off: such a task restores in the background too.",
+    )
     restore_parallel: int = Field(
         2,
         ge=1,
         le=64,
-        description="Groups of buckets a task range restores at once in the background "
-        "(each group of up to 4 consecutive buckets is one coalesced fetch plan).",
+        description="Runs restoring a task range in the background at once: a run is one "
+        "fetch plan over every pending bucket no other run covers, the buckets the task's "
+        "input touches first, so one run usually restores the whole range.",
     )
     restore_fetch_threads: int = Field(
         4,
         ge=1,
         le=64,
-        description="Reads one restoring group of the background restore runs at once.",
+        description="Reads at once of a group of buckets a task restores itself (a run "
+        "reads on 16).",
     )
     restore_window_bytes: int = Field(
         16 * 1024 * 1024,
         ge=64 * 1024,
-        description="Fetched bytes per window of a restoring group's plan; each group "
-        "holds about two windows (a snapshot larger than a window: that snapshot), so a "
-        "task range's restore holds about restore_parallel x 2 x this at most.",
+        description="Fetched bytes per window of a restore's fetch plan (a snapshot larger "
+        "than a window: that snapshot); a task range holds at most restore_parallel runs "
+        "of about three windows and a group the task restores itself of about two, so "
+        "about (3 x restore_parallel + 2) x this.",
     )
     restore_source: str | None = Field(
         None,

@@ -198,6 +198,7 @@ class GICSettings(SettingsFields):
             checkpoint_timeout_s=self.checkpoint_timeout_s,
             restore=BackgroundRestoreSettings(
                 background=self.restore_background,
+                eager_when_all_touched=self.restore_eager_when_all_touched,
                 parallel=self.restore_parallel,
                 fetch_threads=self.restore_fetch_threads,
                 window_bytes=self.restore_window_bytes,
@@ -280,6 +281,7 @@ ACCEPTED: Mapping[str, str] = {
     "full_snapshots": "true or false (also 1/0, yes/no, on/off)",
     "checkpoint_timeout_s": "a positive number of seconds",
     "restore_background": "true or false (also 1/0, yes/no, on/off)",
+    "restore_eager_when_all_touched": "true or false (also 1/0, yes/no, on/off)",
     "restore_parallel": "an integer from 1 to 64",
     "restore_fetch_threads": "an integer from 1 to 64",
     "restore_window_bytes": "a number of bytes, at least 65536",

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
@@ -166,14 +166,18 @@ def run_task(
     process: ProcessFn,
     *,
     output_schema: pa.Schema | None = None,
+    touched: Sequence[int] = (),
 ) -> TaskAck:
     """Run task ``task_index`` of ``barrier`` on this process's cached entry for its
     range (:func:`execute`) and return its ack; after a failure the entry is dropped, so
     the next task builds a fresh one. ``output_schema`` (a ``pyarrow.Schema``) fixes the
-    staged file's columns."""
+    staged file's columns; ``touched`` names the buckets the task's input touches, in
+    input order (a background restore restores them first)."""
     entry = entry_for(barrier, task_index)
     try:
-        return execute(entry, barrier, task_index, process, output_schema=output_schema)
+        return execute(
+            entry, barrier, task_index, process, output_schema=output_schema, touched=touched
+        )
     except BaseException:
         discard(entry)
         raise
@@ -186,9 +190,11 @@ def execute(
     process: ProcessFn,
     *,
     output_schema: pa.Schema | None = None,
+    touched: Sequence[int] = (),
 ) -> TaskAck:
     """The task core (see the module docstring): run task ``task_index`` of ``barrier``
-    on ``entry``, whose backend must own exactly the task's buckets, and return its ack."""
+    on ``entry``, whose backend must own exactly the task's buckets, and return its ack.
+    ``touched``: see :func:`run_task`."""
     began = time.perf_counter()
     owned = barrier.bucket_range(task_index)
     if entry.backend.bucket_range != owned:
@@ -206,6 +212,7 @@ def execute(
                 process=process,
                 output_schema=output_schema,
                 began=began,
+                touched=touched,
             )
     except BaseException:
         try:
@@ -224,14 +231,16 @@ def restore_lineage(
     expected: Mapping[int, BucketState],
     canonical_source: str | None = None,
     background: BackgroundRestoreSettings | None = None,
+    *,
+    touched: Sequence[int] = (),
 ) -> RestoreSummary:
     """Bring every bucket of ``backend`` to the expected lineage (step 2): import the
     canonical savepoint at ``canonical_source`` into a fresh lineage, or restore to
     ``expected`` (a bucket whose local copy carries the expected ``(seq, token)`` is
     reused without reading storage; the others are rebuilt in the background when
-    ``background`` says so, else before this returns)."""
+    ``background`` says so, the ``touched`` ones first, else before this returns)."""
     if canonical_source is None:
-        return backend.restore(expected, resolver, background=background)
+        return backend.restore(expected, resolver, background=background, priority=touched)
     backend.close_restore()
     restore_from_canonical(backend, canonical_source, resolver)
     imported = tuple(b for b in backend.bucket_range if backend.seq(b) > 0)
@@ -258,6 +267,7 @@ def _run_locked(
     process: ProcessFn,
     output_schema: pa.Schema | None,
     began: float,
+    touched: Sequence[int] = (),
 ) -> TaskAck:
     backend, resolver, settings = entry.backend, entry.resolver, barrier.settings
     bytes_before = entry.uploader.bytes_submitted
@@ -279,7 +289,7 @@ def _run_locked(
     running = backend.restorer
     before = running.progress() if running is not None else None
     summary = restore_lineage(
-        backend, resolver, expected, barrier.canonical_source, settings.restore
+        backend, resolver, expected, barrier.canonical_source, settings.restore, touched=touched
     )
     if backend.restorer is not running:
         before = None  # a new background restore: count all of its progress
@@ -296,7 +306,7 @@ def _run_locked(
     processing = time.perf_counter()
     restorer = backend.restorer
     if restorer is not None:
-        restorer.pause()  # the buckets this task touches first; the rest between batches
+        restorer.prioritize(touched)  # a restore carried over: this batch's buckets first
     try:
         for table in process(ctx):
             stager.add(table)
@@ -304,9 +314,6 @@ def _run_locked(
     except BaseException:
         stager.abort()
         raise
-    finally:
-        if restorer is not None:
-            restorer.resume()
     processed = time.perf_counter()
     backend.check_restore()  # a bucket whose background restore failed fails the task
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
@@ -177,11 +177,14 @@ class StateTask:
         *,
         checkpoint_id: int | None = None,
         self_contained: bool = False,
+        touched: Sequence[int] = (),
     ) -> TaskAck:
         """Run one batch through the task core: restore the expected lineage, adopt
         fitting background snapshots, apply ``process`` (no changes when ``None``), make
         every change durable and start due materializations. ``checkpoint_id`` defaults to
-        one more than the previous batch's. Returns the ack (bucket states and stats)."""
+        one more than the previous batch's; ``touched`` names the buckets ``process``
+        uses, in the order it uses them (a background restore restores them first).
+        Returns the ack (bucket states and stats)."""
         stray = [b for b in self.bucket_range if self.backend.seq(b) != self._at_rest[b]]
         if stray:
             raise StateError(
@@ -205,7 +208,7 @@ class StateTask:
 
         self._next_checkpoint_id = cid + 1
         try:
-            return execute(self._entry, barrier, self.task_index, run)
+            return execute(self._entry, barrier, self.task_index, run, touched=touched)
         finally:
             self._settle()
 

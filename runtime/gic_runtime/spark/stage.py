@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gic_runtime import crashpoints, errors
 from gic_runtime.coordination.barrier import Barrier
@@ -70,6 +71,7 @@ def make_stage(
         tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
         buckets: pa.ChunkedArray | None = None
         initial_rows: pa.Table | None = None
+        touched: list[int] = []
         if tables:
             table = pa.concat_tables(tables)
             bucket_column_ok(table, BUCKET_COLUMN, owned)
@@ -77,6 +79,7 @@ def make_stage(
                 table, initial_rows = initial.split(table)
             if BUCKET_COLUMN in table.column_names:
                 buckets = table.column(BUCKET_COLUMN)
+                touched = first_seen(buckets)
             table = drop_columns(table, INTERNAL_COLUMNS)
         else:
             table = None
@@ -103,12 +106,21 @@ def make_stage(
                 yield from processor.fire_timers(ctx.backend, time, ctx.count_timers_fired)
             crashpoints.hit("in_task", barrier.checkpoint_id)
 
-        ack = run_task(barrier, index, process, output_schema=processor.output_schema)
+        ack = run_task(
+            barrier, index, process, output_schema=processor.output_schema, touched=touched
+        )
         yield pa.RecordBatch.from_pydict(
             {"ack": [ack.to_bytes()]}, schema=pa.schema([("ack", pa.binary())])
         )
 
     return stage
+
+
+def first_seen(buckets: pa.ChunkedArray) -> list[int]:
+    """The distinct buckets of ``buckets`` in the order of their first row (nulls
+    skipped): the order a background restore restores the task's buckets in."""
+    unique = pc.unique(buckets)  # first occurrence order
+    return [int(b) for b in unique.to_pylist() if b is not None]
 
 
 DRAIN_SCHEMA = "task int, in_flight int"

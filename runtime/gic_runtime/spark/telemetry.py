@@ -161,6 +161,8 @@ class Telemetry:
                 late_rows=report.late_rows,
                 timers_fired=report.timers_fired,
                 expired=report.expired,
+                restore_pending=report.restore_pending,
+                restore_bytes=report.restore_bytes,
             ),
             materialization=MaterializationStatus(
                 started=old.started + report.materializations_started,

@@ -340,6 +340,7 @@ class KeyedStateBackend(StateRegistry):
         reader: ChangeReader | None = None,
         fetch: FetchSettings | None = None,
         background: BackgroundRestoreSettings | None = None,
+        priority: Sequence[int] = (),
     ) -> RestoreSummary:
         """Bring every bucket of the range to the given lineage (buckets absent from
         ``bucket_states`` start empty). A bucket whose local copy already carries the
@@ -352,7 +353,12 @@ class KeyedStateBackend(StateRegistry):
           one call per section);
         * in the background: a :class:`BackgroundRestore` rebuilds them while the
           caller goes on, and :attr:`store` is gated so that any access to a bucket
-          waits for that bucket only (:meth:`restored`, :meth:`restore_progress`).
+          waits for that bucket only (:meth:`restored`, :meth:`restore_progress`);
+          the buckets of ``priority`` (those the task's input touches, in input order)
+          are restored first. When ``priority`` names every bucket to rebuild (and no
+          earlier restore runs), the batch would wait for all of them anyway: they are
+          rebuilt eagerly instead, on this thread, before this returns -- the same
+          plan without a restore running beside the processing.
 
         A background restore still running from an earlier call is kept when every
         bucket it has not finished is expected at the same ``(seq, token)`` (the usual
@@ -386,13 +392,22 @@ class KeyedStateBackend(StateRegistry):
         hits, empty, rebuild = classify_range(inner, [s for s in given if s.bucket not in pending])
         restored: list[int] = []
         replayed = entries = 0
+        if (
+            background is not None
+            and in_background
+            and background.eager_when_all_touched
+            and not carried
+            and _all_named(rebuild, priority)
+        ):
+            in_background = False  # the batch waits for every one: the eager plan, here
+            self.close_restore()
         if rebuild and background is not None and in_background:
             if running is not None and running is self._restorer:
                 self.close_restore()  # one restore at a time; its unfinished buckets join
                 rebuild = [*rebuild, *(given[b - self._lo] for b in carried)]
                 rebuild.sort(key=lambda st: st.bucket)
                 carried = ()
-            self._start_restore(rebuild, resolver, background, reader)
+            self._start_restore(rebuild, resolver, background, reader, priority)
             restored = [s.bucket for s in rebuild]
         elif rebuild:
             stats = restore_buckets(inner, rebuild, resolver, reader=reader, settings=fetch)
@@ -429,6 +444,7 @@ class KeyedStateBackend(StateRegistry):
         resolver: StoreResolver,
         settings: BackgroundRestoreSettings,
         reader: ChangeReader | None,
+        priority: Sequence[int],
     ) -> None:
         restorer = BackgroundRestore(
             self.store.inner,
@@ -438,6 +454,7 @@ class KeyedStateBackend(StateRegistry):
             reader=reader,
             on_finished=self._finished,
             name=f"buckets [{self._lo}, {self._hi})",
+            priority=priority,
         )
         self._restorer = restorer
         self.store.set_gate(restorer.ensure)
@@ -494,6 +511,14 @@ class KeyedStateBackend(StateRegistry):
         if restorer is not None:
             restorer.close()
         self.store.set_gate(None)
+
+
+def _all_named(rebuild: Sequence[BucketState], priority: Sequence[int]) -> bool:
+    """Whether ``priority`` names every bucket of ``rebuild`` (a non-empty one)."""
+    if not rebuild or not priority:
+        return False
+    named = set(priority)
+    return all(state.bucket in named for state in rebuild)
 
 
 def _same_point(target: BucketState | None, given: BucketState) -> bool:

@@ -9,29 +9,35 @@ bucket only:
 * a bucket is *usable* only once it is complete: snapshot loaded, changelog replayed to
   the checkpoint's seq, lineage metadata ``(seq, token)`` set and committed -- exactly
   what :func:`~gic_runtime.state.restore.restore_buckets` does for it eagerly;
-* :meth:`BackgroundRestore.ensure` returns at once for a complete bucket, waits for one
-  a worker is restoring, and restores a bucket nobody has started *on the calling
-  thread*, with the pending buckets right after it as one group (first come, first
-  served: every bucket is restored by exactly one thread, once);
-* while a task processes, it may :meth:`BackgroundRestore.pause` the workers: they
-  start no new group, so the buckets the task touches (which it restores itself when
-  nobody started them) do not compete with the others for the process (restoring is
-  mostly CPU: decoding and applying);
-* workers take the pending buckets in the order given, a *group* of consecutive ones
-  at a time (one :func:`~gic_runtime.state.restore.restore_buckets` call, so the
-  sections one segment object holds for several buckets are still read together);
+* a task that knows which buckets its input touches (the stage has each row's bucket
+  before processing) names them when the restore starts (``priority``) or later
+  (:meth:`BackgroundRestore.prioritize`): they move to the front of the pending queue,
+  in range order among themselves (a plan in range order reads neighbouring buckets'
+  sections of one segment object as one read);
+* a worker restores a *run*: every pending bucket no other run covers, in queue order,
+  through one fetch plan (:func:`~gic_runtime.state.restore.plan_restore`) reading ahead
+  across all of them on ``run_fetch_threads`` threads -- the eager restore's plan, with
+  the task's buckets first -- claiming each bucket only right before applying it (a bucket a
+  task claimed meanwhile is skipped); a reorder stops the run after the bucket it is
+  applying, and the worker plans a new one in the new order;
+* :meth:`BackgroundRestore.ensure` returns at once for a complete bucket; waits for
+  one a thread is restoring, or one a run will reach that a task named; and restores
+  any other bucket nobody started *on the calling thread*, with the pending buckets
+  queued right after it that no run covers as one group (first come, first served:
+  every bucket is restored by exactly one thread, once);
 * a failure is kept per bucket and raised, as a :class:`~gic_runtime.errors.RestoreError`
   naming the bucket and the cause, to every caller that needs that bucket and by
   :meth:`BackgroundRestore.check`; a failed bucket is never reported complete, its
   metadata stays absent, so nothing ever reads it as (empty) state;
 * :meth:`BackgroundRestore.close` cancels the buckets not started and waits for the
-  groups in progress to stop (each stops after the bucket it is applying); a cancelled
+  runs in progress to stop (each stops after the bucket it is applying); a cancelled
   bucket is left without metadata and is rebuilt by whoever needs it next.
 
 What is fetched and held at once is bounded by the settings, not by the state's size:
-``parallel`` groups, each through a :class:`~gic_runtime.state.fetch.RestoreFetcher` of
-``fetch_threads`` threads holding about two windows of ``window_bytes`` (one snapshot
-larger than a window is a window of its own: one bucket's snapshot, state / buckets).
+``parallel`` runs, each through a :class:`~gic_runtime.state.fetch.RestoreFetcher`
+holding about ``run_ahead + 1`` windows of ``window_bytes``, plus a task thread's group
+holding about two (one snapshot larger than a window is a window of its own: one
+bucket's snapshot, state / buckets; docs/operations.md states the bound).
 
 Thread-safety: every public method may be called from any thread. A bucket's store
 writes happen on the one thread restoring it, which commits its own transactions
@@ -44,7 +50,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -54,7 +60,9 @@ from gic_runtime.handles import BucketState
 from gic_runtime.state.fetch import ChangeReader, FetchSettings
 from gic_runtime.state.restore import (
     RestoreStats,
+    apply_bucket,
     check_state,
+    plan_restore,
     restore_buckets,
     stored_bytes,
 )
@@ -79,30 +87,62 @@ class BackgroundRestoreSettings:
     """Restore in the background and let each access wait for its bucket only; False:
     rebuild every bucket before the task's processing starts (the eager restore)."""
 
+    eager_when_all_touched: bool = True
+    """A task naming every bucket to rebuild is restored eagerly, before it processes
+    (:meth:`~gic_runtime.state.backend.KeyedStateBackend.restore`)."""
+
     parallel: int = 2
-    """Groups of buckets restored at once by the background workers (a task touching a
-    bucket nobody started restores it itself, on top of these)."""
+    """Runs at once: a run takes every pending bucket no other run covers, so one run
+    usually restores the whole range and a second starts only with buckets a first
+    left (a run stops when a task reorders the queue and is planned anew)."""
 
     group_buckets: int = 4
-    """Consecutive buckets one worker restores with one coalesced fetch plan."""
+    """Pending buckets (consecutive in queue order, outside any run) a task thread
+    restores with the bucket it needs and nobody started."""
 
     fetch_threads: int = 4
-    """Reads one group runs at once."""
+    """Reads a task thread's own group runs at once."""
+
+    run_fetch_threads: int = 16
+    """Reads a run keeps going at once (the eager restore's plan has eight: a run shares
+    the process with the task's processing, which delays each thread between its reads,
+    so it keeps more of them going to keep the link busy)."""
+
+    run_ahead: int = 2
+    """Windows a run fetches beyond the one it applies (the eager plan: one)."""
 
     window_bytes: int = 16 * _MiB
-    """Fetched bytes per window of one group's plan (about two windows are held)."""
+    """Fetched bytes per window of a fetch plan (about two windows are held)."""
 
     def __post_init__(self) -> None:
-        if min(self.parallel, self.group_buckets, self.fetch_threads, self.window_bytes) < 1:
+        if (
+            min(
+                self.parallel,
+                self.group_buckets,
+                self.fetch_threads,
+                self.run_fetch_threads,
+                self.window_bytes,
+            )
+            < 1
+            or self.run_ahead < 0
+        ):
             raise ConfigurationError(
-                "background restore needs parallel, group_buckets, fetch_threads and "
-                f"window_bytes >= 1; got {self.parallel}, {self.group_buckets}, "
-                f"{self.fetch_threads}, {self.window_bytes}"
+                "background restore needs parallel, group_buckets, fetch_threads, "
+                "run_fetch_threads and window_bytes >= 1 and run_ahead >= 0; got "
+                f"{self.parallel}, {self.group_buckets}, {self.fetch_threads}, "
+                f"{self.run_fetch_threads}, {self.window_bytes}, {self.run_ahead}"
             )
 
     @property
     def fetch(self) -> FetchSettings:
         return FetchSettings(threads=self.fetch_threads, window_bytes=self.window_bytes)
+
+    @property
+    def run_fetch(self) -> FetchSettings:
+        """Reads of a run: ``run_fetch_threads`` at once, windows of ``window_bytes``."""
+        return FetchSettings(
+            threads=self.run_fetch_threads, window_bytes=self.window_bytes, ahead=self.run_ahead
+        )
 
 
 class _Status(Enum):
@@ -154,6 +194,7 @@ class BackgroundRestore:
         reader: ChangeReader | None = None,
         on_finished: Callable[[BackgroundRestore], None] | None = None,
         name: str = "",
+        priority: Iterable[int] = (),
     ) -> None:
         seen: set[int] = set()
         for state in states:
@@ -179,12 +220,15 @@ class BackgroundRestore:
         self._ended: float | None = None
         self._cond = threading.Condition()
         self._closed = False
-        self._paused = 0
+        self._planned: set[int] = set()  # pending buckets a running run covers
+        self._priority: set[int] = set()  # buckets a task named (prioritize)
+        self._version = 0  # bumped whenever the queue is reordered
         self._notified = False
         self._settled = threading.Event()
         self.ready: frozenset[int] = frozenset()
         """Buckets complete so far (replaced, never mutated: cheap to read anywhere)."""
-        workers = min(settings.parallel, -(-len(states) // settings.group_buckets))
+        self._reorder(priority)  # before any worker starts: the first claims take them
+        workers = min(settings.parallel, len(states))
         self._threads = [
             threading.Thread(target=self._work, name=f"gic-restore-{i}", daemon=True)
             for i in range(workers)
@@ -233,7 +277,9 @@ class BackgroundRestore:
                         f"bucket {bucket}: its background restore was cancelled before it "
                         "finished; the task must restore its range again"
                     )
-                if status is _Status.PENDING:
+                if status is _Status.PENDING and not (
+                    bucket in self._planned and bucket in self._priority
+                ):  # a run reaches the buckets the task named in the task's order: wait
                     group = self._claim(self._queue.index(bucket))
                     break
                 self._cond.wait()
@@ -242,17 +288,30 @@ class BackgroundRestore:
             if self._status[bucket] is _Status.FAILED:
                 raise self._error(bucket)
 
-    def pause(self) -> None:
-        """Workers start no new group until :meth:`resume` (each pause needs one): the
-        task's own accesses go first. Groups in progress finish; a task needing a
-        pending bucket restores it itself."""
+    def prioritize(self, buckets: Iterable[int]) -> None:
+        """Move the pending ones of ``buckets`` (repeats and buckets not pending ignored)
+        to the front of the queue, in range order (see :meth:`_reorder`): the run
+        restores them first. Called by a task with the buckets its input touches."""
         with self._cond:
-            self._paused += 1
-
-    def resume(self) -> None:
-        with self._cond:
-            self._paused = max(0, self._paused - 1)
+            self._reorder(buckets)
             self._cond.notify_all()
+
+    def _reorder(self, buckets: Iterable[int]) -> None:
+        """:meth:`prioritize` (``_cond`` held, or no worker started yet).
+
+        The named buckets go first in range order, not in the order named: a fetch plan
+        in range order reads the neighbouring sections one segment object holds for
+        several buckets as one read, while out of order it reads the gaps between them
+        too, or one read per section (measured: a run in a task's input order over every
+        bucket took 1.5x the eager restore). A task's first batch needs the buckets it
+        names before it can finish whichever order they come in."""
+        pending = set(self._queue)
+        first = sorted({b for b in buckets if b in pending})
+        if first and first != self._queue[: len(first)]:
+            moved = set(first)
+            self._queue = first + [b for b in self._queue if b not in moved]
+            self._priority |= moved
+            self._version += 1  # a run planned in the old order stops and is planned anew
 
     def check(self) -> None:
         """Raise the first failed bucket's RestoreError, if any bucket failed."""
@@ -297,32 +356,81 @@ class BackgroundRestore:
     # --- workers ------------------------------------------------------------------------
 
     def _work(self) -> None:
+        """Restore runs until the queue is empty or the restore closed: a run is every
+        pending bucket no other run covers, in queue order, with one fetch plan."""
         while True:
             with self._cond:
-                while self._paused and not self._closed and self._queue:
+                while not self._closed and self._queue and not self._unplanned():
                     self._cond.wait()
                 if self._closed or not self._queue:
                     return
-                group = self._claim(0)
-            self._restore(group)
+                plan = self._unplanned()
+                self._planned.update(plan)
+                version = self._version
+            try:
+                self._run(plan, version)
+            finally:
+                with self._cond:
+                    self._planned.difference_update(plan)
+                    self._cond.notify_all()
+
+    def _unplanned(self) -> list[int]:
+        """Pending buckets no run covers, in queue order (``_cond`` held)."""
+        return [b for b in self._queue if b not in self._planned]
+
+    def _run(self, plan: list[int], version: int) -> None:
+        """Restore ``plan`` in order on this thread through one fetch plan that reads
+        ahead across it, claiming each bucket only right before applying it: a bucket a
+        task claimed meanwhile is skipped. Stops when the restore closes, or when the
+        queue was reordered (:meth:`prioritize`): the caller plans a new run then."""
+        states = [self._targets[b] for b in plan]
+        settings = self._settings.run_fetch
+        with plan_restore(states, self._resolver, reader=self._reader, settings=settings) as f:
+            for state in states:
+                bucket = state.bucket
+                with self._cond:
+                    if self._closed or self._version != version:
+                        return
+                    if self._status[bucket] is not _Status.PENDING:
+                        continue  # a task took it
+                    self._queue.remove(bucket)
+                    self._status[bucket] = _Status.RUNNING
+                try:
+                    stats = apply_bucket(self._store, state, f)
+                except BaseException as exc:
+                    self._flush()
+                    self._settle([bucket], exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    self._finish_if_done()
+                    continue
+                try:
+                    self._applied(stats)
+                except _CancelledError:
+                    return
+                finally:
+                    self._finish_if_done()
 
     def _claim(self, at: int) -> list[int]:
-        """Take the pending bucket at queue position ``at`` and the consecutive buckets
-        after it (up to ``group_buckets``) off the queue, as RUNNING (``_cond`` held)."""
+        """Take the pending bucket at queue position ``at`` and the buckets queued right
+        after it that no run covers (up to ``group_buckets``; none when a run covers the
+        bucket itself) off the queue, as RUNNING (``_cond`` held)."""
         queue = self._queue
         group = [queue.pop(at)]
-        while (
-            at < len(queue)
-            and len(group) < self._settings.group_buckets
-            and queue[at] == group[-1] + 1
-        ):
-            group.append(queue.pop(at))
+        if group[0] not in self._planned:
+            while (
+                at < len(queue)
+                and len(group) < self._settings.group_buckets
+                and queue[at] not in self._planned
+            ):
+                group.append(queue.pop(at))
         for bucket in group:
             self._status[bucket] = _Status.RUNNING
         return group
 
     def _restore(self, group: list[int]) -> None:
-        """Restore ``group`` (marked RUNNING by the caller) on this thread."""
+        """Restore ``group`` (claimed by a thread that needs its first bucket) on that
+        thread."""
         states = [self._targets[b] for b in group]
         try:
             restore_buckets(
@@ -340,11 +448,15 @@ class BackgroundRestore:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            try:
-                self._store.flush()  # this thread's writes: a failed bucket keeps no metadata
-            except Exception as exc:  # the restore's own outcome matters more
-                _log.warning("could not flush the local store after a restore: %s", exc)
+            self._flush()
         self._finish_if_done()
+
+    def _flush(self) -> None:
+        """Commit this thread's writes (a failed bucket keeps no metadata)."""
+        try:
+            self._store.flush()
+        except Exception as exc:  # the restore's own outcome matters more
+            _log.warning("could not flush the local store after a restore: %s", exc)
 
     def _applied(self, stats: RestoreStats) -> None:
         with self._cond:

@@ -10,8 +10,10 @@ requests, one after the other. A :class:`RestoreFetcher` instead:
 2. cuts them into consecutive *windows* of at most ``window_bytes`` fetched bytes (a
    single need larger than that is a window of its own);
 3. inside a window, coalesces the sections of one object into as few ranged reads as
-   possible: a section joins the read of its object planned last in the window when the
-   gap between them is at most ``max_gap_bytes`` (gap bytes are read, and counted);
+   possible: a section joins a read of its object planned in the window when it lies
+   inside that read's span or the gap between them is at most ``max_gap_bytes`` (gap
+   bytes are read, and counted), whatever order the buckets are applied in (a restore in
+   a task's input order visits a segment object's sections out of offset order);
 4. runs the reads and snapshot downloads of the window being applied and of the next
    ``ahead`` windows on a pool of ``threads`` threads;
 5. hands results out on the caller's thread, when the caller asks for them.
@@ -141,13 +143,14 @@ def plan_windows(
     """Cut ``needs`` (in apply order) into windows and coalesce each window's sections
     (see the module docstring). ``max_gap_bytes=None`` plans one read per section.
 
-    A repeated need is planned once. A section extends the read of its object planned
-    last in the window, forwards or backwards, when the gap is at most
+    A repeated need is planned once. A section joins the read of its object in the
+    window that it adds the fewest bytes to: one whose span already holds it (nothing
+    added), or one it extends forwards or backwards across a gap of at most
     ``max_gap_bytes``; otherwise it starts a new read.
     """
     windows: list[Window] = []
     window = Window()
-    last_read: dict[str, RangedRead] = {}
+    reads_of: dict[str, list[RangedRead]] = {}
     planned: set[SnapshotHandle | ChangelogHandle] = set()
     for need in needs:
         key = need if isinstance(need, SnapshotHandle) else need.handle
@@ -157,20 +160,24 @@ def plan_windows(
         if isinstance(need, SnapshotHandle):
             if not window.empty and window.nbytes + need.size > window_bytes:
                 windows.append(window)
-                window, last_read = Window(), {}
+                window, reads_of = Window(), {}
             window.snapshots.append(need)
             window.nbytes += need.size
             continue
         h = need.handle
-        read, cost = _extension(last_read.get(h.uri), h, max_gap_bytes)
+        read, cost = None, h.length
+        for candidate in reads_of.get(h.uri, ()):
+            found, added = _extension(candidate, h, max_gap_bytes)
+            if found is not None and (read is None or added < cost):
+                read, cost = found, added
         if not window.empty and window.nbytes + cost > window_bytes:
             windows.append(window)
-            window, last_read = Window(), {}
+            window, reads_of = Window(), {}
             read, cost = None, h.length
         if read is None:
             read = RangedRead(h.uri, h.offset, h.offset + h.length)
             window.reads.append(read)
-            last_read[h.uri] = read
+            reads_of.setdefault(h.uri, []).append(read)
         else:
             read.start = min(read.start, h.offset)
             read.stop = max(read.stop, h.offset + h.length)
@@ -188,6 +195,8 @@ def _extension(
     if read is None or max_gap is None:
         return None, h.length
     end = h.offset + h.length
+    if read.start <= h.offset and end <= read.stop:
+        return read, 0  # inside a gap the read already spans
     if 0 <= h.offset - read.stop <= max_gap:
         return read, end - read.stop
     if 0 <= read.start - end <= max_gap:
@@ -249,6 +258,15 @@ class RestoreFetcher:
         self._records.clear()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def prefetch(self) -> None:
+        """Start the reads of the first ``ahead + 1`` windows now, before the first need
+        is asked for (a restore that applies something else meanwhile)."""
+        if self._windows and self._current == 0:
+            last = min(len(self._windows), self._settings.ahead + 1)
+            while self._submitted < last:
+                self._submit(self._windows[self._submitted])
+                self._submitted += 1
 
     # --- results, on the caller's thread ---------------------------------------------------
 

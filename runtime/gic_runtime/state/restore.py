@@ -39,10 +39,13 @@ __all__ = [
     "ChangeReader",
     "RestoreStats",
     "RestoreSummary",
+    "apply_bucket",
+    "apply_planned",
     "check_coverage",
     "check_state",
     "classify_range",
     "default_reader",
+    "plan_restore",
     "replay_needs",
     "restore_bucket",
     "restore_buckets",
@@ -161,7 +164,10 @@ def _replay(state: BucketState, fetcher: RestoreFetcher) -> Iterator[tuple[Op, b
         )
 
 
-def _apply(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
+def apply_bucket(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
+    """Replace bucket ``state.bucket`` in ``store`` with the state ``state`` describes,
+    from ``fetcher`` (planned by :func:`plan_restore` with ``state`` among its states):
+    cleared, snapshot loaded, changelog replayed, metadata set, flushed."""
     bucket = state.bucket
     store.clear_bucket(bucket)
     loaded = 0
@@ -196,6 +202,21 @@ def restore_buckets(
     each bucket's stats right after that bucket is complete (content, metadata, flush),
     before the next one is applied; an exception it raises stops the restore there.
     """
+    with plan_restore(states, resolver, reader=reader, settings=settings) as fetcher:
+        return apply_planned(store, states, fetcher, on_applied=on_applied)
+
+
+def plan_restore(
+    states: Sequence[BucketState],
+    resolver: StoreResolver,
+    *,
+    reader: ChangeReader | None = None,
+    settings: FetchSettings | None = None,
+) -> RestoreFetcher:
+    """Check ``states`` (distinct buckets, every check that needs no download) and plan
+    the fetches of their restore, in the order given: the fetcher of
+    :func:`restore_buckets`, not started (:meth:`RestoreFetcher.prefetch` starts its
+    first windows' reads; the caller closes it)."""
     seen: set[int] = set()
     for state in states:
         if state.bucket in seen:
@@ -208,13 +229,24 @@ def restore_buckets(
             needs.append(state.snapshot)
         if state.seq > state.base:
             needs.extend(replay_needs(state))
+    return RestoreFetcher(resolver, needs, reader=reader, settings=settings)
+
+
+def apply_planned(
+    store: KVStore,
+    states: Sequence[BucketState],
+    fetcher: RestoreFetcher,
+    *,
+    on_applied: Callable[[RestoreStats], None] | None = None,
+) -> list[RestoreStats]:
+    """Apply ``states`` in order from ``fetcher`` (planned for them by
+    :func:`plan_restore`): the second half of :func:`restore_buckets`."""
     out: list[RestoreStats] = []
-    with RestoreFetcher(resolver, needs, reader=reader, settings=settings) as fetcher:
-        for state in states:
-            stats = _apply(store, state, fetcher)
-            out.append(stats)
-            if on_applied is not None:
-                on_applied(stats)
+    for state in states:
+        stats = apply_bucket(store, state, fetcher)
+        out.append(stats)
+        if on_applied is not None:
+            on_applied(stats)
     return out
 
 

@@ -87,7 +87,9 @@ class CheckpointStatus:
     placement: live executors (0 in local mode) and the bucket ranges ``[start, stop)``
     whose task ran on another executor than in the batch before; with event time, the
     watermark the checkpoint records (microseconds since the epoch) and the batch's late
-    rows; the timers that fired in the batch and the state entries that expired."""
+    rows; the timers that fired in the batch and the state entries that expired; the
+    background restore after a restart: buckets still restoring when the batch's tasks
+    acked and stored bytes of buckets completed during the batch."""
 
     id: Count
     created_at: Finite
@@ -103,6 +105,8 @@ class CheckpointStatus:
     late_rows: Count = 0
     timers_fired: Count = 0
     expired: Count = 0
+    restore_pending: Count = 0
+    restore_bytes: Count = 0
 
 
 @json_record("restore status", required=("released",))

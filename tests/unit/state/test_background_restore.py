@@ -1,5 +1,7 @@
 """Background restore (docs/architecture.md §6.1): whatever order background workers and
-task accesses take buckets in, the store ends exactly as the eager restore leaves it;
+task accesses take buckets in -- whatever the buckets a task names first and when it
+names them -- the store ends exactly as the eager restore
+leaves it; the named buckets are restored first, in the order named;
 a bucket is usable only once complete; failures surface to whoever needs the bucket,
 never as empty state; closing stops the workers and leaves unfinished buckets without
 lineage metadata; the backend's gated store keeps every access behind its bucket."""
@@ -65,6 +67,9 @@ class SlowStore(LocalObjectStore):
     accesses=st.lists(st.integers(0, B - 1), max_size=12),
     seed=st.integers(0, 1000),
     lmdb=st.booleans(),
+    priority=st.lists(st.integers(0, B - 1), max_size=B),
+    later=st.lists(st.integers(0, B - 1), max_size=B),
+    later_at=st.integers(0, 12),
 )
 def test_any_order_of_workers_and_accesses_yields_the_eager_state(
     *,
@@ -75,6 +80,9 @@ def test_any_order_of_workers_and_accesses_yields_the_eager_state(
     accesses: list[int],
     seed: int,
     lmdb: bool,
+    priority: list[int],
+    later: list[int],
+    later_at: int,
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="gic-bg-") as tmp:
         objects = SlowStore(Path(tmp) / "objects")
@@ -97,9 +105,17 @@ def test_any_order_of_workers_and_accesses_yields_the_eager_state(
             store,
             states,
             resolver,
-            BackgroundRestoreSettings(parallel=parallel, group_buckets=group, fetch_threads=2),
+            BackgroundRestoreSettings(
+                parallel=parallel,
+                group_buckets=group,
+                fetch_threads=2,
+                run_fetch_threads=2,
+            ),
+            priority=priority,  # repeats and any order: the task's input order
         )
-        for bucket in accesses:  # the task thread, racing the workers
+        for i, bucket in enumerate(accesses):  # the task thread, racing the workers
+            if i == later_at:
+                restore.prioritize(later)  # a restore carried over to a later batch
             restore.ensure(bucket)
             assert bucket in restore.ready
             assert store.get_meta(bucket) == BucketMeta(
@@ -115,6 +131,91 @@ def test_any_order_of_workers_and_accesses_yields_the_eager_state(
         assert got == contents(eager, range(B))
         restore.close()
         store.close()
+
+
+class OrderStore(InMemoryStore):
+    """Records the order buckets are completed in (their metadata is set last)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completed: list[int] = []
+        self.by: dict[int, int] = {}  # bucket -> the thread that completed it
+
+    def set_meta(self, bucket: int, meta: BucketMeta) -> None:
+        super().set_meta(bucket, meta)
+        self.completed.append(bucket)
+        self.by[bucket] = threading.get_ident()
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_the_buckets_a_task_names_are_restored_first(tmp_path: Path, parallel: int) -> None:
+    objects = LocalObjectStore(tmp_path / "objects")
+    layout = write_batches(objects, range(B), batches=2)
+    store = OrderStore()
+    named = [6, 1, 6, 4]  # input order, with a repeat
+    restore = BackgroundRestore(
+        store,
+        [layout.states[b] for b in range(B)],
+        _resolver(objects),
+        BackgroundRestoreSettings(parallel=parallel, group_buckets=2),
+        priority=named,
+    )
+    assert restore.wait(30)
+    restore.check()
+    # the run restores the named buckets first, in range order, then the others
+    assert store.completed == [1, 4, 6, 0, 2, 3, 5, 7]
+
+
+def test_a_bucket_the_task_did_not_name_is_not_left_waiting_for_the_run(
+    tmp_path: Path,
+) -> None:
+    objects = SlowStore(tmp_path / "objects")
+    layout = write_batches(objects, range(B), batches=2)
+    objects.delay = 0.05
+    store = OrderStore()
+    restore = BackgroundRestore(
+        store,
+        [layout.states[b] for b in range(B)],
+        _resolver(objects),
+        BackgroundRestoreSettings(parallel=1, group_buckets=1),
+        priority=[0, 1],
+    )
+    restore.ensure(B - 1)  # last in the run, not named: this thread restores it itself
+    assert B - 1 in restore.ready
+    assert store.by[B - 1] == threading.get_ident()
+    assert restore.wait(30)
+    assert restore.ready == frozenset(range(B))
+    assert sorted(store.completed) == list(range(B))  # each bucket restored once
+
+
+def test_naming_other_buckets_later_stops_the_run_and_restores_them_next(
+    tmp_path: Path,
+) -> None:
+    objects = SlowStore(tmp_path / "objects")
+    layout = write_batches(objects, range(B), batches=2)
+    objects.delay = 0.02
+    store = OrderStore()
+    restore = BackgroundRestore(
+        store,
+        [layout.states[b] for b in range(B)],
+        _resolver(objects),
+        BackgroundRestoreSettings(parallel=1, group_buckets=1),
+    )
+    restore.prioritize([7, 6])  # a carried-over restore, a new batch's buckets
+    assert restore.wait(30)
+    done = store.completed
+    assert sorted(done) == list(range(B))
+    # at most the bucket being applied (and the one after it) come before 6 and 7
+    assert done.index(6) < done.index(7) <= 3
+
+
+def test_first_seen_lists_a_batchs_buckets_in_the_order_of_their_first_row() -> None:
+    import pyarrow as pa
+
+    from gic_runtime.spark.stage import first_seen
+
+    column = pa.chunked_array([[5, 3, 5, None], [1, 3, 9]], type=pa.int32())
+    assert first_seen(column) == [5, 3, 1, 9]
 
 
 def test_a_bucket_nobody_started_is_restored_by_the_thread_that_needs_it(
@@ -227,6 +328,37 @@ def test_the_backend_gates_every_access_and_opens_when_done(tmp_path: Path) -> N
     # the next batch expects the same lineage: local hits, nothing restarts
     again = backend.restore(layout.states, resolver, background=BackgroundRestoreSettings())
     assert again.local_hits == tuple(range(B))
+
+
+def test_a_batch_naming_every_bucket_to_rebuild_restores_them_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    objects = LocalObjectStore(tmp_path / "objects")
+    layout = write_batches(objects, range(B), batches=2)
+    resolver = _resolver(objects)
+    eager = InMemoryStore()
+    restore_buckets(eager, list(layout.states.values()), resolver)
+    store = InMemoryStore()
+    backend = KeyedStateBackend(range(B), B, store, TestingChangelogWriter())
+    summary = backend.restore(
+        layout.states,
+        resolver,
+        background=BackgroundRestoreSettings(),
+        priority=[5, 3, *range(B)],
+    )
+    assert summary.restored == tuple(range(B))
+    assert backend.restorer is None and backend.store.gate is None  # nothing runs beside
+    assert contents(store, range(B)) == contents(eager, range(B))
+
+    # naming only some: the others restore in the background
+    store2 = InMemoryStore()
+    backend2 = KeyedStateBackend(range(B), B, store2, TestingChangelogWriter())
+    backend2.restore(
+        layout.states, resolver, background=BackgroundRestoreSettings(), priority=[5, 3]
+    )
+    restorer = backend2.restorer
+    assert restorer is not None and restorer.wait(30)
+    assert contents(store2, range(B)) == contents(eager, range(B))
 
 
 def test_a_running_restore_carries_over_to_a_batch_expecting_the_same_lineage(

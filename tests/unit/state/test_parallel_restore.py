@@ -4,6 +4,7 @@ bounded number of windows fetched ahead."""
 
 from __future__ import annotations
 
+import random
 import tempfile
 import threading
 from collections.abc import Iterable, Sequence
@@ -171,6 +172,21 @@ def test_a_range_restores_with_one_read_per_segment_object(
     ref_resolver, ref_counting = counting_resolver(object_store)
     reference, _ = _restore_alone(states, ref_resolver)
     assert ref_counting.gets == 3_200
+    assert contents(store, buckets) == contents(reference, buckets)
+
+
+def test_buckets_in_any_order_still_read_each_segment_object_once(
+    object_store: LocalObjectStore,
+) -> None:
+    buckets = range(32)
+    layout = write_batches(object_store, buckets, batches=100)
+    order = [layout.states[b] for b in buckets]
+    random.Random(5).shuffle(order)  # a task's input order, not the objects' layout
+    resolver, counting = counting_resolver(object_store)
+    store = InMemoryStore()
+    restore_buckets(store, order, resolver)
+    assert counting.gets == 100
+    reference, _ = _restore_alone(order, counting_resolver(object_store)[0])
     assert contents(store, buckets) == contents(reference, buckets)
 
 
