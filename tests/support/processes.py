@@ -1,8 +1,7 @@
 """Start/stop scaffolding shared by the harness servers of the tests and benchmarks
-(:mod:`tests.support.testing_s3server`, :mod:`tests.support.testing_proxy`,
-:mod:`tests.controlplane.cluster`): free loopback ports, a child process with its output
-in a log file, polling until something is ready, terminate-then-kill, and the
-``with``-statement protocol of a startable service.
+(:mod:`tests.support.testing_s3server`, :mod:`tests.controlplane.cluster`): free loopback
+ports, a child process with its output in a log file, polling until something is ready,
+terminate-then-kill, and the ``with``-statement protocol of a startable service.
 
 Everything here is stateless and thread-safe.
 """
