@@ -55,6 +55,29 @@ def require_started(value: T | None, error: type[Exception], message: str) -> T:
     return value
 
 
+def start_or_stop(
+    start: Callable[[], object], stop: Callable[[], None], *, since: float | None = None
+) -> float:
+    """Run ``start``; when it raises anything (a failure, Ctrl-C), run ``stop`` and raise it
+    on. The seconds since ``since`` (a :func:`time.monotonic` reading; default: the call),
+    for a harness's ``startup_seconds``."""
+    began = time.monotonic() if since is None else since
+    try:
+        start()
+    except BaseException:
+        stop()
+        raise
+    return time.monotonic() - began
+
+
+def record_phase(phases: dict[str, float], name: str, since: float) -> float:
+    """Record in ``phases`` that the start-up phase ``name`` took from ``since`` (a
+    :func:`time.monotonic` reading) until now; now, where the next phase begins."""
+    now = time.monotonic()
+    phases[name] = now - since
+    return now
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
