@@ -25,17 +25,9 @@ force=0
 [ "${1:-}" = "--force" ] && force=1
 
 digest=$(gic_inputs_digest go.mod go.sum build.sh cmd)
-gic_exit_if_up_to_date "controlplane $version"
-gic_select_go controlplane
-echo "controlplane $version: building with $("$go" version | cut -d' ' -f3) into $bin"
-
-cd "$here"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+gic_start_build "controlplane $version" controlplane
 gic_k8s_ldflags "$version"
 
-staging=$out/.bin.partial
-rm -rf "$staging"
-mkdir -p "$staging"
 ticker=""
 stop_ticker() {
     if [ -n "$ticker" ]; then

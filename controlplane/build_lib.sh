@@ -66,6 +66,20 @@ gic_select_go() {
     fi
 }
 
+# gic_start_build LABEL [GO_LABEL]: exit when up to date (gic_exit_if_up_to_date LABEL),
+# else choose Go (gic_select_go GO_LABEL), say what builds with it, and enter $here with
+# Go's build settings and an empty staging folder `staging` for gic_publish.
+gic_start_build() {
+    gic_exit_if_up_to_date "$1"
+    gic_select_go "${2:-}"
+    echo "$1: building with $("$go" version | cut -d' ' -f3) into $bin"
+    cd "$here"
+    export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+    staging=$out/.bin.partial
+    rm -rf "$staging"
+    mkdir -p "$staging"
+}
+
 # gic_k8s_version GO_MOD: the k8s.io/kubernetes version that go.mod requires.
 gic_k8s_version() { awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$1"; }
 
@@ -86,10 +100,10 @@ gic_k8s_ldflags() {
     done
 }
 
-# gic_publish: moves the staged binaries ($out/.bin.partial) with the inputs' digest into
-# $bin, replacing what was there.
+# gic_publish: moves the staged binaries ($staging) with the inputs' digest into $bin,
+# replacing what was there.
 gic_publish() {
-    echo "$digest" >"$out/.bin.partial/.inputs"
+    echo "$digest" >"$staging/.inputs"
     rm -rf "$bin"
-    mv "$out/.bin.partial" "$bin"
+    mv "$staging" "$bin"
 }

@@ -38,7 +38,7 @@ from bench.streaming.spark_processors import PANDAS, ROW, TwsProcessor
 from bench.streaming.workloads import EVENT_LOG, WorkloadSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 EVENT_SCHEMA = StructType([StructField("payload", StringType())])
 OUTPUT = "key long, appended long"
@@ -111,13 +111,10 @@ def run_spark_event_log(
             "the event log"
         )
     api, provider, description = VARIANTS[variant]
+
+    def query(spark: SparkSession) -> DataFrame:
+        return event_log_query(workloads.source(spark, workload), api)
+
     return spark_stores.run_appending(
-        variant,
-        workload,
-        params,
-        scratch,
-        provider=provider,
-        description=description,
-        query=lambda spark: event_log_query(workloads.source(spark, workload), api),
-        deletions_fatal=True,
+        variant, workload, params, scratch, query, system=(provider, description), strict=True
     )

@@ -330,17 +330,18 @@ def run_appending(
     workload: WorkloadSpec,
     params: BenchParams,
     scratch: Path,
-    *,
-    provider: Mapping[str, str],
-    description: str,
     query: Callable[[SparkSession], DataFrame],
-    deletions_fatal: bool,
+    *,
+    system: tuple[Mapping[str, str], str],
+    strict: bool,
 ) -> RunResult:
-    """Run the streaming ``query`` (built on the session) on the ``provider`` state store
-    in append mode, its output written through ``foreachBatch`` to Parquet under
-    ``scratch`` and fingerprinted, checkpointing to local disk; return its records, with
-    bytes and notes as :func:`run_spark_store` measures them. ``deletions_fatal``: raise
-    when Spark deleted checkpoint files during the run (else the notes say so)."""
+    """Run the streaming ``query`` (built on the session) in append mode on the state
+    store settings of ``system`` (settings, description), its output written through
+    ``foreachBatch`` to Parquet under ``scratch`` and fingerprinted, checkpointing to local
+    disk; return its records, with bytes and notes as :func:`run_spark_store` measures
+    them. ``strict``: raise when Spark deleted checkpoint files during the run (else the
+    notes say so)."""
+    provider, description = system
     total = params.total_batches
     conf = {**provider, RETAIN: str(max(100, total + 10))}
     checkpoint, out = scratch / "checkpoint", scratch / "output"
@@ -367,7 +368,7 @@ def run_appending(
     finally:
         spark_query.stop_session(spark, params)
     added, complete = _added_bytes(str(checkpoint), False, progress)
-    if deletions_fatal and not complete:
+    if strict and not complete:
         raise BenchmarkError(
             f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
         )

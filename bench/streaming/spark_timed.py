@@ -67,13 +67,10 @@ def run_spark_timed(
         fits = [v for v, (kind, _, _) in VARIANTS.items() if kind == workload.kind]
         raise BenchmarkError(f"no Spark system {variant!r} for {workload.kind!r}; use {fits}")
     _, provider, description = VARIANTS[variant]
+
+    def query(spark: SparkSession) -> DataFrame:
+        return _query(spark, variant, workload)
+
     return spark_stores.run_appending(
-        variant,
-        workload,
-        params,
-        scratch,
-        provider=provider,
-        description=description,
-        query=lambda spark: _query(spark, variant, workload),
-        deletions_fatal=False,
+        variant, workload, params, scratch, query, system=(provider, description), strict=False
     )

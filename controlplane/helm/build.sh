@@ -25,12 +25,7 @@ force=0
 [ "${1:-}" = "--force" ] && force=1
 
 digest=$(gic_inputs_digest go.mod go.sum build.sh)
-gic_exit_if_up_to_date "helm $version"
-gic_select_go
-echo "helm $version: building with $("$go" version | cut -d' ' -f3) into $bin"
-
-cd "$here"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+gic_start_build "helm $version"
 # As Helm's own Makefile stamps a release: the version, a clean tree, and the Kubernetes
 # version its client libraries speak (client-go v0.X.Y -> 1.X) for chart capabilities.
 client_go=$("$go" list -m -f '{{.Version}}' k8s.io/client-go)
@@ -44,9 +39,6 @@ for p in pkg/lint/rules pkg/chartutil; do
 done
 
 start=$(date +%s)
-staging=$out/.bin.partial
-rm -rf "$staging"
-mkdir -p "$staging"
 "$go" build -p 2 -trimpath -ldflags "$ldflags" -o "$staging/helm" "$pkg/cmd/helm"
 gic_publish
 echo "helm $version: built in $(fmt_seconds $(($(date +%s) - start)))" \

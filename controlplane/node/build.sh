@@ -36,18 +36,10 @@ force=0
 [ "${1:-}" = "--force" ] && force=1
 
 digest=$(gic_inputs_digest go.mod go.sum build.sh cmd dns)
-gic_exit_if_up_to_date "node $version"
-gic_select_go
-echo "node $version: building with $("$go" version | cut -d' ' -f3) into $bin"
-
+gic_start_build "node $version"
 # The version stamps ../build.sh sets, so the kubelet reports v1.37.2 like the control plane.
-cd "$here"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
 gic_k8s_ldflags "$version"
 
-staging=$out/.bin.partial
-rm -rf "$staging"
-mkdir -p "$staging"
 total_start=$(date +%s)
 for name in "${binaries[@]}"; do
     start=$(date +%s)
