@@ -31,11 +31,13 @@ Layout (one concept per module):
     jobs for them, and output fingerprints with reference outputs.
 ``spark_event_log``
     W2's Spark baselines: ``transformWithState`` APIs appending to a list state.
+``spark_processors``
+    One ``StatefulProcessor`` for both of Spark's Python APIs (W2's and W3's baselines).
 ``systems``
     The systems of W1, W2 and W1 on S3 (each writing its output to Parquet).
 ``latency_proxy``
-    An HTTP proxy holding every S3 request a set time, and the measurement of what it
-    added.
+    An HTTP proxy holding every S3 request a set time (on :mod:`bench.http_relay`), and
+    the measurement of what it added.
 ``repeats`` / ``plots_timed``
     Comparisons repeated in interleaved rounds (per cluster mode, or per section: a mode
     plus what surrounds it): medians, spreads, per-round ratios, goals, output agreement,

@@ -338,12 +338,7 @@ def run_gic(
     if opts.output:
         notes["output"] = gic_timed.output_fingerprint(output, total)
         notes["sink"] = "to_parquet in the scratch directory (published after each checkpoint)"
-    return RunResult(
-        system=variant,
-        warmup=tuple(records[: params.warmup]),
-        measured=tuple(records[params.warmup :]),
-        notes=notes,
-    )
+    return RunResult.of_batches(variant, records, params, notes)
 
 
 def _with_sample(

@@ -13,7 +13,7 @@ All classes are immutable values, safe to share between threads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -148,6 +148,22 @@ class RunResult:
             "measured": [r.to_json() for r in self.measured],
             "notes": dict(self.notes),
         }
+
+    @classmethod
+    def of_batches(
+        cls,
+        system: str,
+        records: Sequence[BatchRecord],
+        params: BenchParams,
+        notes: Mapping[str, Any],
+    ) -> RunResult:
+        """The run of ``records`` in order: the first ``params.warmup`` are the warm-up."""
+        return cls(
+            system=system,
+            warmup=tuple(records[: params.warmup]),
+            measured=tuple(records[params.warmup :]),
+            notes=notes,
+        )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunResult:

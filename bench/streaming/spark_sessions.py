@@ -17,19 +17,13 @@ Imported by Spark's Python workers (executors import ``bench`` through ``PYTHONP
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Row
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import LongType, StructField, StructType
 
 from bench.streaming import timed_workloads
+from bench.streaming.spark_processors import PANDAS, ROW, TwsProcessor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,7 +37,6 @@ STATE_SCHEMA = StructType(
 )
 OUTPUT = "key long, start_us long, end_us long, events long"
 GAP_US = timed_workloads.SESSION_GAP_MS * 1000
-PANDAS, ROW = "pandas", "row"
 
 
 def advance(
@@ -62,95 +55,46 @@ def advance(
     return closed, current
 
 
-class _Sessions(StatefulProcessor):
+class _Sessions(TwsProcessor):
     """The state and timer handling both APIs share."""
+
+    column = "t"
+    outputs = ("start_us", "end_us", "events")
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.session = handle.getValueState("session", STATE_SCHEMA)
 
-    def _update(self, times: list[int]) -> list[list[int]]:
+    def on_rows(self, values: list[Any]) -> list[tuple[Any, ...]]:
         current = None
         if self.session.exists():
             stored = self.session.get()
             assert stored is not None
             current = [int(v) for v in stored]
             self.handle.deleteTimer((current[1] + GAP_US) // 1000)
-        closed, current = advance(current, sorted(times), GAP_US)
+        closed, current = advance(current, sorted(int(t) for t in values), GAP_US)
         self.session.update(tuple(current))
         self.handle.registerTimer((current[1] + GAP_US) // 1000)
-        return closed
+        return [tuple(s) for s in closed]
 
-    def _expire(self) -> list[int] | None:
+    def on_timer(self) -> list[tuple[Any, ...]]:
         if not self.session.exists():
-            return None
+            return []
         stored = self.session.get()
         self.session.clear()
-        return None if stored is None else [int(v) for v in stored]
-
-    def close(self) -> None:
-        """Nothing to release."""
+        return [] if stored is None else [tuple(int(v) for v in stored)]
 
 
 class RowSessions(_Sessions):
     """For ``transformWithState`` (``Row`` in, ``Row`` out)."""
 
-    def handleInputRows(  # noqa: N802 - Spark's name
-        self,
-        key: Any,
-        rows: Iterator[Any],
-        timerValues: TimerValues,  # noqa: N803
-    ) -> Iterator[Any]:
-        for s in self._update([int(r.t) for r in rows]):
-            yield Row(key=key[0], start_us=s[0], end_us=s[1], events=s[2])
-
-    def handleExpiredTimer(  # noqa: N802 - Spark's name
-        self,
-        key: Any,
-        timerValues: TimerValues,  # noqa: N803
-        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
-    ) -> Iterator[Any]:
-        s = self._expire()
-        if s is not None:
-            yield Row(key=key[0], start_us=s[0], end_us=s[1], events=s[2])
+    api = ROW
 
 
 class PandasSessions(_Sessions):
     """For ``transformWithStateInPandas`` (pandas frames in and out)."""
 
-    def handleInputRows(  # noqa: N802 - Spark's name
-        self,
-        key: Any,
-        rows: Iterator[Any],
-        timerValues: TimerValues,  # noqa: N803
-    ) -> Iterator[Any]:
-        times = [int(t) for frame in rows for t in frame["t"].tolist()]
-        closed = self._update(times)
-        if closed:
-            yield _frame(key[0], closed)
-
-    def handleExpiredTimer(  # noqa: N802 - Spark's name
-        self,
-        key: Any,
-        timerValues: TimerValues,  # noqa: N803
-        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
-    ) -> Iterator[Any]:
-        s = self._expire()
-        if s is not None:
-            yield _frame(key[0], [s])
-
-
-def _frame(key: int, sessions: list[list[int]]) -> Any:
-    import pandas as pd  # type: ignore[import-untyped]
-
-    return pd.DataFrame(
-        {
-            "key": [key] * len(sessions),
-            "start_us": [s[0] for s in sessions],
-            "end_us": [s[1] for s in sessions],
-            "events": [s[2] for s in sessions],
-        }
-    )
+    api = PANDAS
 
 
 def sessions_query(stream: DataFrame, api: str) -> DataFrame:

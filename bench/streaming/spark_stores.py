@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, Ru
 from bench.streaming.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 _STATE = "org.apache.spark.sql.execution.streaming.state"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
@@ -274,11 +274,11 @@ def run_spark_store(
         with_stored(_record(p, b, slots), samples.get(int(p["batchId"])))
         for p, b in zip(progress, added, strict=True)
     ]
-    return RunResult(
-        system=variant,
-        warmup=tuple(records[: params.warmup]),
-        measured=tuple(records[params.warmup :]),
-        notes={
+    return RunResult.of_batches(
+        variant,
+        records,
+        params,
+        {
             "kind": "spark_baseline",
             "spark_version": version,
             "task_slots": slots,
@@ -321,5 +321,76 @@ def run_spark_store(
                 "about a minute contains few of them; their bytes count only when they fall "
                 "inside a measured batch"
             ),
+        },
+    )
+
+
+def run_appending(
+    variant: str,
+    workload: WorkloadSpec,
+    params: BenchParams,
+    scratch: Path,
+    query: Callable[[SparkSession], DataFrame],
+    *,
+    system: tuple[Mapping[str, str], str],
+    strict: bool,
+) -> RunResult:
+    """Run the streaming ``query`` (built on the session) in append mode on the state
+    store settings of ``system`` (settings, description), its output written through
+    ``foreachBatch`` to Parquet under ``scratch`` and fingerprinted, checkpointing to local
+    disk; return its records, with bytes and notes as :func:`run_spark_store` measures
+    them. ``strict``: raise when Spark deleted checkpoint files during the run (else the
+    notes say so)."""
+    provider, description = system
+    total = params.total_batches
+    conf = {**provider, RETAIN: str(max(100, total + 10))}
+    checkpoint, out = scratch / "checkpoint", scratch / "output"
+    began = time.perf_counter()
+    spark = spark_query.spark_session(params, workload, conf, f"bench-{workload.name}-{variant}")
+    session_ms = (time.perf_counter() - began) * 1000
+    try:
+        collector = spark_query.ProgressCollector(spark, batches=total)
+        started_ns = time.time_ns()
+        running = (
+            query(spark)
+            .writeStream.foreachBatch(spark_query.parquet_writer(out))
+            .outputMode("append")
+            .queryName(f"{workload.name}_{variant}")
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+        progress = spark_query.run_batches(running, collector, total, params.timeout_s)
+        collector.close()
+        effective = {key: _conf(spark, key) for key in REPORTED_CONF}
+        slots = spark.sparkContext.defaultParallelism
+        version = spark.version
+        fingerprint = spark_query.output_fingerprint(spark, out, total)
+    finally:
+        spark_query.stop_session(spark, params)
+    added, complete = _added_bytes(str(checkpoint), False, progress)
+    if strict and not complete:
+        raise BenchmarkError(
+            f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
+        )
+    records = [_record(p, b, slots) for p, b in zip(progress, added, strict=True)]
+    return RunResult.of_batches(
+        variant,
+        records,
+        params,
+        {
+            "kind": "spark_baseline",
+            "system": description,
+            "spark_version": version,
+            "task_slots": slots,
+            "mode": params.mode,
+            "sink": "foreachBatch writing Parquet under the scratch directory, append mode",
+            "spark_conf": effective,
+            "batch_ms_definition": BATCH_MS_DEFINITION,
+            "commit_ms_definition": COMMIT_MS_DEFINITION,
+            "bytes_definition": BYTES_DEFINITION,
+            "nothing_deleted_during_run": complete,
+            "session_start_ms": round(session_ms, 1),
+            "to_first_batch_ms": round((spark_query.end_ns(progress[0]) - started_ns) / 1e6, 1),
+            "output": fingerprint,
         },
     )

@@ -14,15 +14,20 @@ of a comparison can be checked to have written the same rows.
     W2's list state through ``transformWithState`` / ``transformWithStateInPandas``
     (:mod:`bench.streaming.spark_event_log`).
 
+:func:`gic_against` builds the comparison W1 and W2 share: Spark's systems as the
+baselines, ``gic`` the contender, ``gic_no_changelog`` beside it in local modes.
+
 Stateless; safe from any thread.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.streaming import runner
 from bench.streaming.records import BenchParams, RunResult
+from bench.streaming.repeats import Comparison
 from bench.streaming.runner import SystemFn
 from bench.streaming.workloads import WorkloadSpec
 
@@ -53,3 +58,26 @@ def spark_event_log(variant: str) -> SystemFn:
     """W2 through Spark's ``transformWithState`` APIs (``variant`` of
     :data:`bench.streaming.spark_event_log.VARIANTS`)."""
     return _system(SPARK_EVENT_LOG_TARGET, variant, {})
+
+
+def gic_against(
+    name: str,
+    workload: Callable[[bool], WorkloadSpec],
+    baselines: Mapping[str, SystemFn],
+    *,
+    goal: float,
+    batches: tuple[int, int] | None = None,
+) -> Comparison:
+    """The comparison ``name``: ``gic`` (the contender, to beat the best of ``baselines``
+    by ``goal``) and the ``baselines``, with ``gic_no_changelog`` shown beside them in
+    local modes."""
+    return Comparison(
+        name=name,
+        workload=workload,
+        systems={**baselines, "gic": gic("gic"), "gic_no_changelog": gic("gic_no_changelog")},
+        baselines=tuple(baselines),
+        contenders=("gic",),
+        goal=goal,
+        local_only=("gic_no_changelog",),
+        batches=batches,
+    )

@@ -28,24 +28,17 @@ Writes ``bench/results/w1_keyed_count.json`` and ``.png``.
 from __future__ import annotations
 
 from bench.streaming import systems
-from bench.streaming.repeats import Comparison, run_comparison
+from bench.streaming.repeats import run_comparison
 from bench.streaming.workloads import keyed_count
 
 GOAL = 1.5
 SPARK_STORES = ("spark_hdfs", "spark_rocksdb", "spark_rocksdb_changelog")
 
-COMPARISON = Comparison(
-    name="w1_keyed_count",
-    workload=keyed_count,
-    systems={
-        **{name: systems.spark_store(name) for name in SPARK_STORES},
-        "gic": systems.gic("gic"),
-        "gic_no_changelog": systems.gic("gic_no_changelog"),
-    },
-    baselines=SPARK_STORES,
-    contenders=("gic",),
+COMPARISON = systems.gic_against(
+    "w1_keyed_count",
+    keyed_count,
+    {name: systems.spark_store(name) for name in SPARK_STORES},
     goal=GOAL,
-    local_only=("gic_no_changelog",),
 )
 
 

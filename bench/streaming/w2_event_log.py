@@ -28,7 +28,7 @@ batches. Run:
 from __future__ import annotations
 
 from bench.streaming import systems
-from bench.streaming.repeats import Comparison, run_comparison
+from bench.streaming.repeats import run_comparison
 from bench.streaming.workloads import event_log
 
 GOAL = 1.5
@@ -37,18 +37,11 @@ BATCHES = (3, 10)
 (about 63,000 keys per batch), so a batch takes them tens of seconds."""
 SPARK_APIS = ("spark_tws_row", "spark_tws_pandas", "spark_tws_row_changelog")
 
-COMPARISON = Comparison(
-    name="w2_event_log",
-    workload=event_log,
-    systems={
-        **{name: systems.spark_event_log(name) for name in SPARK_APIS},
-        "gic": systems.gic("gic"),
-        "gic_no_changelog": systems.gic("gic_no_changelog"),
-    },
-    baselines=SPARK_APIS,
-    contenders=("gic",),
+COMPARISON = systems.gic_against(
+    "w2_event_log",
+    event_log,
+    {name: systems.spark_event_log(name) for name in SPARK_APIS},
     goal=GOAL,
-    local_only=("gic_no_changelog",),
     batches=BATCHES,
 )
 

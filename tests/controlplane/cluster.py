@@ -59,8 +59,10 @@ from tests.support.processes import (
     free_port,
     kill_group,
     log_tail,
+    record_phase,
     require_started,
     spawn_logged,
+    start_or_stop,
     terminate,
     wait_until,
 )
@@ -90,12 +92,16 @@ def kubernetes_version() -> str:
     return match.group(1)
 
 
+def built_bin_dir(override: str, build: str) -> Path:
+    """Where a build under ``controlplane/`` put its binaries: the directory the environment
+    variable ``override`` names, else ``.cache/controlplane/<build>/bin``."""
+    named = os.environ.get(override)
+    return Path(named) if named else REPO / ".cache" / "controlplane" / build / "bin"
+
+
 def bin_dir() -> Path:
     """Where the binaries are: ``GIC_CONTROLPLANE_BIN`` or the build script's output."""
-    override = os.environ.get("GIC_CONTROLPLANE_BIN")
-    if override:
-        return Path(override)
-    return REPO / ".cache" / "controlplane" / kubernetes_version() / "bin"
+    return built_bin_dir("GIC_CONTROLPLANE_BIN", kubernetes_version())
 
 
 def kubectl_path() -> Path:
@@ -268,17 +274,7 @@ class ControlPlane(Service):
             )
         started = time.monotonic()
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._start(started)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-
-    def _phase(self, name: str, since: float) -> float:
-        now = time.monotonic()
-        self.phases[name] = now - since
-        return now
+        self.startup_seconds = start_or_stop(lambda: self._start(started), self.stop, since=started)
 
     def stop_apiserver(self) -> None:
         """SIGKILL kube-apiserver (a crash; etcd and the other components keep running)."""
@@ -298,13 +294,13 @@ class ControlPlane(Service):
         etcd_url = self._etcd_url = self._start_etcd()
         mark = time.monotonic()
         make_pki(self.pki.directory, node_name=self.node_name, service_ip=SERVICE_IP)
-        mark = self._phase("certificates", mark)
+        mark = record_phase(self.phases, "certificates", mark)
         self.port = free_port()
         kubeconfigs = self._write_kubeconfigs()
         self._start_apiserver(etcd_url)
         self._client = ApiClient.from_kubeconfig(self.kubeconfig)
         self._wait("kube-apiserver /readyz", self._apiserver_ready)
-        mark = self._phase("etcd + kube-apiserver ready", mark)
+        mark = record_phase(self.phases, "etcd + kube-apiserver ready", mark)
         manager_port, scheduler_port = free_port(), free_port()
         self._start_controller_manager(kubeconfigs["controller-manager"], manager_port)
         self._start_scheduler(kubeconfigs["scheduler"], scheduler_port)
@@ -323,11 +319,11 @@ class ControlPlane(Service):
         self._kubelet.start()
         self._wait("kube-controller-manager /healthz", lambda: _healthy(manager_port))
         self._wait("kube-scheduler /healthz", lambda: _healthy(scheduler_port))
-        mark = self._phase("controller manager + scheduler healthy", mark)
+        mark = record_phase(self.phases, "controller manager + scheduler healthy", mark)
         self._wait(f"node {self.node_name} Ready and untainted", self._node_ready)
-        mark = self._phase("node Ready", mark)
+        mark = record_phase(self.phases, "node Ready", mark)
         self._wait("ServiceAccount default/default", self._default_account)
-        self._phase("default ServiceAccount", mark)
+        record_phase(self.phases, "default ServiceAccount", mark)
 
     def stop(self) -> None:
         """Stop the kubelet (killing its pods' processes), then every component."""

@@ -16,6 +16,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from .cluster import built_bin_dir
+
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "controlplane" / "helm"
 
@@ -31,10 +33,7 @@ def helm_version() -> str:
 
 def helm_bin_dir() -> Path:
     """Where ``helm`` is: ``GIC_HELM_BIN`` or the build script's output directory."""
-    override = os.environ.get("GIC_HELM_BIN")
-    if override:
-        return Path(override)
-    return REPO / ".cache" / "controlplane" / f"helm-{helm_version()}" / "bin"
+    return built_bin_dir("GIC_HELM_BIN", f"helm-{helm_version()}")
 
 
 def helm_path() -> Path:

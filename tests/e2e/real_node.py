@@ -67,13 +67,21 @@ from tests.support.processes import (
     Service,
     free_port,
     log_tail,
+    record_phase,
     spawn_logged,
+    start_or_stop,
     terminate,
     wait_until,
 )
 
 from ..controlplane.api import ApiError
-from ..controlplane.cluster import REPO, ControlPlane, kubernetes_version, write_kubeconfig
+from ..controlplane.cluster import (
+    REPO,
+    ControlPlane,
+    built_bin_dir,
+    kubernetes_version,
+    write_kubeconfig,
+)
 from ..controlplane.pki import client_cert, node_identity, server_cert
 from .oci_image import ImageFile, host_programs, oci_archive
 from .real_node_net import NodeNetwork
@@ -104,10 +112,7 @@ class RealNodeError(RuntimeError):
 
 def node_bin_dir() -> Path:
     """Where ``kubelet`` and ``gic-pause`` are: ``GIC_NODE_BIN`` or the build's output."""
-    override = os.environ.get("GIC_NODE_BIN")
-    if override:
-        return Path(override)
-    return REPO / ".cache" / "controlplane" / f"node-{kubernetes_version()}" / "bin"
+    return built_bin_dir("GIC_NODE_BIN", f"node-{kubernetes_version()}")
 
 
 def build_node_binaries() -> None:
@@ -242,17 +247,7 @@ class RealNode(Service):
             )  # fmt: skip
         started = time.monotonic()
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-
-    def _phase(self, name: str, since: float) -> float:
-        now = time.monotonic()
-        self.phases[name] = now - since
-        return now
+        self.startup_seconds = start_or_stop(self._start, self.stop, since=started)
 
     def _start(self) -> None:
         mark = time.monotonic()
@@ -268,21 +263,21 @@ class RealNode(Service):
         self.cgroup_root = f"/gicnode{self.subnet}"
         self._make_cgroup_root()
         self._certificates()
-        mark = self._phase("bridge + certificates", mark)
+        mark = record_phase(self.phases, "bridge + certificates", mark)
         if self.network is not None:
             self.network.start()
-            mark = self._phase("API server on the bridge + CoreDNS", mark)
+            mark = record_phase(self.phases, "API server on the bridge + CoreDNS", mark)
         self._start_containerd()
-        mark = self._phase("containerd", mark)
+        mark = record_phase(self.phases, "containerd", mark)
         self._import_pause()
-        mark = self._phase("sandbox image", mark)
+        mark = record_phase(self.phases, "sandbox image", mark)
         self._sysctls = {key: self._read_sysctl(key) for key in SYSCTLS}
         self._start_kubelet()
         self._wait(f"node {self.name} Ready", self._node_ready)
-        mark = self._phase("kubelet: node Ready", mark)
+        mark = record_phase(self.phases, "kubelet: node Ready", mark)
         if self.network is not None:
             self.network.start_proxy()
-            self._phase("kube-proxy", mark)
+            record_phase(self.phases, "kube-proxy", mark)
 
     def stop(self) -> None:
         """Tear everything down (see the module doc); safe to call more than once."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -156,17 +157,23 @@ def test_executor_mode_orders_the_java_options_numerically() -> None:
     assert re.search(r"^\s*/opt/spark/jars/spark-core_2\.13-[^/]*\.jar$", output, re.M)
 
 
-def test_rate_count_runs_on_a_read_only_root(tmp_path: Path) -> None:
-    """The job the operator's tests run, in local mode, as uid 185 with a read-only root:
-    three batches, exact counts, a clean stop, and the placement jar the one found."""
-    data = tmp_path / "data"
-    data.mkdir(mode=0o777)
-    data.chmod(0o777)
-    result = run(
+def _world_writable(folder: Path) -> Path:
+    """``folder``, made for the image's uid 185 to write in."""
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    return folder
+
+
+def _submit_rate_count(
+    master: str, data: Path, *, batches: int, options: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``spark-submit`` of the rate-count example on ``master`` for ``batches`` batches,
+    with a read-only root, its output and storage under ``data`` (mounted at ``/data``)."""
+    return run(
         SPARK,
         "spark-submit",
         "--master",
-        "local[2]",
+        master,
         "--conf",
         "spark.sql.shuffle.partitions=2",
         "--conf",
@@ -180,10 +187,17 @@ def test_rate_count_runs_on_a_read_only_root(tmp_path: Path) -> None:
         "100",
         "--trigger",
         "200 milliseconds",
-        options=(*RESTRICTED, f"--volume={data}:/data:rw"),
-        env={"GIC_STORAGE": "file:///data/storage", "GIC_MAX_BATCHES": "3"},
+        options=(*RESTRICTED, *options, f"--volume={data}:/data:rw"),
+        env={"GIC_STORAGE": "file:///data/storage", "GIC_MAX_BATCHES": str(batches)},
         timeout=600,
     )
+
+
+def test_rate_count_runs_on_a_read_only_root(tmp_path: Path) -> None:
+    """The job the operator's tests run, in local mode, as uid 185 with a read-only root:
+    three batches, exact counts, a clean stop, and the placement jar the one found."""
+    data = _world_writable(tmp_path / "data")
+    result = _submit_rate_count("local[2]", data, batches=3)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     assert re.search(r"rate-count: 3 batch\(es\), last checkpoint \d+", result.stdout), output[
@@ -205,31 +219,9 @@ def test_placement_helper_pins_state_tasks_on_executors(tmp_path: Path) -> None:
     """On a master with a separate executor JVM (``local-cluster[1,1,1024]``), the driver
     loads the placement helper from ``GIC_PLACEMENT_JAR`` (no JDK here to build one) and
     ships it to the executor; the status record counts the live executor."""
-    data = tmp_path / "data"
-    data.mkdir(mode=0o777)
-    data.chmod(0o777)
-    result = run(
-        SPARK,
-        "spark-submit",
-        "--master",
-        "local-cluster[1,1,1024]",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "--conf",
-        "spark.ui.enabled=false",
-        EXAMPLE,
-        "--output",
-        "/data/out",
-        "--keys",
-        str(KEYS),
-        "--rows-per-batch",
-        "100",
-        "--trigger",
-        "200 milliseconds",
-        options=(*RESTRICTED, "--tmpfs=/opt/spark/work:rw,mode=1777", f"--volume={data}:/data:rw"),
-        env={"GIC_STORAGE": "file:///data/storage", "GIC_MAX_BATCHES": "2"},
-        timeout=600,
-    )
+    data = _world_writable(tmp_path / "data")
+    work = "--tmpfs=/opt/spark/work:rw,mode=1777"
+    result = _submit_rate_count("local-cluster[1,1,1024]", data, batches=2, options=(work,))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     # the driver found the helper's class only in the jar, loaded it and shipped it

@@ -1,8 +1,7 @@
 """Start/stop scaffolding shared by the harness servers of the tests and benchmarks
-(:mod:`tests.support.testing_s3server`, :mod:`tests.support.testing_proxy`,
-:mod:`tests.controlplane.cluster`): free loopback ports, a child process with its output
-in a log file, polling until something is ready, terminate-then-kill, and the
-``with``-statement protocol of a startable service.
+(:mod:`tests.support.testing_s3server`, :mod:`tests.controlplane.cluster`): free loopback
+ports, a child process with its output in a log file, polling until something is ready,
+terminate-then-kill, and the ``with``-statement protocol of a startable service.
 
 Everything here is stateless and thread-safe.
 """
@@ -54,6 +53,29 @@ def require_started(value: T | None, error: type[Exception], message: str) -> T:
     if value is None:
         raise error(message)
     return value
+
+
+def start_or_stop(
+    start: Callable[[], object], stop: Callable[[], None], *, since: float | None = None
+) -> float:
+    """Run ``start``; when it raises anything (a failure, Ctrl-C), run ``stop`` and raise it
+    on. The seconds since ``since`` (a :func:`time.monotonic` reading; default: the call),
+    for a harness's ``startup_seconds``."""
+    began = time.monotonic() if since is None else since
+    try:
+        start()
+    except BaseException:
+        stop()
+        raise
+    return time.monotonic() - began
+
+
+def record_phase(phases: dict[str, float], name: str, since: float) -> float:
+    """Record in ``phases`` that the start-up phase ``name`` took from ``since`` (a
+    :func:`time.monotonic` reading) until now; now, where the next phase begins."""
+    now = time.monotonic()
+    phases[name] = now - since
+    return now
 
 
 def free_port() -> int:

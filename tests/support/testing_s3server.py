@@ -40,7 +40,15 @@ from gic_runtime.errors import ConfigurationError
 from gic_runtime.storage.s3 import create_s3_client
 from gic_runtime.storage.s3_settings import S3Settings
 
-from .processes import Service, log_tail, require_started, spawn_logged, terminate, wait_until
+from .processes import (
+    Service,
+    log_tail,
+    require_started,
+    spawn_logged,
+    start_or_stop,
+    terminate,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -191,12 +199,7 @@ class TestingS3Server(Service):
             access_key_id=self._access_key_id,
             secret_access_key=self._secret_access_key,
         )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - t0
+        self.startup_seconds = start_or_stop(self._wait_ready, self.stop, since=t0)
         return self
 
     def stop(self) -> None:
