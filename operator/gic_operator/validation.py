@@ -137,6 +137,7 @@ OPERATOR_SPARK_CONF: Mapping[str, str] = {
     "spark.driver.host": "each launch",
     "spark.driver.port": "each launch",
     "spark.driver.bindAddress": "each launch",
+    "spark.kubernetes.executor.useDriverPodIP": "the operator (executors use the Service)",
     "spark.driver.blockManager.port": "each launch",
     "spark.blockManager.port": "each launch",
     "spark.kubernetes.executor.disableConfigMap": "the operator (no ConfigMaps from drivers)",

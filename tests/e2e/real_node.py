@@ -690,6 +690,19 @@ disabled_plugins = [
                     link.unlink()
 
 
+def processes_under(workdir: Path) -> list[str]:
+    """Command lines of this machine's processes naming ``workdir`` (a node's processes
+    all do): empty once its node stopped."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if str(workdir) in cmdline:
+                    found.append(cmdline)
+    return found
+
+
 def echo_pod(
     name: str, image: str, words: Sequence[str], node: str = NODE_NAME
 ) -> dict[str, object]:

@@ -8,7 +8,6 @@ against a real cluster (``GIC_E2E_KUBECONFIG``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import ipaddress
 import json
@@ -33,6 +32,7 @@ from .real_node import (
     echo_pod,
     missing_tools,
     node_bin_dir,
+    processes_under,
 )
 from .real_node_net import kubernetes_chains
 
@@ -45,18 +45,6 @@ pytestmark = [
     ),
 ]
 ENFORCE = "pod-security.kubernetes.io/enforce"
-
-
-def _processes_under(workdir: Path) -> list[str]:
-    """Command lines naming ``workdir`` (the node's processes all do)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                if str(workdir) in cmdline:
-                    found.append(cmdline)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +72,7 @@ def real_node(
     # Nothing of the node is left: its bridge, its processes, its iptables chains.
     assert not Path(f"/sys/class/net/gicn{node.subnet}").exists()
     assert kubernetes_chains() == chains
-    assert not _processes_under(node.workdir)
+    assert not processes_under(node.workdir)
 
 
 @pytest.fixture(scope="module")

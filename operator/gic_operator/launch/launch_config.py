@@ -176,6 +176,10 @@ def spark_conf(plan: LaunchPlan) -> dict[str, str]:
             "spark.kubernetes.driver.pod.name": plan.pod_name,
             "spark.driver.host": f"{plan.service_name}.{plan.namespace}.svc",
             "spark.driver.bindAddress": "0.0.0.0",
+            # Executors connect to spark.driver.host (the Service's name). With
+            # useDriverPodIP Spark gives them the bind address instead, 0.0.0.0 here,
+            # which an executor in another pod cannot reach.
+            "spark.kubernetes.executor.useDriverPodIP": "false",
             "spark.driver.port": str(DRIVER_PORT),
             "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
             # Executors' block managers too: the job's NetworkPolicy admits this port.

@@ -124,6 +124,8 @@ def test_kubernetes_conf_locks_down_executors_and_authenticates_rpc() -> None:
     assert conf["spark.authenticate.secret.executor.file"] == launch_plan.AUTH_FILE
     assert "spark.authenticate.secret" not in conf  # never a value on the command line
     assert conf["spark.kubernetes.executor.label.gic.io/role"] == "executor"
+    # executors reach the driver by its Service's name, not by the bind address 0.0.0.0
+    assert conf["spark.kubernetes.executor.useDriverPodIP"] == "false"
     # the driver needs no ConfigMaps, services or volume claims of its own
     assert conf["spark.kubernetes.executor.disableConfigMap"] == "true"
     assert conf["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
