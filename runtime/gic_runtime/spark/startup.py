@@ -48,7 +48,7 @@ from gic_runtime.config import GICSettings
 from gic_runtime.control.auth import ControlKey
 from gic_runtime.driver.savepoint_requests import read_engine_record, read_event_time_record
 from gic_runtime.driver.timeline import CheckpointTimeline, RestoreRequest
-from gic_runtime.errors import ConfigurationError
+from gic_runtime.errors import ConfigurationError, ObjectNotFoundError
 from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress, EventTimeSpec
 from gic_runtime.fencing import Fence, claim_epoch
 from gic_runtime.layout import job_dir
@@ -278,8 +278,6 @@ def resume(
     local directory is written when the output belongs to another job."""
     start = timeline.start
     manifest = start.manifest
-    if start.own and manifest is not None:
-        same_output(manifest, output.sink.describe(), timeline.job_id)
     if not start.own and manifest is not None:
         note_restored_query(timeline.job_id, query, manifest.query)
     engine = manifest.engine if manifest is not None else None
@@ -294,27 +292,35 @@ def resume(
     )
     republished = 0
     if start.own and manifest is not None:
-        republished = output.publish(manifest.checkpoint_id, dict(manifest.sink))
+        try:
+            republished = output.publish(manifest.checkpoint_id, dict(manifest.sink))
+        except ObjectNotFoundError as exc:
+            moved_output(manifest, output.sink.describe(), timeline.job_id, exc)
+            raise
     output.clear_staging()
     return Resumed(manifest, resumed, republished, timeline.sweep())
 
 
-def same_output(manifest: Manifest, described: Mapping[str, Any], job_id: str) -> None:
-    """Refuse (:class:`~gic_runtime.errors.ConfigurationError`, before anything is
-    written) to resume from the job's own checkpoint ``manifest`` into another output
-    than the one it recorded: its batch is published (again, if it was not) to the
-    output it was written for, so that every batch is published exactly once there."""
+def moved_output(
+    manifest: Manifest, described: Mapping[str, Any], job_id: str, missing: ObjectNotFoundError
+) -> None:
+    """Explain a republish that found its staged files gone because the job resumes from
+    its own checkpoint ``manifest`` into another output than the one it recorded (its
+    batch was published there and its staging cleared): a
+    :class:`~gic_runtime.errors.ConfigurationError` naming both outputs, before this
+    output publishes anything. Returns when the output is the recorded one."""
     recorded = {k: manifest.sink.get(k) for k in described}
     if recorded == dict(described) or not any(k in manifest.sink for k in described):
         return
     raise ConfigurationError(
         f"job {job_id} resumes from its own checkpoint {manifest.checkpoint_id}, whose "
         f"output is {manifest.sink.get('path', recorded)!s:.200}; this run writes "
-        f"{described.get('path', dict(described))!s:.200}. A job that resumes from its own "
-        "checkpoints keeps its output, so that each batch is published there exactly once: "
-        "run with the recorded output again, or start the new output from a savepoint of "
-        "this job"
-    )
+        f"{described.get('path', dict(described))!s:.200}, and the checkpoint's batch can "
+        "no longer be published there (its staged files were published to the recorded "
+        "output and cleared). A job that resumes from its own checkpoints keeps its output, "
+        "so that each batch is published exactly once: run with the recorded output again, "
+        "or start the new output from a savepoint of this job"
+    ) from missing
 
 
 def report_start_failure(
