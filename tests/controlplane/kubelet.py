@@ -55,15 +55,12 @@ authorizer requires; listed again every ``resync_s`` seconds):
   with ``follow``, ``tailLines`` and ``limitBytes``, so ``kubectl logs [-f]`` works.
 
 Per namespace (:meth:`ProcessKubelet.configure_namespace`): a command rewrite and
-variables of its own, an entrypoint for containers without ``command`` (what their
-image would run), and isolated pods: each process in a mount namespace of its own
-(``unshare --mount``, root only) with the container's ``secret``, ``configMap``,
-``emptyDir`` and service-account token volumes bind-mounted at their ``mountPath`` and an
-``/etc/hosts`` naming the pod, the namespace's Services and given extra names.
+variables of its own.
 
 Not honoured: other containers and init containers, ``restartPolicy`` (a pod's process
-runs once), images, volumes (apart from the token above, and isolated pods' volumes),
-resources, probes (a running process is Ready), security contexts, ``hostNetwork``
+runs once), images (a container without ``command`` cannot run: images run on the real
+node, :mod:`tests.e2e.real_node`), volumes (apart from the token above), resources,
+probes (a running process is Ready), security contexts, ``hostNetwork``
 (every pod shares this machine's network; only its pod IP is its own),
 ``exec``/``attach``/``port-forward`` (the kubelet answers 501),
 ``previous``/``timestamps``/``since*`` in log requests, events.
@@ -75,7 +72,6 @@ starts its process, waits for it and reports it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime
 import http.server
@@ -100,7 +96,7 @@ import yaml
 from tests.support.processes import Service, signal_group
 
 from .api import STRATEGIC_MERGE_PATCH, ApiClient, ApiError, WatchStream
-from .pod_env import HOST_IP, EnvError, expand, resolve_command, resolve_env
+from .pod_env import HOST_IP, EnvError, resolve_command, resolve_env
 from .pod_ips import LoopbackPool
 
 NODE_NAME = "gic-process-node"
@@ -145,11 +141,6 @@ def default_rewrite(command: list[str]) -> list[str]:
     return command
 
 
-#: A container's image entrypoint: its expanded ``args`` and final environment -> the
-#: command line to run (for containers without ``command``).
-Entrypoint = Callable[[list[str], Mapping[str, str]], list[str]]
-
-
 @dataclass(frozen=True)
 class PodRuntime:
     """How the kubelet runs the pods of one namespace (see
@@ -157,9 +148,6 @@ class PodRuntime:
 
     rewrite: Callable[[list[str]], list[str]]
     extra_env: Mapping[str, str] = field(default_factory=dict)
-    entrypoint: Entrypoint | None = None
-    isolated: bool = False
-    hosts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -287,33 +275,13 @@ class ProcessKubelet(Service):
         *,
         rewrite: Callable[[list[str]], list[str]] | None = None,
         extra_env: Mapping[str, str] | None = None,
-        entrypoint: Entrypoint | None = None,
-        isolated: bool = False,
-        hosts: Mapping[str, str] | None = None,
     ) -> None:
-        """How pods of ``namespace`` that start from now on run:
-
-        * ``rewrite`` replaces the kubelet's command rewrite, ``extra_env`` is added to
-          the kubelet's ``extra_env`` (the pod's own ``env`` still wins);
-        * ``entrypoint`` gives the command of a container without ``command`` (what its
-          image's entrypoint would run, from its ``args`` and environment);
-        * ``isolated`` runs each pod's process in a mount namespace of its own (``unshare
-          --mount``; needs root) where the container's ``volumeMounts`` are bind-mounted
-          at their ``mountPath`` (``secret``, ``configMap``, ``emptyDir`` and the
-          projected service-account token, so in-cluster clients find the token where a
-          real kubelet puts it, and no ``KUBECONFIG`` is set; mount points this machine
-          lacks are made under an overlay inside the namespace, see :meth:`_isolate`)
-          and ``/etc/hosts`` is the pod's: this machine's, plus its own hostname, every
-          Service of its namespace (``<svc>``, ``<svc>.<ns>``,
-          ``<svc>.<ns>.svc[.cluster.local]``: all pods share this machine's network) and
-          ``hosts`` (name -> address).
-        """
+        """How pods of ``namespace`` that start from now on run: ``rewrite`` replaces the
+        kubelet's command rewrite, ``extra_env`` is added to the kubelet's ``extra_env``
+        (the pod's own ``env`` still wins)."""
         runtime = PodRuntime(
             rewrite=rewrite or self._rewrite,
             extra_env=dict(extra_env or {}),
-            entrypoint=entrypoint,
-            isolated=isolated,
-            hosts=dict(hosts or {}),
         )
         with self._lock:
             self._namespaces[namespace] = runtime
@@ -643,16 +611,8 @@ class ProcessKubelet(Service):
             try:
                 defined = resolve_env(self._client, pod, container, run.ip)
                 account = self._service_account(run, pod)
-                if runtime.isolated:  # in-cluster clients find the token where it is mounted
-                    account = {}
                 env = self._environment(run, runtime, account, defined)
-                if container.get("command") or runtime.entrypoint is None:
-                    command = runtime.rewrite(resolve_command(container, defined))
-                else:
-                    args = [expand(str(arg), defined) for arg in container.get("args") or []]
-                    command = runtime.rewrite(runtime.entrypoint(args, env))
-                if runtime.isolated:
-                    command = self._isolate(run, pod, container, runtime, command)
+                command = runtime.rewrite(resolve_command(container, defined))
             except (EnvError, ApiError, OSError) as exc:
                 message = str(exc)
                 if message != reported and delay >= 0.8:  # not just the authorizer's lag
@@ -690,120 +650,6 @@ class ProcessKubelet(Service):
             **account,
             **defined,
         }
-
-    # -- isolated pods: a mount namespace with the pod's volumes and /etc/hosts ----------------
-
-    def _isolate(
-        self,
-        run: _Pod,
-        pod: dict[str, Any],
-        container: dict[str, Any],
-        runtime: PodRuntime,
-        command: list[str],
-    ) -> list[str]:
-        """``command`` wrapped to run in a mount namespace of its own (see
-        :meth:`configure_namespace`); EnvError when a volume cannot be provided yet.
-
-        Mount points missing on this machine are made inside the namespace only: the
-        outermost existing directory above them is covered with an overlay whose upper
-        layer is a tmpfs of the pod (so nothing is created outside the pod's run
-        directory; mounts below that directory are not visible in the pod)."""
-        volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
-        binds: list[tuple[Path, Path, bool]] = []
-        for mount in container.get("volumeMounts") or []:
-            volume = volumes.get(mount["name"])
-            if volume is None:
-                raise EnvError(f"volumeMount {mount['name']!r} names no volume of the pod")
-            if mount.get("subPath") or mount.get("subPathExpr"):
-                raise EnvError(f"volumeMount {mount['name']!r}: subPath is not supported")
-            target = Path(os.path.realpath(mount["mountPath"]))
-            binds.append((self._volume_dir(run, volume), target, bool(mount.get("readOnly"))))
-        hosts = run.rundir / "hosts"
-        hosts.write_text(self._hosts_file(pod, runtime, run.ip))
-        scratch = run.rundir / "scratch"
-        scratch.mkdir(exist_ok=True)
-        lines = ["set -e", f"mount -t tmpfs tmpfs {shlex.quote(str(scratch))}"]
-        for number, base in enumerate(_overlay_bases([t for _, t, _ in binds])):
-            upper, work = scratch / f"{number}-upper", scratch / f"{number}-work"
-            lower = shlex.quote(str(base))
-            options = f"lowerdir={base},upperdir={upper},workdir={work}"
-            lines.append(f"mkdir -p {shlex.quote(str(upper))} {shlex.quote(str(work))}")
-            lines.append(f"mount -t overlay overlay -o {shlex.quote(options)} {lower}")
-        for source, target, read_only in binds:
-            quoted = shlex.quote(str(target))
-            lines.append(f"mkdir -p {quoted}")
-            lines.append(f"mount --bind {shlex.quote(str(source))} {quoted}")
-            if read_only:
-                lines.append(f"mount -o remount,bind,ro {quoted}")
-        lines.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
-        lines.append('exec "$@"')
-        script = run.rundir / "mounts.sh"
-        script.write_text("\n".join(lines) + "\n")
-        unshare = ["unshare", "--mount", "--propagation", "private", "--"]
-        return [*unshare, "/bin/sh", str(script), *command]
-
-    def _volume_dir(self, run: _Pod, volume: dict[str, Any]) -> Path:
-        """A directory with the volume's files, under the pod's run directory."""
-        name = str(volume["name"])
-        target = run.rundir / "volumes" / name
-        if "emptyDir" in volume:
-            target.mkdir(parents=True, exist_ok=True)
-            return target
-        projected = (volume.get("projected") or {}).get("sources") or []
-        if any("serviceAccountToken" in source for source in projected):
-            directory = run.rundir / "serviceaccount"  # token, ca.crt, namespace
-            if not (directory / "token").exists():
-                raise EnvError(f"volume {name!r}: no service account token yet")
-            return directory
-        for kind in ("secret", "configMap"):
-            if kind not in volume:
-                continue
-            ref = volume[kind]
-            source_name = ref.get("secretName") if kind == "secret" else ref.get("name")
-            plural = "secrets" if kind == "secret" else "configmaps"
-            try:
-                obj = self._client.get(f"/api/v1/namespaces/{run.namespace}/{plural}/{source_name}")
-            except ApiError as exc:
-                if exc.status == 404 and ref.get("optional"):
-                    obj = {}
-                else:
-                    raise EnvError(f"volume {name!r}: {kind} {source_name!r}: {exc}") from exc
-            data = obj.get("data") or {}
-            if kind == "secret":
-                files = {key: base64.b64decode(value) for key, value in data.items()}
-            else:
-                files = {key: str(value).encode() for key, value in data.items()}
-                binary = obj.get("binaryData") or {}
-                files.update({key: base64.b64decode(value) for key, value in binary.items()})
-            items = ref.get("items")
-            chosen = {i["path"]: i["key"] for i in items} if items else {k: k for k in files}
-            mode = int(ref.get("defaultMode", 0o644))
-            target.mkdir(parents=True, exist_ok=True)
-            for path, key in chosen.items():
-                if key not in files:
-                    raise EnvError(f"volume {name!r}: key {key!r} not in {kind} {source_name!r}")
-                written = target / path
-                written.parent.mkdir(parents=True, exist_ok=True)
-                written.write_bytes(files[key])
-                written.chmod(mode)
-            return target
-        raise EnvError(f"volume {name!r}: only secret, configMap, emptyDir and token volumes")
-
-    def _hosts_file(self, pod: dict[str, Any], runtime: PodRuntime, pod_ip: str) -> str:
-        meta, spec = pod["metadata"], pod["spec"]
-        namespace = meta["namespace"]
-        hostname = spec.get("hostname") or meta["name"]
-        names = [hostname]
-        if spec.get("subdomain"):
-            names.insert(0, f"{hostname}.{spec['subdomain']}.{namespace}.svc.cluster.local")
-        lines = [Path("/etc/hosts").read_text().rstrip("\n"), f"{pod_ip}\t{' '.join(names)}"]
-        services = self._client.get(f"/api/v1/namespaces/{namespace}/services")["items"]
-        for service in services:
-            svc = service["metadata"]["name"]
-            aliases = [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc"]
-            lines.append(f"{HOST_IP}\t{' '.join([*aliases, aliases[-1] + '.cluster.local'])}")
-        lines += [f"{address}\t{name}" for name, address in runtime.hosts.items()]
-        return "\n".join(lines) + "\n"
 
     def _service_account(self, run: _Pod, pod: dict[str, Any]) -> dict[str, str]:
         """A pod-bound token for a pod with a projected service-account token volume."""
@@ -963,22 +809,6 @@ def _conditions(*, ready: bool) -> list[dict[str, Any]]:
         {"type": "ContainersReady", "status": value, "lastTransitionTime": now},
         {"type": "Ready", "status": value, "lastTransitionTime": now},
     ]
-
-
-def _overlay_bases(targets: list[Path]) -> list[Path]:
-    """The outermost existing directories above the ``targets`` that do not exist, to
-    cover with an overlay so the targets can be made there (none for existing ones)."""
-    bases: set[Path] = set()
-    for target in targets:
-        if target.exists():
-            continue
-        base = target.parent
-        while not base.exists():
-            base = base.parent
-        if base == Path("/"):
-            raise EnvError(f"mountPath {target}: no directory above it exists but /")
-        bases.add(base)
-    return sorted(b for b in bases if not any(o in b.parents for o in bases if o != b))
 
 
 class _LogServer(http.server.ThreadingHTTPServer):

@@ -6,9 +6,7 @@
   ``README.md`` here).
 * ``cluster`` (module): a :class:`~tests.e2e.cluster.Cluster` bound to the module's own
   namespace, with the operator watching it (control-plane mode: a namespace with the
-  chart's RBAC and the operator process, stopped and deleted when the module ends; a
-  module with ``KUBERNETES_EXECUTORS = True`` gets a namespace where Spark's executor
-  pods run, see :meth:`~tests.e2e.controlplane_backend.ControlPlaneBackend.open`).
+  chart's RBAC and the operator process, stopped and deleted when the module ends).
 * ``timings`` (session): a list the tests append ``(what, seconds)`` to; printed at the
   end of the run.
 
@@ -91,8 +89,7 @@ def cluster(
     module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
     namespace = "e2e-" + re.sub(r"[^a-z0-9]+", "-", module.lower()).strip("-")[:50]
     if isinstance(e2e_backend, ControlPlaneBackend):
-        executors = bool(getattr(request.module, "KUBERNETES_EXECUTORS", False))
-        with e2e_backend.open(namespace, kubernetes_executors=executors) as opened:
+        with e2e_backend.open(namespace) as opened:
             yield opened
         return
     with e2e_backend.open(namespace) as real:

@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -52,10 +50,8 @@ from gic_runtime.storage.uri import StoreResolver
 
 from ..controlplane.cluster import ControlPlane
 from ..controlplane.kubelet import default_rewrite
-from ..controlplane.pod_env import EnvError
 from .chart import OPERATOR_ACCOUNT, RELEASE_NAMESPACE, render_access
 from .cluster import Cluster, JobDefaults, Place
-from .kube_proxy import SERVICE_NAMES, TcpForwarder, service_forwarder
 from .kubectl import Kubectl, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,63 +91,6 @@ def spark_rewrite(command: list[str]) -> list[str]:
         script = 'export GIC_METRICS_PORT=0 GIC_LOCAL_DIR="$PWD/gic-local"; exec "$@"'
         return ["sh", "-c", script, "sh", *command[:at], spark_submit, *command[at + 1 :]]
     return command
-
-
-#: Variables of an executor pod the Spark image's entrypoint needs for ``executor``.
-EXECUTOR_ENV = (
-    "SPARK_DRIVER_URL",
-    "SPARK_EXECUTOR_ID",
-    "SPARK_EXECUTOR_CORES",
-    "SPARK_APPLICATION_ID",
-    "SPARK_EXECUTOR_POD_IP",
-    "SPARK_RESOURCE_PROFILE_ID",
-    "SPARK_EXECUTOR_POD_NAME",
-)
-
-
-def pyspark_home() -> Path:
-    """The venv's PySpark (its ``jars/`` and ``conf/``), without importing it."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("PySpark is not installed")
-    return Path(spec.origin).parent
-
-
-def spark_entrypoint(args: list[str], env: Mapping[str, str]) -> list[str]:
-    """What the Spark image's ``entrypoint.sh`` runs for an executor pod (``args:
-    [executor]``, set by Spark's Kubernetes backend): the executor JVM with the
-    ``SPARK_JAVA_OPT_<n>`` options, ``SPARK_EXECUTOR_MEMORY`` as its heap and the
-    executor's identity from its variables; PySpark's jars stand in for
-    ``/opt/spark/jars``."""
-    if args[:1] != ["executor"]:
-        raise EnvError(f"the image entrypoint runs executors only, not {args!r}")
-    missing = [name for name in EXECUTOR_ENV if not env.get(name)]
-    if missing:
-        raise EnvError(f"executor variables missing: {', '.join(missing)}")
-    java_home = env.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else "java"
-    options = sorted(
-        (name for name in env if re.fullmatch(r"SPARK_JAVA_OPT_\d+", name)),
-        key=lambda name: int(name.rsplit("_", 1)[1]),
-    )
-    memory = env.get("SPARK_EXECUTOR_MEMORY", "1g")
-    home = pyspark_home()
-    return [
-        java,
-        *(env[name] for name in options),
-        f"-Xms{memory}",
-        f"-Xmx{memory}",
-        "-cp",
-        f"{home / 'conf'}:{home / 'jars'}/*",
-        "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend",
-        "--driver-url", env["SPARK_DRIVER_URL"],
-        "--executor-id", env["SPARK_EXECUTOR_ID"],
-        "--cores", env["SPARK_EXECUTOR_CORES"],
-        "--app-id", env["SPARK_APPLICATION_ID"],
-        "--hostname", env["SPARK_EXECUTOR_POD_IP"],
-        "--resourceProfileId", env["SPARK_RESOURCE_PROFILE_ID"],
-        "--podName", env["SPARK_EXECUTOR_POD_NAME"],
-    ]  # fmt: skip
 
 
 def operator_command(namespace: str) -> list[str]:
@@ -319,7 +258,6 @@ class ControlPlaneBackend:
         self.s3 = s3
         self.workdir = workdir
         self.bucket = ""
-        self._service_proxy: TcpForwarder | None = None
 
     def __enter__(self) -> ControlPlaneBackend:
         kubectl = self.kubectl()
@@ -343,16 +281,7 @@ class ControlPlaneBackend:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._service_proxy is not None:
-            self._service_proxy.stop()
-            self._service_proxy = None
-
-    def service_proxy(self) -> TcpForwarder:
-        """The forwarder for the ``kubernetes`` Service (started on first use)."""
-        if self._service_proxy is None:
-            target = ("127.0.0.1", self.plane.port)
-            self._service_proxy = service_forwarder(target)
-        return self._service_proxy
+        """Nothing of its own to stop: the control plane and S3 server are the session's."""
 
     def kubectl(self) -> Kubectl:
         """kubectl as the cluster admin."""
@@ -407,18 +336,8 @@ class ControlPlaneBackend:
         self.kubectl().apply(json.dumps(body))
 
     @contextlib.contextmanager
-    def open(
-        self, namespace: str, *, kubernetes_executors: bool = False
-    ) -> Iterator[ControlPlaneCluster]:
-        """A fresh namespace with the chart's RBAC and an operator, torn down on exit.
-
-        ``kubernetes_executors``: the namespace's pods run isolated (a mount namespace
-        each, with their volumes and an ``/etc/hosts`` naming the namespace's Services
-        and the ``kubernetes`` Service, see :meth:`ProcessKubelet.configure_namespace`),
-        executor pods run the executor JVM (:func:`spark_entrypoint`), and the
-        ``kubernetes`` Service is forwarded to the API server: drivers of jobs on the
-        default ``k8s://`` master have Spark create executor pods through the API server,
-        which the process kubelet runs. Needs root (mounts, port 443)."""
+    def open(self, namespace: str) -> Iterator[ControlPlaneCluster]:
+        """A fresh namespace with the chart's RBAC and an operator, torn down on exit."""
         kubectl = self.kubectl()
         self.create_namespace(namespace)
         self.grant(namespace)
@@ -440,19 +359,10 @@ class ControlPlaneBackend:
                 k: base64.b64encode(v.encode()).decode() for k, v in self._credentials().items()
             },
         }
-        runtime: dict[str, Any] = {}
-        if kubernetes_executors:
-            service = self.service_proxy().listen[0]
-            runtime = {
-                "entrypoint": spark_entrypoint,
-                "isolated": True,
-                "hosts": dict.fromkeys(SERVICE_NAMES, service),
-            }
         self.plane.kubelet.configure_namespace(
             namespace,
             rewrite=spark_rewrite,
             extra_env={"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
-            **runtime,
         )
         env = {
             **os.environ,

@@ -6,7 +6,7 @@ made, before its kubelet starts):
 
 * **the API server on the bridge address.** The control plane listens on 127.0.0.1 only
   (one ``--bind-address``, shared with the process-kubelet suite); a forwarder
-  (:class:`~tests.e2e.kube_proxy.TcpForwarder`) listens on ``<bridge>:<API port>`` and
+  (:class:`~tests.e2e.tcp_forwarder.TcpForwarder`) listens on ``<bridge>:<API port>`` and
   pipes to it, TLS untouched. The API server's serving certificate is reissued with the
   same key to name the bridge address as well (kube-apiserver reloads it from its file,
   no restart). The ``kubernetes`` Service gets an EndpointSlice ``kubernetes`` with
@@ -55,7 +55,7 @@ from ..controlplane.pki import (
     client_cert,
     reissue_server_cert,
 )
-from .kube_proxy import TcpForwarder
+from .tcp_forwarder import TcpForwarder
 
 if TYPE_CHECKING:
     from .real_node import RealNode

@@ -389,6 +389,11 @@ def test_the_job_runs_driver_and_executors_as_containers(
     assert (owner["kind"], owner["name"]) == ("Pod", status["driverPod"])
     assert executor["spec"]["containers"][0]["args"] == ["executor"]
     assert executor["spec"]["automountServiceAccountToken"] is False
+    assert executor["spec"]["securityContext"]["runAsNonRoot"] is True
+    # The RPC key reaches the executor from the job's Secret, never in clear in its spec.
+    env = {e["name"]: e for e in executor["spec"]["containers"][0]["env"]}
+    assert "value" not in env["_SPARK_AUTH_SECRET"]
+    assert env["_SPARK_AUTH_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == "executor-key"
 
     cluster.wait(f"gicjob/{JOB}", "jsonpath={.status.lastCheckpoint.id}", START_TIMEOUT)
     _record(timings, "apply -> first checkpoint", time.monotonic() - started)

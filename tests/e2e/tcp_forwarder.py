@@ -1,13 +1,7 @@
-"""A TCP forwarder standing in for kube-proxy's rule for the ``kubernetes`` Service.
+"""A TCP forwarder: every connection accepted on one address is piped to another.
 
-Spark's Kubernetes backend talks to ``https://kubernetes.default.svc`` (port 443), the
-master every GICJob on Kubernetes uses. On the test machine the API server listens on
-127.0.0.1 at a random port, so :class:`TcpForwarder` listens on another loopback address
-at port 443 and pipes every connection to the API server (:func:`service_forwarder` picks
-a free address of 127.0.0.0/8 for each run, so several suites can run at once); the
-process kubelet maps the Service's names to that address in the ``/etc/hosts`` of
-isolated pods. TLS passes through untouched (the API server's
-certificate names ``kubernetes.default.svc``).
+The real node (:mod:`.real_node_net`) uses it to put the API server and the local S3
+server on the node's bridge address; bytes pass through untouched, TLS included.
 
 Thread-safety: :meth:`TcpForwarder.start` and :meth:`TcpForwarder.stop` from one thread;
 one thread accepts and two threads per connection copy bytes.
@@ -16,19 +10,8 @@ one thread accepts and two threads per connection copy bytes.
 from __future__ import annotations
 
 import contextlib
-import random
 import socket
 import threading
-
-#: The ``kubernetes`` Service's port.
-SERVICE_PORT = 443
-#: The names of the ``kubernetes`` Service in the ``default`` namespace.
-SERVICE_NAMES = (
-    "kubernetes",
-    "kubernetes.default",
-    "kubernetes.default.svc",
-    "kubernetes.default.svc.cluster.local",
-)
 
 
 class TcpForwarder:
@@ -120,18 +103,3 @@ def _close(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
-
-
-def service_forwarder(target: tuple[str, int], *, attempts: int = 64) -> TcpForwarder:
-    """A started forwarder to ``target`` on port :data:`SERVICE_PORT` of a loopback
-    address nobody listens on yet (tried at random in 127.0.2.0-127.255.255.254; its
-    ``listen[0]`` is where the Service's names must point). OSError when none binds."""
-    error: OSError | None = None
-    for _ in range(attempts):
-        host = f"127.{random.randint(0, 255)}.{random.randint(2, 255)}.{random.randint(1, 254)}"
-        try:
-            return TcpForwarder((host, SERVICE_PORT), target).start()
-        except OSError as exc:  # taken (another run), or no rights to port 443
-            error = exc
-    assert error is not None
-    raise error
