@@ -90,7 +90,7 @@ run: $(RUN_STAMP)
 
 lint: setup
 	$(VENV)/bin/ruff check runtime operator tests bench
-	$(VENV)/bin/ruff format --check runtime operator tests bench
+	$(VENV)/bin/ruff format --check runtime operator tests bench docs README.md
 
 typecheck: setup
 	$(VENV)/bin/mypy runtime/gic_runtime operator/gic_operator bench
