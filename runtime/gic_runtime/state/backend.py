@@ -147,6 +147,15 @@ class KeyedStateBackend(StateRegistry):
         (:func:`~gic_runtime.state.routing.check_routed_buckets`)."""
         check_routed_buckets(keys, buckets, self.bucket_range, self.num_buckets)
 
+    def key_buckets(self, keys: Sequence[Any], buckets: Sequence[int] | None) -> list[int]:
+        """Each key's bucket: routed here (:meth:`route`) when ``buckets`` is None, else
+        ``buckets`` (from the routing side) after :meth:`check_buckets`."""
+        if buckets is None:
+            route = self.route
+            return [route(key) for key in keys]
+        self.check_buckets(keys, buckets)
+        return list(buckets)
+
     def write(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
         """Apply one key-value change to the store and append it to the changelog;
         return its sequence number. ``bucket`` must be in range (as :meth:`route` gives)."""

@@ -63,8 +63,9 @@ class StateBackend(Protocol):
         """Bucket of ``key``; raises StateError if the backend does not own it."""
         ...
 
-    def check_buckets(self, keys: Sequence[Any], buckets: Sequence[int]) -> None:
-        """Raise StateError unless ``buckets`` are owned and agree with the routing."""
+    def key_buckets(self, keys: Sequence[Any], buckets: Sequence[int] | None) -> list[int]:
+        """Each key's bucket: routed, or ``buckets`` once they are checked to be owned
+        and to agree with the routing on a sample (StateError otherwise)."""
         ...
 
     def write(self, bucket: int, op: Op, key: bytes, value: bytes = b"") -> int:
@@ -121,14 +122,6 @@ class _State:
 
     def _locate(self, key: Any) -> tuple[int, bytes]:
         return self._backend.route(key), self._prefix + encode(key)
-
-    def _buckets(self, keys: Sequence[Any], buckets: Sequence[int] | None) -> list[int]:
-        """Each key's bucket: routed here, or ``buckets`` after the backend's spot check."""
-        if buckets is None:
-            route = self._backend.route
-            return [route(key) for key in keys]
-        self._backend.check_buckets(keys, buckets)
-        return list(buckets)
 
 
 class _LocatedEntries(_State):
@@ -201,9 +194,9 @@ class ValueState(_LocatedEntries):
 
         ``buckets`` (optional) is each key's bucket as computed elsewhere (Spark's own
         ``pmod(xxhash64(key), B)`` on the routing side): then no key is hashed here
-        except a sample that must agree (see :meth:`StateBackend.check_buckets`).
+        except a sample that must agree (see :meth:`StateBackend.key_buckets`).
         Keys grouped by bucket (and ascending within it) read and write fastest."""
-        bucket_list = self._buckets(keys, buckets)
+        bucket_list = self._backend.key_buckets(keys, buckets)
         return Located(encode_many(keys, self._prefix), bucket_list)
 
     def set_many(self, items: Iterable[tuple[Any, Any]]) -> int:
@@ -234,7 +227,7 @@ class MapState(_LocatedEntries):
         as for :meth:`ValueState.locate_many`)."""
         if len(user_keys) != len(keys):
             raise StateError(f"{len(user_keys)} user keys for {len(keys)} keys")
-        bucket_list = self._buckets(keys, buckets)
+        bucket_list = self._backend.key_buckets(keys, buckets)
         entries = [
             k + u
             for k, u in zip(encode_many(keys, self._prefix), encode_many(user_keys), strict=True)

@@ -193,12 +193,7 @@ class TimerState:
             raise StateError(f"{len(ats)} times for {len(keys)} keys")
         d = _domain(domain)
         at_list = [to_micros(at) for at in ats]
-        if buckets is None:
-            route = self._backend.route
-            bucket_list = [route(key) for key in keys]
-        else:
-            self._backend.check_buckets(keys, buckets)
-            bucket_list = list(buckets)
+        bucket_list = self._backend.key_buckets(keys, buckets)
         kbytes = encode_many(keys)
         dkeys = [due_key(d, k, at) for k, at in zip(kbytes, at_list, strict=True)]
         tkeys = [timer_key(d, k, at) for k, at in zip(kbytes, at_list, strict=True)]
