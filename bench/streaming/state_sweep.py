@@ -173,9 +173,20 @@ def hdfs_fits(size: StateSize, heap_bytes: int) -> bool:
     return HDFS_COPIES * size.state_bytes <= HDFS_HEAP_FRACTION * heap_bytes
 
 
-def systems_for(size: StateSize, heap_bytes: int) -> list[str]:
-    """The systems run at ``size``."""
-    return [GIC, ROCKSDB, *([HDFS] if hdfs_fits(size, heap_bytes) else [])]
+def systems_for(
+    size: StateSize, heap_bytes: int, environ: Mapping[str, str] = os.environ
+) -> list[str]:
+    """The systems run at ``size``: GIC, the RocksDB baseline and, where it fits, the
+    HDFS store; ``GIC_BENCH_SYSTEMS`` (names of :data:`SYSTEM_NAMES`) keeps a subset."""
+    names = [GIC, ROCKSDB, *([HDFS] if hdfs_fits(size, heap_bytes) else [])]
+    raw = environ.get("GIC_BENCH_SYSTEMS", "")
+    wanted = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in SYSTEM_NAMES]
+    if unknown:
+        raise BenchmarkError(
+            f"GIC_BENCH_SYSTEMS names {unknown}; the sweep's systems are {list(SYSTEM_NAMES)}"
+        )
+    return [n for n in names if n in wanted] if wanted else names
 
 
 def batches(spec: WorkloadSpec, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
@@ -770,6 +781,7 @@ def _run_size(
         "restart": RESTART_BATCHES,
     }
     data["hdfs_rule"] = {
+        "fits": hdfs_fits(size, memory_bytes(params.driver_memory)),
         "runs": HDFS in names,
         "rule": (
             f"spark_hdfs_s3a runs where {HDFS_COPIES} x state bytes <= {HDFS_HEAP_FRACTION} x "

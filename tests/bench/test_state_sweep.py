@@ -79,11 +79,15 @@ def test_hdfs_runs_only_where_its_versions_fit_in_half_the_heap() -> None:
     assert state_sweep.memory_bytes("3072m") == 3 << 30
     with pytest.raises(BenchmarkError):
         state_sweep.memory_bytes("lots")
-    runs = {s.label: state_sweep.systems_for(s, heap) for s in SIZES}
+    runs = {s.label: state_sweep.systems_for(s, heap, {}) for s in SIZES}
     assert runs["10MB"] == [GIC, ROCKSDB, HDFS]
     assert runs["100MB"] == [GIC, ROCKSDB, HDFS]
     assert runs["4GB"] == [GIC, ROCKSDB]
-    assert state_sweep.systems_for(SIZES[2], 2 << 30) == [GIC, ROCKSDB]
+    assert state_sweep.systems_for(SIZES[2], 2 << 30, {}) == [GIC, ROCKSDB]
+    only = {"GIC_BENCH_SYSTEMS": f"{GIC},{ROCKSDB}"}
+    assert state_sweep.systems_for(SIZES[0], heap, only) == [GIC, ROCKSDB]
+    with pytest.raises(BenchmarkError):
+        state_sweep.systems_for(SIZES[0], heap, {"GIC_BENCH_SYSTEMS": "gic"})
 
 
 def test_back_to_steady_counts_batches_until_one_is_steady() -> None:
