@@ -735,6 +735,7 @@ def _run_size(
     size: StateSize, base: BenchParams, mode: modes.Mode, upstream: str, rounds: int
 ) -> dict[str, Any]:
     started = time.monotonic()
+    load_at_start = os.getloadavg()
     spec = workload(size, base.quick)
     warmup, measured = batches(spec)
     base = dataclasses.replace(base, warmup=warmup, measured=measured)
@@ -789,6 +790,11 @@ def _run_size(
         ),
     }
     data["output_checked"] = runs.output
+    data["load_average"] = {
+        "start": [round(v, 2) for v in load_at_start],
+        "end": [round(v, 2) for v in os.getloadavg()],
+        "note": "1, 5 and 15 minute load averages of the machine (2 cores, shared)",
+    }
     return data
 
 
