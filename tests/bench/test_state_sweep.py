@@ -171,7 +171,9 @@ def test_measures_and_goals_are_computed_from_the_runs() -> None:
     assert gic["rows_per_s"]["median"] == 3001.0
     assert gic["rows_per_s"]["min"] == 3000.0
     assert gic["changelog_bytes_per_checkpoint"]["median"] == 800.0
-    assert gic["materialization_spread_bytes"]["median"] == 200.0  # 6000 B x 1 s / 30 s
+    assert gic["interval_spread_bytes"]["median"] == 200.0  # 6000 B x 1 s / 30 s
+    # the changelog-ratio trigger (1.0 by default) snapshots a changelog's worth per batch
+    assert gic["materialization_spread_bytes"]["median"] == 800.0
     assert "changelog_bytes_per_checkpoint" not in data["measures"][ROCKSDB]
     assert all("warmup_batches" not in run for r in data["rounds"] for run in r.values())
     assert data["run_s"] == 12.3
@@ -181,8 +183,10 @@ def test_measures_and_goals_are_computed_from_the_runs() -> None:
     assert goals["throughput"]["met"] is True and goals["throughput"]["aim_met"] is True
     assert goals["commit_p99"]["ratio_vs_rocksdb_changelog"] == 0.25
     assert goals["commit_p99"]["met"] is True
-    assert goals["bytes_vs_changelog_plus_spread"]["ratio"] == 1.0  # 1000 / (800 + 200)
+    assert goals["bytes_vs_changelog_plus_spread"]["ratio"] == 0.625  # 1000 / (800 + 800)
     assert goals["bytes_vs_changelog_plus_spread"]["met"] is True
+    interval_only = goals["bytes_vs_changelog_plus_spread"]
+    assert interval_only["ratio_to_changelog_plus_interval_spread_only"] == 1.0  # / (800 + 200)
     assert goals["bytes_vs_rocksdb"]["rocksdb_over_gic"] == 20.0
     assert goals["restart_first_batch"]["met"] is True  # 0.2
     assert goals["restart_back_to_steady"]["met"] is True  # 0.5
@@ -219,6 +223,17 @@ def test_rss_goal_compares_4gb_with_100mb_and_the_summary_lists_applying_goals()
     assert summary["100MB"] == {}
     assert set(summary["4GB"]) == set(sizes["4GB"]["goals"])
     assert summary["rss_4gb_vs_100mb"] is False
+
+
+def test_reshape_computes_measures_and_goals_again_from_the_rounds() -> None:
+    size = SIZES[3]
+    data = state_sweep.shape_size(size, state_sweep.workload(size), _section(), {}, 1.0)
+    stale = {**data, "measures": {GIC: {}, ROCKSDB: {}}, "goals": {}}
+    again = state_sweep.reshape({"sizes": {"4GB": stale}, "definitions": {"old": 1}})
+    assert again["sizes"]["4GB"]["measures"] == data["measures"]
+    assert again["sizes"]["4GB"]["goals"] == data["goals"]
+    assert again["definitions"]["old"] == 1
+    assert again["goals"]["4GB"]["throughput"] is True
 
 
 def test_sizes_not_run_again_are_kept_in_sweep_order(tmp_path: Path) -> None:
