@@ -210,8 +210,17 @@ RSS_DEFINITION = (
     "the Spark JVM it starts (driver and executor in local mode) and the Python workers "
     "that JVM forks (GIC's state tasks, Spark's pyspark daemon). The same for every "
     "system. rss_peak_bytes: the largest sample; rss_steady_bytes: the median of the "
-    "samples of the last half of the run (after the load phase in every size run here)"
+    "samples of the last half of the run (after the load phase in every size run here). "
+    "VmRSS counts a page shared by several processes (a file two Python workers map, "
+    "pages a fork shares) once per process, and counts file pages a process maps (GIC's "
+    "LMDB stores, the JVM's jars) beside its own heap; pss_anon_* and pss_file_* split "
+    "the proportional set size (Pss_Anon, Pss_File of /proc/<pid>/smaps_rollup: a shared "
+    "page split between its processes) summed over the same tree, sampled with it: "
+    "anonymous memory is what settings must bound, file pages are the page cache the "
+    "kernel takes back under pressure"
 )
+MEMORY_FIELDS = ("rss", "pss_anon", "pss_file")
+"""What :func:`tree_memory` sums, in this order."""
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -231,18 +240,57 @@ def _children_map() -> dict[int, list[int]]:
 
 def tree_rss(root: int) -> int:
     """Bytes resident in ``root`` and every process below it."""
+    return tree_memory(root)[0]
+
+
+def _tree(root: int) -> list[int]:
     tree = _children_map()
-    page = os.sysconf("SC_PAGE_SIZE")
-    total, todo = 0, [root]
+    out, todo = [], [root]
     while todo:
         pid = todo.pop()
+        out.append(pid)
         todo.extend(tree.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/statm", encoding="ascii") as f:
-                total += int(f.read().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
+    return out
+
+
+def process_memory(pid: int) -> tuple[int, int, int]:
+    """``(rss, pss_anon, pss_file)`` of one process in bytes (zeros when it is gone):
+    VmRSS from ``statm``, the proportional set sizes from ``smaps_rollup``."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+            rss = int(f.read().split()[1]) * page
+        anon = file = 0
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Pss_Anon:"):
+                    anon = int(line.split()[1]) * 1024
+                elif line.startswith("Pss_File:"):
+                    file = int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        return 0, 0, 0
+    return rss, anon, file
+
+
+def tree_memory(root: int) -> tuple[int, int, int]:
+    """:data:`MEMORY_FIELDS` of ``root`` and every process below it, summed."""
+    sums = [0, 0, 0]
+    for pid in _tree(root):
+        for i, value in enumerate(process_memory(pid)):
+            sums[i] += value
+    return sums[0], sums[1], sums[2]
+
+
+def memory_summary(samples: Sequence[tuple[int, int, int]]) -> dict[str, float | None]:
+    """:func:`rss_summary` of each of :data:`MEMORY_FIELDS` over ``samples``:
+    ``<field>_peak_bytes`` and ``<field>_steady_bytes``, and ``rss_samples``."""
+    out: dict[str, float | None] = {}
+    for i, name in enumerate(MEMORY_FIELDS):
+        one = rss_summary([sample[i] for sample in samples])
+        out[f"{name}_peak_bytes"] = one["rss_peak_bytes"]
+        out[f"{name}_steady_bytes"] = one["rss_steady_bytes"]
+    out["rss_samples"] = len(samples)
+    return out
 
 
 def rss_summary(samples: Sequence[int]) -> dict[str, float | None]:
@@ -258,18 +306,18 @@ def rss_summary(samples: Sequence[int]) -> dict[str, float | None]:
 
 
 class RssSampler:
-    """Samples :func:`tree_rss` of ``root`` every ``interval_s`` on a daemon thread."""
+    """Samples :func:`tree_memory` of ``root`` every ``interval_s`` on a daemon thread."""
 
     def __init__(self, root: int, interval_s: float = RSS_INTERVAL_S) -> None:
         self.root = root
         self.interval_s = interval_s
-        self.samples: list[int] = []
+        self.samples: list[tuple[int, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(tree_rss(self.root))
+            self.samples.append(tree_memory(self.root))
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> RssSampler:
@@ -301,7 +349,7 @@ def run_with_rss(
     fn = getattr(importlib.import_module(module), function)
     with RssSampler(os.getpid()) as sampler:
         result: RunResult = fn(variant, spec, params, scratch, **options)
-    notes = {**result.notes, **rss_summary(sampler.samples), "rss_definition": RSS_DEFINITION}
+    notes = {**result.notes, **memory_summary(sampler.samples), "rss_definition": RSS_DEFINITION}
     return dataclasses.replace(result, notes=notes)
 
 
@@ -458,6 +506,8 @@ def run_measures(run: Mapping[str, Any]) -> dict[str, float | None]:
         "stored_bytes": notes.get("stored_bytes"),
         "rss_peak_bytes": notes.get("rss_peak_bytes"),
         "rss_steady_bytes": notes.get("rss_steady_bytes"),
+        "pss_anon_steady_bytes": notes.get("pss_anon_steady_bytes"),
+        "pss_file_steady_bytes": notes.get("pss_file_steady_bytes"),
     }
     if notes.get("kind") == "gic" and measured:
         changelog = statistics.fmean(float(b["parts"].get("changelog_bytes", 0)) for b in measured)
@@ -489,6 +539,8 @@ MEASURES = (
     "stored_bytes",
     "rss_peak_bytes",
     "rss_steady_bytes",
+    "pss_anon_steady_bytes",
+    "pss_file_steady_bytes",
     "changelog_bytes_per_checkpoint",
     "interval_spread_bytes",
     "materialization_spread_bytes",
@@ -685,6 +737,7 @@ PLOTTED = {
     "bytes_per_checkpoint": ("bytes uploaded per checkpoint", "measures"),
     "stored_bytes": ("bytes stored at the end of the run", "measures"),
     "rss_steady_bytes": ("RSS of the process tree (steady, bytes)", "measures"),
+    "pss_anon_steady_bytes": ("anonymous PSS of the process tree (steady, bytes)", "measures"),
     "to_first_batch_ms": ("restart: start to first batch (ms)", "restart"),
     "back_to_steady_ms": ("restart: start to a steady batch (ms)", "restart"),
 }

@@ -262,6 +262,13 @@ def test_plot_series_take_medians_and_spreads_per_system() -> None:
 
 def test_rss_of_this_process_tree_is_positive_and_summarized() -> None:
     assert state_sweep.tree_rss(os.getpid()) > 0
+    rss, anon, file = state_sweep.tree_memory(os.getpid())
+    assert rss > 0 and anon > 0 and file > 0
+    assert anon + file <= rss * 1.05  # proportional shares of what is resident
+    assert state_sweep.process_memory(2**22 + 7) == (0, 0, 0)  # no such process
+    both = state_sweep.memory_summary([(10, 4, 6), (30, 8, 20), (20, 6, 12)])
+    assert both["rss_peak_bytes"] == 30.0 and both["pss_anon_peak_bytes"] == 8.0
+    assert both["pss_file_steady_bytes"] == 16.0 and both["rss_samples"] == 3
     summary = state_sweep.rss_summary([1, 5, 3, 4])
     assert summary == {"rss_peak_bytes": 5.0, "rss_steady_bytes": 3.5, "rss_samples": 4}
     assert state_sweep.rss_summary([])["rss_peak_bytes"] is None
