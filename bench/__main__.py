@@ -25,6 +25,7 @@ BENCHMARKS = (
     "w1_s3",
     "soak",
     "recovery",
+    "state_sweep",
     "operator",
 )
 MODULES = {
@@ -36,6 +37,7 @@ MODULES = {
     "w1_s3": "bench.streaming.w1_s3",
     "soak": "bench.streaming.soak",
     "recovery": "bench.streaming.recovery",
+    "state_sweep": "bench.streaming.state_sweep",
 }
 """Benchmarks whose module is not ``bench.<name>``."""
 

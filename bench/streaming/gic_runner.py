@@ -17,7 +17,8 @@
     started and stopped by this process.
     Executors find it through the S3 environment variables (``spark.executorEnv.*``).
 
-Workloads: ``keyed_count`` runs ``.aggregate(count=count())`` on the ``key`` column;
+Workloads: ``keyed_count`` runs ``.aggregate(count=count())`` on the ``key`` column
+(``keyed_payload``: ``.aggregate(count=count(), payload=max_("payload"))``);
 ``event_log`` runs :func:`append_events` (a list state per key, one append of the
 batch's events per key: what the Spark baseline's ``collect_list`` keeps); both
 ``.discard()`` their output, as the baselines use the ``noop`` sink. The event-time ones
@@ -128,13 +129,16 @@ def append_events(table: pa.Table, states: StateAccess) -> pa.Table:
 def _stateful(
     job: GICJob, spark: SparkSession, workload: WorkloadSpec, processor: str
 ) -> StatefulStream:
-    from gic_runtime.spark import count
+    from gic_runtime.spark import count, max_
 
     if processor:
         return gic_timed.stateful(job, spark, workload, processor)
     source = workloads.source(spark, workload)
     if workload.kind == workloads.KEYED_COUNT:
         return job.keyed(source.select("key"), key="key").aggregate(count=count())
+    if workload.kind == workloads.KEYED_PAYLOAD:
+        keyed_payload = job.keyed(source.select("key", "payload"), key="key")
+        return keyed_payload.aggregate(count=count(), payload=max_("payload"))
     keyed = job.keyed(source.select("key", "payload"), key="key")
     return keyed.process_batches(append_events, EVENT_LOG_OUTPUT)
 

@@ -3,10 +3,11 @@ the reference outputs of the event-time workloads (pure Python, for tests and ch
 
 A system's output is a table of rows plus the micro-batch that wrote each. Its
 :func:`fingerprint` sorts the rows of the batches ``[0, batches)`` (timestamps as integer
-microseconds since the epoch, UTC) and hashes them, once without and once with the batch
-id; two systems wrote the same rows when the ``rows_sha256`` agree, and wrote them in the
-same batches when the ``rows_by_batch_sha256`` agree. :func:`agreement` compares the
-fingerprints of every run of a benchmark.
+microseconds since the epoch, UTC; strings by a hash, :func:`cell`) and hashes them, once
+without and once with the batch id; two systems wrote the same rows when the
+``rows_sha256`` agree, and wrote them in the same batches when the
+``rows_by_batch_sha256`` agree. :func:`agreement` compares the fingerprints of every run
+of a benchmark.
 
 Stateless and thread-safe.
 """
@@ -31,9 +32,17 @@ def micros(value: Any) -> int:
     return int(value)
 
 
+def cell(value: Any) -> int:
+    """One value of a row as an integer: :func:`micros`, except that a string becomes the
+    first 8 bytes of its SHA-256 (the state sweep's payloads)."""
+    if isinstance(value, str):
+        return int.from_bytes(hashlib.sha256(value.encode()).digest()[:8], "big")
+    return micros(value)
+
+
 def normalize(rows: Iterable[Sequence[Any]]) -> list[Row]:
-    """Rows as sorted tuples of integers (timestamps in microseconds)."""
-    return sorted(tuple(micros(v) for v in row) for row in rows)
+    """Rows as sorted tuples of integers (timestamps in microseconds, strings hashed)."""
+    return sorted(tuple(cell(v) for v in row) for row in rows)
 
 
 def fingerprint(
@@ -41,7 +50,7 @@ def fingerprint(
 ) -> dict[str, Any]:
     """The fingerprint of the rows written by batches ``[0, batches)`` (others ignored)."""
     kept = [
-        (int(b), tuple(micros(v) for v in row))
+        (int(b), tuple(cell(v) for v in row))
         for row, b in zip(rows, batch_ids, strict=True)
         if 0 <= int(b) < batches
     ]

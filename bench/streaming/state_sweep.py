@@ -1,0 +1,985 @@
+"""State-size sweep: the same keyed job at state sizes from 10 MB to 4 GB, every system
+checkpointing to S3 (SeaweedFS) behind a proxy holding each request 20 ms.
+
+The job (:data:`~bench.streaming.workloads.KEYED_PAYLOAD`): per key a count plus a
+payload of ``value_bytes`` characters (``max(payload)``), derived from the row. Sizes
+(:data:`SIZES`, ``GIC_BENCH_SWEEP_SIZES`` picks some, e.g. ``10MB,100MB``) set the key
+count and the value bytes: ``keys = state_bytes / (8 + 8 + value_bytes)``. Every run
+first loads the state (the first ``ceil(keys / rows_per_batch)`` batches write every
+key once), then runs :data:`WARMUP_AFTER_LOAD` warm-up and :data:`MEASURED` measured
+batches of :data:`ROWS_PER_BATCH` rows each (updates of keys spread by hash).
+
+Systems, on one SeaweedFS behind :class:`~bench.streaming.latency_proxy.LatencyProxy`
+(:func:`bench.streaming.w1_s3.shared_s3` / :func:`~bench.streaming.w1_s3.with_latency`):
+``gic_s3`` (GIC, ``s3://``) against ``spark_rocksdb_changelog_s3a`` (Spark's RocksDB
+store with changelog checkpointing, through S3A and the rename-free checkpoint file
+manager), plus ``spark_hdfs_s3a`` where its state fits in the heap (:func:`hdfs_fits`).
+Per size: the interleaved rounds of :func:`bench.streaming.repeats.run_mode`, then a
+restart of each system from its last round's checkpoint in a fresh process with empty
+local directories (:func:`restart_figures`). Each run records the RSS of its process tree
+(:class:`RssSampler`) and the bytes stored under its prefix at the end.
+
+Goals (:func:`size_goals`, :func:`rss_goal`) are computed from the measurements and
+apply at 1 GB and 4 GB (some at 4 GB only); every size reports them with ``applies``.
+Writes ``state_sweep.json`` (sizes not run again are kept from the previous file) and
+one ``state_sweep_<measure>.png`` per measure against state size, log scale.
+
+Not thread-safe: one run per process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from bench.streaming import harness, modes, repeats, runner, s3a, systems, w1_s3
+from bench.streaming.records import BenchmarkError, BenchParams, RunResult
+from bench.streaming.repeats import Comparison
+from bench.streaming.runner import SystemFn
+from bench.streaming.workloads import KEYED_PAYLOAD, WorkloadSpec
+
+NAME = "state_sweep"
+TARGET = "bench.streaming.state_sweep:run_with_rss"
+GIC = "gic_s3"
+ROCKSDB = "spark_rocksdb_changelog_s3a"
+HDFS = "spark_hdfs_s3a"
+SYSTEM_NAMES = (GIC, ROCKSDB, HDFS)
+LATENCY_MS = 20
+ROWS_PER_BATCH = 50_000
+PARTITIONS = 4
+KEY_BYTES = 8
+COUNT_BYTES = 8
+MB = 1_000_000
+WARMUP_AFTER_LOAD = 3
+MEASURED = 12
+RESTART_BATCHES = 8
+STEADY_FACTOR = 1.25
+"""A batch is back at its steady duration when it takes at most this times the steady
+batch (the median measured batch of the run that was restarted)."""
+HDFS_COPIES = 3
+"""State versions the HDFS store holds in the heap at once (Spark keeps the last two
+versions' maps loaded, plus the one being written)."""
+HDFS_HEAP_FRACTION = 0.5
+RSS_INTERVAL_S = 0.5
+SIZES_ENV = "GIC_BENCH_SWEEP_SIZES"
+OUTPUT_UP_TO = 100 * MB
+"""Sizes up to this write their output to Parquet and fingerprint it; larger ones use
+the ``noop`` / ``discard`` sinks (reading back gigabytes of output would dominate)."""
+
+GOALS = {
+    "throughput_vs_rocksdb_changelog_at_least": 2.0,
+    "throughput_aim": 3.0,
+    "commit_p99_vs_rocksdb_changelog_at_most": 0.5,
+    "bytes_vs_changelog_plus_spread_at_most": 1.2,
+    "rocksdb_bytes_over_gic_at_least": 10.0,
+    "restart_first_batch_vs_spark_at_most": 0.25,
+    "restart_back_to_steady_vs_spark_at_most": 1.0,
+    "rss_vs_100mb_at_most": 1.2,
+}
+GOAL_SIZES = ("1GB", "4GB")
+LARGEST_ONLY = "4GB"
+
+
+@dataclass(frozen=True)
+class StateSize:
+    """One size of the sweep: total state bytes and each key's payload."""
+
+    label: str
+    state_bytes: int
+    value_bytes: int
+
+    @property
+    def bytes_per_key(self) -> int:
+        return KEY_BYTES + COUNT_BYTES + self.value_bytes
+
+    @property
+    def keys(self) -> int:
+        return max(1, self.state_bytes // self.bytes_per_key)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "state_bytes": self.state_bytes,
+            "value_bytes": self.value_bytes,
+            "keys": self.keys,
+            "bytes_per_key": self.bytes_per_key,
+        }
+
+
+SIZES = (
+    StateSize("10MB", 10 * MB, 200),
+    StateSize("100MB", 100 * MB, 500),
+    StateSize("1GB", 1000 * MB, 1000),
+    StateSize("4GB", 4000 * MB, 2000),
+)
+QUICK_DIVISOR = 100
+
+
+def sizes_from_env(environ: Mapping[str, str] = os.environ) -> list[StateSize]:
+    """The sizes named in ``GIC_BENCH_SWEEP_SIZES`` (default all), in sweep order."""
+    raw = environ.get(SIZES_ENV, "")
+    names = [n.strip().upper() for n in raw.split(",") if n.strip()]
+    if not names:
+        return list(SIZES)
+    known = {s.label.upper(): s for s in SIZES}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BenchmarkError(
+            f"{SIZES_ENV}={raw!r}: unknown sizes {unknown}; choose from "
+            f"{', '.join(s.label for s in SIZES)}"
+        )
+    return [s for s in SIZES if s.label.upper() in names]
+
+
+def workload(size: StateSize, quick: bool = False) -> WorkloadSpec:
+    """The job at ``size`` (quick: a hundredth of the keys and of the rows per batch)."""
+    keys, rows = size.keys, ROWS_PER_BATCH
+    if quick:
+        keys, rows = max(1, keys // QUICK_DIVISOR), ROWS_PER_BATCH // QUICK_DIVISOR
+    return WorkloadSpec(
+        f"{NAME}_{size.label.lower()}",
+        KEYED_PAYLOAD,
+        keys,
+        rows,
+        PARTITIONS,
+        value_bytes=size.value_bytes,
+    )
+
+
+def memory_bytes(text: str) -> int:
+    """A JVM memory setting (``6g``, ``3072m``, ``512k``, bytes) in bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", text.lower())
+    if match is None:
+        raise BenchmarkError(f"not a memory size: {text!r}")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2)]
+    return int(match.group(1)) * scale
+
+
+def hdfs_fits(size: StateSize, heap_bytes: int) -> bool:
+    """Whether Spark's HDFS store (state in the JVM heap) runs at ``size``: its
+    :data:`HDFS_COPIES` versions within :data:`HDFS_HEAP_FRACTION` of the heap."""
+    return HDFS_COPIES * size.state_bytes <= HDFS_HEAP_FRACTION * heap_bytes
+
+
+def systems_for(
+    size: StateSize, heap_bytes: int, environ: Mapping[str, str] = os.environ
+) -> list[str]:
+    """The systems run at ``size``: GIC, the RocksDB baseline and, where it fits, the
+    HDFS store; ``GIC_BENCH_SYSTEMS`` (names of :data:`SYSTEM_NAMES`) keeps a subset."""
+    names = [GIC, ROCKSDB, *([HDFS] if hdfs_fits(size, heap_bytes) else [])]
+    raw = environ.get("GIC_BENCH_SYSTEMS", "")
+    wanted = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in SYSTEM_NAMES]
+    if unknown:
+        raise BenchmarkError(
+            f"GIC_BENCH_SYSTEMS names {unknown}; the sweep's systems are {list(SYSTEM_NAMES)}"
+        )
+    return [n for n in names if n in wanted] if wanted else names
+
+
+def batches(spec: WorkloadSpec, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """Warm-up (load phase included) and measured batches of a round's runs;
+    ``GIC_BENCH_WARMUP`` sets the warm-up after the load, ``GIC_BENCH_MEASURED`` the
+    measured ones."""
+    quick = common.quick_mode(environ)
+    after = int(environ.get("GIC_BENCH_WARMUP") or (1 if quick else WARMUP_AFTER_LOAD))
+    measured = int(environ.get("GIC_BENCH_MEASURED") or (3 if quick else MEASURED))
+    if after < 0 or measured < 1:
+        raise BenchmarkError(f"need warm-up >= 0 and measured >= 1, got {after} and {measured}")
+    return spec.load_batches + after, measured
+
+
+# --- executor memory ------------------------------------------------------------------------
+
+RSS_DEFINITION = (
+    "resident memory (VmRSS, /proc) summed over the system run's whole process tree, "
+    f"sampled every {RSS_INTERVAL_S} s: its Python process (the driver; GIC's driver too), "
+    "the Spark JVM it starts (driver and executor in local mode) and the Python workers "
+    "that JVM forks (GIC's state tasks, Spark's pyspark daemon). The same for every "
+    "system. rss_peak_bytes: the largest sample; rss_steady_bytes: the median of the "
+    "samples of the last half of the run (after the load phase in every size run here). "
+    "VmRSS counts a page shared by several processes (a file two Python workers map, "
+    "pages a fork shares) once per process, and counts file pages a process maps (GIC's "
+    "LMDB stores, the JVM's jars) beside its own heap; pss_anon_* and pss_file_* split "
+    "the proportional set size (Pss_Anon, Pss_File of /proc/<pid>/smaps_rollup: a shared "
+    "page split between its processes) summed over the same tree, sampled with it: "
+    "anonymous memory is what settings must bound, file pages are the page cache the "
+    "kernel takes back under pressure"
+)
+MEMORY_FIELDS = ("rss", "pss_anon", "pss_file")
+"""What :func:`tree_memory` sums, in this order."""
+
+
+def _children_map() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        tree.setdefault(int(fields[1]), []).append(int(entry))
+    return tree
+
+
+def tree_rss(root: int) -> int:
+    """Bytes resident in ``root`` and every process below it."""
+    return tree_memory(root)[0]
+
+
+def _tree(root: int) -> list[int]:
+    tree = _children_map()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(tree.get(pid, []))
+    return out
+
+
+def process_memory(pid: int) -> tuple[int, int, int]:
+    """``(rss, pss_anon, pss_file)`` of one process in bytes (zeros when it is gone):
+    VmRSS from ``statm``, the proportional set sizes from ``smaps_rollup``."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+            rss = int(f.read().split()[1]) * page
+        anon = file = 0
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Pss_Anon:"):
+                    anon = int(line.split()[1]) * 1024
+                elif line.startswith("Pss_File:"):
+                    file = int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        return 0, 0, 0
+    return rss, anon, file
+
+
+def tree_memory(root: int) -> tuple[int, int, int]:
+    """:data:`MEMORY_FIELDS` of ``root`` and every process below it, summed."""
+    sums = [0, 0, 0]
+    for pid in _tree(root):
+        for i, value in enumerate(process_memory(pid)):
+            sums[i] += value
+    return sums[0], sums[1], sums[2]
+
+
+def memory_summary(samples: Sequence[tuple[int, int, int]]) -> dict[str, float | None]:
+    """:func:`rss_summary` of each of :data:`MEMORY_FIELDS` over ``samples``:
+    ``<field>_peak_bytes`` and ``<field>_steady_bytes``, and ``rss_samples``."""
+    out: dict[str, float | None] = {}
+    for i, name in enumerate(MEMORY_FIELDS):
+        one = rss_summary([sample[i] for sample in samples])
+        out[f"{name}_peak_bytes"] = one["rss_peak_bytes"]
+        out[f"{name}_steady_bytes"] = one["rss_steady_bytes"]
+    out["rss_samples"] = len(samples)
+    return out
+
+
+def rss_summary(samples: Sequence[int]) -> dict[str, float | None]:
+    """Peak and steady (median of the last half) of ``samples``."""
+    if not samples:
+        return {"rss_peak_bytes": None, "rss_steady_bytes": None, "rss_samples": 0}
+    tail = samples[len(samples) // 2 :]
+    return {
+        "rss_peak_bytes": float(max(samples)),
+        "rss_steady_bytes": float(statistics.median(tail)),
+        "rss_samples": len(samples),
+    }
+
+
+class RssSampler:
+    """Samples :func:`tree_memory` of ``root`` every ``interval_s`` on a daemon thread."""
+
+    def __init__(self, root: int, interval_s: float = RSS_INTERVAL_S) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self.samples: list[tuple[int, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(tree_memory(self.root))
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+_INNER: dict[str, str] = {"gic": systems.GIC_TARGET, "spark": systems.SPARK_STORE_TARGET}
+
+
+def run_with_rss(
+    variant: str,
+    spec: WorkloadSpec,
+    params: BenchParams,
+    scratch: Path,
+    *,
+    inner: str,
+    **options: Any,
+) -> RunResult:
+    """A :data:`~bench.streaming.runner.ChildFn`: the ``inner`` system's run (``gic`` or
+    ``spark``), its notes completed with the RSS of this process's tree."""
+    import importlib
+
+    module, _, function = _INNER[inner].partition(":")
+    fn = getattr(importlib.import_module(module), function)
+    with RssSampler(os.getpid()) as sampler:
+        result: RunResult = fn(variant, spec, params, scratch, **options)
+    notes = {**result.notes, **memory_summary(sampler.samples), "rss_definition": RSS_DEFINITION}
+    return dataclasses.replace(result, notes=notes)
+
+
+# --- the runs of one size ---------------------------------------------------------------------
+
+
+def storage_prefix(name: str, spec: WorkloadSpec, scratch: Path) -> str:
+    """Where a run of ``name`` with ``scratch`` checkpoints in the shared bucket."""
+    if name.startswith("gic"):
+        return f"gic/{spec.name}/{scratch.name}"
+    return f"spark/{spec.name}/{name}/{scratch.name}"
+
+
+def _stored_bytes(prefix: str) -> int:
+    return sum(e.size for e in s3a.entries(s3a.bucket(), prefix))
+
+
+def _delete_prefix(prefix: str) -> None:
+    from gic_runtime.storage.s3 import create_s3_client
+    from gic_runtime.storage.s3_settings import S3Settings
+
+    client = create_s3_client(S3Settings.from_env())
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=s3a.bucket(), Prefix=prefix.rstrip("/") + "/"
+        )
+        for page in pages:
+            contents = page.get("Contents", [])
+            if contents:
+                client.delete_objects(
+                    Bucket=s3a.bucket(),
+                    Delete={"Objects": [{"Key": item["Key"]} for item in contents]},
+                )
+    finally:
+        client.close()
+
+
+@dataclass
+class SizeRuns:
+    """The runs of one size: each system's runs keep their scratch directory and S3
+    prefix until the next run of the same system, so the last can be restarted."""
+
+    spec: WorkloadSpec
+    output: bool
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    last: dict[str, Path] = field(default_factory=dict)
+    count: int = 0
+
+    def options(self, name: str) -> dict[str, Any]:
+        return {"inner": "gic" if name.startswith("gic") else "spark", "output": self.output}
+
+    def _forget(self, name: str) -> None:
+        old = self.last.pop(name, None)
+        if old is not None:
+            _delete_prefix(storage_prefix(name, self.spec, old))
+            shutil.rmtree(old, ignore_errors=True)
+
+    def system(self, name: str) -> SystemFn:
+        def run(spec: WorkloadSpec, params: BenchParams) -> RunResult:
+            self._forget(name)
+            self.count += 1
+            scratch = common.SCRATCH / f"{NAME}-{self.run_id}-{name}-{self.count}"
+            self.last[name] = scratch
+            result = runner.run_in_subprocess(
+                TARGET,
+                name,
+                spec,
+                params,
+                scratch=scratch,
+                options=self.options(name),
+            )
+            stored = _stored_bytes(storage_prefix(name, spec, scratch))
+            return dataclasses.replace(result, notes={**result.notes, "stored_bytes": stored})
+
+        run.__name__ = f"run_{name}"
+        return run
+
+    def restart(self, name: str, params: BenchParams) -> RunResult:
+        """The last run of ``name`` started again in a fresh process from its checkpoint,
+        with empty local directories, for :data:`RESTART_BATCHES` batches."""
+        scratch = self.last[name]
+        options = self.options(name)
+        if name.startswith("gic"):
+            options["local_dir"] = "local-restart"  # empty: every bucket from storage
+        else:
+            options["spark_retention"] = True  # no byte accounting on the restart
+        after = dataclasses.replace(params, warmup=0, measured=RESTART_BATCHES)
+        return runner.run_in_subprocess(
+            TARGET,
+            name,
+            self.spec,
+            after,
+            scratch=scratch,
+            options=options,
+            tag="restart",
+        )
+
+    def clean(self) -> None:
+        for name in list(self.last):
+            self._forget(name)
+
+
+def back_to_steady_ms(
+    to_first_batch_ms: float, batch_ms: Sequence[float], steady_ms: float
+) -> float | None:
+    """From the query's start to the end of the first batch after a restart that takes
+    at most :data:`STEADY_FACTOR` x ``steady_ms`` (the first batch included; batch
+    durations summed after the first); None if no batch of the run got there."""
+    elapsed = to_first_batch_ms
+    for i, ms in enumerate(batch_ms):
+        if i > 0:
+            elapsed += ms
+        if ms <= STEADY_FACTOR * steady_ms:
+            return round(elapsed, 1)
+    return None
+
+
+def restart_figures(restarted: RunResult, steady_ms: float) -> dict[str, Any]:
+    """What a restart measured, against the steady batch of the run it restarted."""
+    durations = [r.batch_ms for r in restarted.measured]
+    first = float(restarted.notes["to_first_batch_ms"])
+    parts = restarted.measured[0].parts
+    return {
+        "steady_batch_ms": round(steady_ms, 1),
+        "to_first_batch_ms": first,
+        "before_first_batch_ms": restarted.notes.get("before_first_batch_ms"),
+        "first_batch_ms": durations[0],
+        "back_to_steady_ms": back_to_steady_ms(first, durations, steady_ms),
+        "batch_ms": durations,
+        "restored_buckets": parts.get("restored"),
+        "local_hits": parts.get("local_hits"),
+        "rss_peak_bytes": restarted.notes.get("rss_peak_bytes"),
+    }
+
+
+# --- measures and goals (pure) ----------------------------------------------------------------
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return round(statistics.median(present), 4) if present else None
+
+
+def run_measures(run: Mapping[str, Any]) -> dict[str, float | None]:
+    """The sweep's figures of one run (a round's summary of :func:`repeats.summarize_run`)."""
+    notes = run.get("notes") or {}
+    measured = run.get("measured_batches") or []
+    out: dict[str, float | None] = {
+        "rows_per_s": run.get("rows_per_s"),
+        "commit_p50_ms": run.get("commit_with_logs_ms_p50"),
+        "commit_p99_ms": run.get("commit_with_logs_ms_p99"),
+        "batch_ms_p50": run.get("batch_ms_p50"),
+        "bytes_per_checkpoint": run.get("bytes_uploaded_per_checkpoint"),
+        "stored_bytes": notes.get("stored_bytes"),
+        "rss_peak_bytes": notes.get("rss_peak_bytes"),
+        "rss_steady_bytes": notes.get("rss_steady_bytes"),
+        "pss_anon_steady_bytes": notes.get("pss_anon_steady_bytes"),
+        "pss_file_steady_bytes": notes.get("pss_file_steady_bytes"),
+    }
+    if notes.get("kind") == "gic" and measured:
+        changelog = statistics.fmean(float(b["parts"].get("changelog_bytes", 0)) for b in measured)
+        batch_ms = statistics.fmean(float(b["batch_ms"]) for b in measured)
+        snapshot = float(measured[-1]["parts"].get("state_snapshot_bytes", 0))
+        settings = notes.get("gic_settings") or {}
+        interval = float(settings.get("materialization_interval_s", 0))
+        ratio = float(settings.get("materialization_changelog_ratio") or changelog_ratio())
+        by_interval = snapshot * batch_ms / (interval * 1000) if interval > 0 else 0.0
+        out["changelog_bytes_per_checkpoint"] = round(changelog, 1)
+        out["interval_spread_bytes"] = round(by_interval, 1)
+        out["materialization_spread_bytes"] = round(max(by_interval, changelog / ratio), 1)
+    return out
+
+
+def changelog_ratio() -> float:
+    """The runtime's default ``materialization_changelog_ratio`` (the benchmark keeps it)."""
+    from gic_runtime.config import GICSettings
+
+    return float(GICSettings.model_fields["materialization_changelog_ratio"].default)
+
+
+MEASURES = (
+    "rows_per_s",
+    "commit_p50_ms",
+    "commit_p99_ms",
+    "batch_ms_p50",
+    "bytes_per_checkpoint",
+    "stored_bytes",
+    "rss_peak_bytes",
+    "rss_steady_bytes",
+    "pss_anon_steady_bytes",
+    "pss_file_steady_bytes",
+    "changelog_bytes_per_checkpoint",
+    "interval_spread_bytes",
+    "materialization_spread_bytes",
+)
+
+
+def system_measures(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per measure, the spread (median, min, max) over a system's runs."""
+    per = [run_measures(r) for r in runs]
+    out: dict[str, Any] = {}
+    for m in MEASURES:
+        values = [float(v) for p in per if (v := p.get(m)) is not None]
+        if values:
+            out[m] = repeats.spread(values)
+    return out
+
+
+def _value(measures: Mapping[str, Any], system: str, measure: str) -> float | None:
+    entry = measures.get(system, {}).get(measure)
+    return None if entry is None else entry.get("median")
+
+
+def size_goals(
+    label: str,
+    measures: Mapping[str, Any],
+    ratio_median: float | None,
+    restart: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The goals of one size from its measures (:func:`system_measures` per system), the
+    median of GIC's per-round throughput ratios and the restarts; ``applies`` says
+    whether the size is one the goal is set for."""
+    g = GOALS
+    gic_p99, rocks_p99 = (
+        _value(measures, GIC, "commit_p99_ms"),
+        _value(measures, ROCKSDB, "commit_p99_ms"),
+    )
+    gic_bytes = _value(measures, GIC, "bytes_per_checkpoint")
+    changelog = _value(measures, GIC, "changelog_bytes_per_checkpoint")
+    spread = _value(measures, GIC, "materialization_spread_bytes")
+    allowance = None if changelog is None or spread is None else changelog + spread
+    by_interval = _value(measures, GIC, "interval_spread_bytes")
+    interval_only = None if changelog is None or by_interval is None else changelog + by_interval
+    rocks_bytes = _value(measures, ROCKSDB, "bytes_per_checkpoint")
+    gic_restart, spark_restart = restart.get(GIC) or {}, restart.get(ROCKSDB) or {}
+    out: dict[str, Any] = {
+        "throughput": {
+            "applies": label in GOAL_SIZES,
+            **common.goal(
+                "ratio_vs_rocksdb_changelog",
+                ratio_median,
+                at_least=g["throughput_vs_rocksdb_changelog_at_least"],
+                met="met",
+            ),
+            "aim": g["throughput_aim"],
+            "aim_met": None if ratio_median is None else ratio_median >= g["throughput_aim"],
+        },
+        "commit_p99": {
+            "applies": label in GOAL_SIZES,
+            **common.goal(
+                "ratio_vs_rocksdb_changelog",
+                common.ratio(gic_p99, rocks_p99),
+                at_most=g["commit_p99_vs_rocksdb_changelog_at_most"],
+                met="met",
+            ),
+        },
+        "bytes_vs_changelog_plus_spread": {
+            "applies": label in GOAL_SIZES,
+            "allowance_bytes": allowance,
+            "ratio_to_changelog_plus_interval_spread_only": common.ratio(gic_bytes, interval_only),
+            **common.goal(
+                "ratio",
+                common.ratio(gic_bytes, allowance),
+                at_most=g["bytes_vs_changelog_plus_spread_at_most"],
+                met="met",
+            ),
+        },
+        "bytes_vs_rocksdb": {
+            "applies": label == LARGEST_ONLY,
+            **common.goal(
+                "rocksdb_over_gic",
+                common.ratio(rocks_bytes, gic_bytes),
+                at_least=g["rocksdb_bytes_over_gic_at_least"],
+                met="met",
+            ),
+        },
+        "restart_first_batch": {
+            "applies": label == LARGEST_ONLY,
+            **common.goal(
+                "ratio_vs_spark",
+                common.ratio(
+                    gic_restart.get("to_first_batch_ms"), spark_restart.get("to_first_batch_ms")
+                ),
+                at_most=g["restart_first_batch_vs_spark_at_most"],
+                met="met",
+            ),
+        },
+        "restart_back_to_steady": {
+            "applies": label == LARGEST_ONLY,
+            **common.goal(
+                "ratio_vs_spark",
+                common.ratio(
+                    gic_restart.get("back_to_steady_ms"), spark_restart.get("back_to_steady_ms")
+                ),
+                at_most=g["restart_back_to_steady_vs_spark_at_most"],
+                met="met",
+            ),
+        },
+    }
+    return out
+
+
+def rss_goal(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """GIC's steady RSS at 4 GB against its steady RSS at 100 MB (None: one is missing)."""
+    big = _value(sizes.get(LARGEST_ONLY, {}).get("measures", {}), GIC, "rss_steady_bytes")
+    small = _value(sizes.get("100MB", {}).get("measures", {}), GIC, "rss_steady_bytes")
+    return {
+        **common.goal(
+            "gic_rss_4gb_vs_100mb",
+            common.ratio(big, small),
+            at_most=GOALS["rss_vs_100mb_at_most"],
+            met="met",
+        ),
+        "how": "median over rounds of gic_s3's rss_steady_bytes at 4GB / at 100MB",
+    }
+
+
+def goals_summary(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per size, each goal that applies there: met (True / False / None: not measured)."""
+    out: dict[str, Any] = {
+        label: {name: g["met"] for name, g in data.get("goals", {}).items() if g.get("applies")}
+        for label, data in sizes.items()
+    }
+    out["rss_4gb_vs_100mb"] = rss_goal(sizes)["met"]
+    return out
+
+
+def shape_size(
+    size: StateSize,
+    spec: WorkloadSpec,
+    section: Mapping[str, Any],
+    restart: Mapping[str, Any],
+    run_s: float,
+) -> dict[str, Any]:
+    """The result of one size: measures per system, goals, the rounds (without their
+    warm-up batches) and the restarts."""
+    names = list(section["systems"])
+    per_system = {n: system_measures([r[n] for r in section["rounds"] if n in r]) for n in names}
+    ratio = section["ratios"]["ratios"].get(GIC, {})
+    rounds = [
+        {n: {k: v for k, v in run.items() if k != "warmup_batches"} for n, run in r.items()}
+        for r in section["rounds"]
+    ]
+    return {
+        "size": size.describe(),
+        "workload": spec.describe(),
+        "systems_run": names,
+        "measures": per_system,
+        "throughput_ratio_vs_rocksdb_changelog": ratio,
+        "restart": dict(restart),
+        "goals": size_goals(size.label, per_system, ratio.get("median"), restart),
+        "outputs": section.get("outputs"),
+        "conditions": section.get("conditions"),
+        "contention": section.get("contention"),
+        "failed": section.get("failed"),
+        "rounds": rounds,
+        "run_s": round(run_s, 1),
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def kept_sizes(path: Path, ran: Sequence[str]) -> dict[str, Any]:
+    """The sizes of the previous result at ``path`` that this run did not measure."""
+    try:
+        old = json.loads(path.read_text())
+        sizes = old["sizes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(sizes, dict):
+        return {}
+    return {k: v for k, v in sizes.items() if k not in ran and isinstance(v, dict)}
+
+
+def ordered_sizes(sizes: Mapping[str, Any]) -> dict[str, Any]:
+    order = [s.label for s in SIZES]
+    return {k: sizes[k] for k in sorted(sizes, key=lambda k: order.index(k) if k in order else 99)}
+
+
+# --- plots ------------------------------------------------------------------------------------
+
+PLOTTED = {
+    "rows_per_s": ("rows/s", "measures"),
+    "commit_p50_ms": ("commit p50 (ms, with logs)", "measures"),
+    "commit_p99_ms": ("commit p99 (ms, with logs)", "measures"),
+    "bytes_per_checkpoint": ("bytes uploaded per checkpoint", "measures"),
+    "stored_bytes": ("bytes stored at the end of the run", "measures"),
+    "rss_steady_bytes": ("RSS of the process tree (steady, bytes)", "measures"),
+    "pss_anon_steady_bytes": ("anonymous PSS of the process tree (steady, bytes)", "measures"),
+    "to_first_batch_ms": ("restart: start to first batch (ms)", "restart"),
+    "back_to_steady_ms": ("restart: start to a steady batch (ms)", "restart"),
+}
+
+
+def plot_series(
+    sizes: Mapping[str, Mapping[str, Any]], measure: str
+) -> dict[str, list[tuple[float, float, float, float]]]:
+    """Per system, (state bytes, median, min, max) of ``measure`` at every size."""
+    _, where = PLOTTED[measure]
+    series: dict[str, list[tuple[float, float, float, float]]] = {}
+    for data in sizes.values():
+        x = float(data["size"]["state_bytes"])
+        for system, values in (data.get(where) or {}).items():
+            if where == "measures":
+                entry = values.get(measure)
+                if entry is None or entry.get("median") is None:
+                    continue
+                point = (x, entry["median"], entry["min"], entry["max"])
+            else:
+                v = values.get(measure)
+                if v is None:
+                    continue
+                point = (x, float(v), float(v), float(v))
+            series.setdefault(system, []).append(point)
+    return series
+
+
+def plot(out_dir: Path, sizes: Mapping[str, Mapping[str, Any]]) -> list[Path]:
+    """One PNG per measure of :data:`PLOTTED` against state size, both axes log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for measure, (label, _) in PLOTTED.items():
+        series = plot_series(sizes, measure)
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for i, (system, points) in enumerate(sorted(series.items())):
+            points.sort()
+            xs = [p[0] for p in points]
+            med = [p[1] for p in points]
+            err = [[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]]
+            ax.errorbar(xs, med, yerr=err, marker="o", capsize=4, label=system, color=f"C{i}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("state size (bytes)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{NAME}: {label} (median, min-max over rounds)", fontsize=9)
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        written.append(common.save_figure(fig, out_dir / f"{NAME}_{measure}.png"))
+    return written
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def _run_size(
+    size: StateSize, base: BenchParams, mode: modes.Mode, upstream: str, rounds: int
+) -> dict[str, Any]:
+    started = time.monotonic()
+    load_at_start = os.getloadavg()
+    spec = workload(size, base.quick)
+    warmup, measured = batches(spec)
+    base = dataclasses.replace(base, warmup=warmup, measured=measured)
+    runs = SizeRuns(spec, output=size.state_bytes <= OUTPUT_UP_TO)
+    restart: dict[str, Any] = {}
+    try:
+        with modes.params_for(mode, base) as params:
+            names = systems_for(size, memory_bytes(params.driver_memory))
+            comparison = Comparison(
+                name=NAME,
+                workload=lambda _quick: spec,
+                systems={n: runs.system(n) for n in names},
+                baselines=(ROCKSDB,),
+                contenders=(GIC,),
+                goal=GOALS["throughput_vs_rocksdb_changelog_at_least"],
+                aim=GOALS["throughput_aim"],
+            )
+            with w1_s3.with_latency(upstream, LATENCY_MS) as conditions:
+                section = repeats.run_mode(comparison, spec, params, names, rounds)
+                steady = {
+                    n: statistics.median(
+                        [float(r[n]["batch_ms_p50"]) for r in section["rounds"] if n in r]
+                    )
+                    for n in names
+                    if any(n in r for r in section["rounds"])
+                }
+                for n in names:
+                    if n not in runs.last or n not in steady:
+                        continue
+                    print(f"-- {NAME} {size.label}: restart {n}", flush=True)
+                    try:
+                        restart[n] = restart_figures(runs.restart(n, params), steady[n])
+                    except BenchmarkError as exc:
+                        restart[n] = {"error": str(exc)}
+            section["conditions"] = dict(conditions)
+            section["contention"] = modes.contention(mode)
+    finally:
+        runs.clean()
+    data = shape_size(size, spec, section, restart, time.monotonic() - started)
+    data["batches"] = {
+        "load": spec.load_batches,
+        "warmup_including_load": warmup,
+        "measured": measured,
+        "restart": RESTART_BATCHES,
+    }
+    data["hdfs_rule"] = {
+        "fits": hdfs_fits(size, memory_bytes(params.driver_memory)),
+        "runs": HDFS in names,
+        "rule": (
+            f"spark_hdfs_s3a runs where {HDFS_COPIES} x state bytes <= {HDFS_HEAP_FRACTION} x "
+            f"the driver heap ({params.driver_memory})"
+        ),
+    }
+    data["output_checked"] = runs.output
+    data["load_average"] = {
+        "start": [round(v, 2) for v in load_at_start],
+        "end": [round(v, 2) for v in os.getloadavg()],
+        "note": "1, 5 and 15 minute load averages of the machine (2 cores, shared)",
+    }
+    return data
+
+
+DEFINITIONS: dict[str, Any] = {
+    **repeats.DEFINITIONS,
+    "rss": RSS_DEFINITION,
+    "stored_bytes": "bytes under the run's prefix in the bucket when the run ended",
+    "bytes_per_checkpoint": (
+        "mean over measured batches of the bytes the batch added to storage "
+        "(each system's notes.bytes_definition)"
+    ),
+    "changelog_bytes_per_checkpoint": "GIC: mean BatchReport.changelog_bytes",
+    "interval_spread_bytes": (
+        "GIC: the state's snapshot bytes at the end x mean batch_ms / "
+        "materialization_interval_s: the snapshot bytes per batch of materializing the "
+        "whole state once per interval"
+    ),
+    "materialization_spread_bytes": (
+        "GIC: the snapshot bytes per batch the runtime's materialization policy implies: a "
+        "bucket is snapshotted again when its changelog since the last snapshot reaches "
+        "materialization_changelog_ratio x that snapshot, or after the interval, whichever "
+        "comes first: max(changelog_bytes_per_checkpoint / ratio, interval_spread_bytes). "
+        "The goal bytes_vs_changelog_plus_spread divides bytes_per_checkpoint by "
+        "changelog_bytes_per_checkpoint + this; "
+        "ratio_to_changelog_plus_interval_spread_only uses interval_spread_bytes instead"
+    ),
+    "to_first_batch_ms": (
+        "restart of the last round's run in a fresh process (GIC: empty local "
+        "directory; Spark: a new JVM, its state store's local files new): query start "
+        "to the end of its first batch"
+    ),
+    "back_to_steady_ms": (
+        f"to_first_batch_ms + the durations of the next batches until one takes at "
+        f"most {STEADY_FACTOR} x the steady batch (median batch_ms_p50 of the "
+        "system's rounds); null: none did within the restart's batches"
+    ),
+    "goals": GOALS,
+}
+
+
+def reshape(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` (a written result) with every size's measures and goals, and the goal
+    summary, computed again from its rounds and restarts (after a change of a measure's
+    or goal's definition; the measurements are unchanged)."""
+    sizes: dict[str, Any] = {}
+    for label, size in data["sizes"].items():
+        names = list(size["measures"])
+        measures = {n: system_measures([r[n] for r in size["rounds"] if n in r]) for n in names}
+        ratio = size["throughput_ratio_vs_rocksdb_changelog"].get("median")
+        goals = size_goals(label, measures, ratio, size.get("restart") or {})
+        sizes[label] = {**size, "measures": measures, "goals": goals}
+    return {
+        **data,
+        "definitions": {**data.get("definitions", {}), **DEFINITIONS},
+        "sizes": sizes,
+        "goals": goals_summary(sizes),
+        "rss_goal": rss_goal(sizes),
+    }
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--reshape"]:
+        path = common.RESULTS / f"{NAME}.json"
+        data = reshape(json.loads(path.read_text()))
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        plot(path.parent, data["sizes"])
+        print(f"rewrote {path}; goals: {json.dumps(data['goals'])}", flush=True)
+        return
+    base = harness.params_from_env()
+    chosen = sizes_from_env()
+    rounds = repeats.rounds_from_env(quick=base.quick)
+    mode = modes.mode_from_env(os.environ, "GIC_BENCH_SWEEP_MODE")
+    out_dir = harness.QUICK_RESULTS if base.quick else common.RESULTS
+    started = time.monotonic()
+    measured: dict[str, Any] = {}
+    with w1_s3.shared_s3() as upstream:
+        for size in chosen:
+            print(f"== {NAME} {size.label}: {size.describe()}", flush=True)
+            measured[size.label] = _run_size(size, base, mode, upstream, rounds)
+            print(
+                f"== {NAME} {size.label} done in {measured[size.label]['run_s']} s; goals "
+                f"{json.dumps({k: v['met'] for k, v in measured[size.label]['goals'].items()})}",
+                flush=True,
+            )
+    sizes = ordered_sizes({**kept_sizes(out_dir / f"{NAME}.json", list(measured)), **measured})
+    data = {
+        "setup": {
+            "sizes": [s.describe() for s in SIZES],
+            "sizes_run": list(measured),
+            "sizes_kept_from_previous_file": sorted(set(sizes) - set(measured)),
+            "rounds": rounds,
+            "mode": mode.describe(),
+            "latency_ms_per_request": LATENCY_MS,
+            "rows_per_batch": workload(SIZES[0], base.quick).rows_per_batch,
+            "systems": {
+                GIC: "GIC, storage s3:// (boto3), through the latency proxy",
+                ROCKSDB: "Spark's RocksDB store, changelog checkpointing, s3a:// (the baseline)",
+                HDFS: "Spark's HDFS-backed store on s3a://, where it fits (hdfs_rule per size)",
+            },
+            "storage": "one SeaweedFS S3 server on loopback behind LatencyProxy for every system",
+            "quick": base.quick,
+        },
+        "definitions": DEFINITIONS,
+        "sizes": sizes,
+        "goals": goals_summary(sizes),
+        "rss_goal": rss_goal(sizes),
+        "run_s": round(time.monotonic() - started, 1),
+    }
+    path = harness.write(NAME, data, harness.QUICK_RESULTS if base.quick else None)
+    print(f"wrote {path}", flush=True)
+    for png in plot(path.parent, sizes):
+        print(f"wrote {png}", flush=True)
+    print(f"goals: {json.dumps(data['goals'])}", flush=True)
+    failed = {k: v["failed"] for k, v in measured.items() if v.get("failed")}
+    if failed:
+        raise BenchmarkError(f"{NAME}: runs failed: {failed}")
+
+
+if __name__ == "__main__":
+    main()

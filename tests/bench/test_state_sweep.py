@@ -1,0 +1,283 @@
+"""The state-size sweep's pure parts: sizes to key counts and payloads, the workload,
+environment parsing, the heap rule of the HDFS store, restart figures, measures, goals,
+result shaping and kept sizes. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.streaming import outputs, state_sweep
+from bench.streaming.records import BatchRecord, BenchmarkError, RunResult
+from bench.streaming.state_sweep import GIC, HDFS, ROCKSDB, SIZES, StateSize
+from bench.streaming.workloads import KEYED_COUNT, KEYED_PAYLOAD, WorkloadSpec, payload_hashes
+
+
+def test_each_size_sets_keys_from_the_state_bytes_and_the_value_bytes() -> None:
+    labels = [s.label for s in SIZES]
+    assert labels == ["10MB", "100MB", "1GB", "4GB"]
+    for size in SIZES:
+        assert size.bytes_per_key == 8 + 8 + size.value_bytes
+        assert size.keys == size.state_bytes // size.bytes_per_key
+        assert abs(size.keys * size.bytes_per_key - size.state_bytes) < size.bytes_per_key
+    assert SIZES[-1].state_bytes >= 4 * SIZES[2].state_bytes
+    assert [s.value_bytes for s in SIZES] == sorted(s.value_bytes for s in SIZES)
+    assert [s.keys for s in SIZES] == sorted(s.keys for s in SIZES)
+
+
+def test_the_workload_loads_every_key_before_the_measured_batches() -> None:
+    size = StateSize("x", 1_000_000, 100)
+    spec = state_sweep.workload(size)
+    assert spec.kind == KEYED_PAYLOAD
+    assert spec.value_bytes == 100
+    assert spec.keys == 1_000_000 // 116
+    assert spec.load_batches == -(-spec.keys // spec.rows_per_batch)
+    warmup, measured = state_sweep.batches(spec, {})
+    assert warmup == spec.load_batches + state_sweep.WARMUP_AFTER_LOAD
+    assert measured == state_sweep.MEASURED
+    assert state_sweep.batches(spec, {"GIC_BENCH_WARMUP": "0", "GIC_BENCH_MEASURED": "4"}) == (
+        spec.load_batches,
+        4,
+    )
+    quick = state_sweep.workload(size, quick=True)
+    assert quick.keys == spec.keys // state_sweep.QUICK_DIVISOR
+
+
+def test_payload_workload_json_round_trips_and_others_keep_their_json() -> None:
+    spec = state_sweep.workload(SIZES[0])
+    assert WorkloadSpec.from_json(spec.to_json()) == spec
+    described = spec.describe()
+    assert "payload" in described and "load phase" in described["key"]
+    plain = WorkloadSpec("w1", KEYED_COUNT, 10, 10, 1)
+    assert "value_bytes" not in plain.to_json()
+    assert plain.load_batches == 0
+    with pytest.raises(BenchmarkError):
+        WorkloadSpec("bad", KEYED_PAYLOAD, 10, 10, 1)
+    with pytest.raises(BenchmarkError):
+        WorkloadSpec("bad", KEYED_COUNT, 10, 10, 1, value_bytes=5)
+    assert payload_hashes(1) == 1
+    assert payload_hashes(128) == 1
+    assert payload_hashes(129) == 2
+    assert payload_hashes(2000) == 16
+
+
+def test_sizes_come_from_the_environment_in_sweep_order() -> None:
+    env = state_sweep.SIZES_ENV
+    assert state_sweep.sizes_from_env({}) == list(SIZES)
+    chosen = state_sweep.sizes_from_env({env: "100mb, 10MB"})
+    assert [s.label for s in chosen] == ["10MB", "100MB"]
+    with pytest.raises(BenchmarkError, match="unknown sizes"):
+        state_sweep.sizes_from_env({env: "3GB"})
+
+
+def test_hdfs_runs_only_where_its_versions_fit_in_half_the_heap() -> None:
+    heap = state_sweep.memory_bytes("6g")
+    assert heap == 6 << 30
+    assert state_sweep.memory_bytes("3072m") == 3 << 30
+    with pytest.raises(BenchmarkError):
+        state_sweep.memory_bytes("lots")
+    runs = {s.label: state_sweep.systems_for(s, heap, {}) for s in SIZES}
+    assert runs["10MB"] == [GIC, ROCKSDB, HDFS]
+    assert runs["100MB"] == [GIC, ROCKSDB, HDFS]
+    assert runs["4GB"] == [GIC, ROCKSDB]
+    assert state_sweep.systems_for(SIZES[2], 2 << 30, {}) == [GIC, ROCKSDB]
+    only = {"GIC_BENCH_SYSTEMS": f"{GIC},{ROCKSDB}"}
+    assert state_sweep.systems_for(SIZES[0], heap, only) == [GIC, ROCKSDB]
+    with pytest.raises(BenchmarkError):
+        state_sweep.systems_for(SIZES[0], heap, {"GIC_BENCH_SYSTEMS": "gic"})
+
+
+def test_back_to_steady_counts_batches_until_one_is_steady() -> None:
+    steady = 100.0
+    assert state_sweep.back_to_steady_ms(1000.0, [110.0, 90.0], steady) == 1000.0
+    assert state_sweep.back_to_steady_ms(1000.0, [900.0, 400.0, 120.0, 90.0], steady) == 1520.0
+    assert state_sweep.back_to_steady_ms(1000.0, [900.0, 400.0], steady) is None
+
+
+def _record(batch: int, ms: float, **parts: float) -> BatchRecord:
+    return BatchRecord(batch, 10, ms, 1.0, 100, parts)
+
+
+def test_restart_figures_come_from_the_restarted_run() -> None:
+    result = RunResult(
+        "gic_s3",
+        (),
+        (_record(7, 900.0, restored=128.0, local_hits=0.0), _record(8, 100.0)),
+        {"to_first_batch_ms": 2000.0, "before_first_batch_ms": 1100.0, "rss_peak_bytes": 5.0},
+    )
+    figures = state_sweep.restart_figures(result, 100.0)
+    assert figures["to_first_batch_ms"] == 2000.0
+    assert figures["back_to_steady_ms"] == 2100.0
+    assert figures["restored_buckets"] == 128.0
+    assert figures["batch_ms"] == [900.0, 100.0]
+
+
+def _run(system: str, rows_per_s: float, p99: float, nbytes: float, rss: float) -> dict[str, Any]:
+    gic = system == GIC
+    return {
+        "rows_per_s": rows_per_s,
+        "commit_with_logs_ms_p50": p99 / 2,
+        "commit_with_logs_ms_p99": p99,
+        "batch_ms_p50": 1000.0,
+        "bytes_uploaded_per_checkpoint": nbytes,
+        "notes": {
+            "kind": "gic" if gic else "spark_baseline",
+            "stored_bytes": 10 * nbytes,
+            "rss_peak_bytes": rss * 1.5,
+            "rss_steady_bytes": rss,
+            **({"gic_settings": {"materialization_interval_s": 30.0}} if gic else {}),
+        },
+        "measured_batches": [
+            {
+                "batch_ms": 1000.0,
+                "parts": {"changelog_bytes": 800.0, "state_snapshot_bytes": 6000.0},
+            }
+        ]
+        * 2,
+        "warmup_batches": [{"batch_ms": 5.0}],
+    }
+
+
+def _section(gic_rss: float = 1e9) -> dict[str, Any]:
+    rounds = [
+        {
+            GIC: _run(GIC, 3000.0 + i, 100.0, 1000.0, gic_rss),
+            ROCKSDB: _run(ROCKSDB, 1000.0, 400.0, 20000.0, 2e9),
+        }
+        for i in range(3)
+    ]
+    return {
+        "systems": {GIC: {}, ROCKSDB: {}},
+        "rounds": rounds,
+        "ratios": {"ratios": {GIC: {"median": 3.001, "per_round": [3.0, 3.001, 3.002]}}},
+        "outputs": {"identical": True},
+        "failed": {},
+    }
+
+
+def test_measures_and_goals_are_computed_from_the_runs() -> None:
+    restart = {
+        GIC: {"to_first_batch_ms": 1000.0, "back_to_steady_ms": 3000.0},
+        ROCKSDB: {"to_first_batch_ms": 5000.0, "back_to_steady_ms": 6000.0},
+    }
+    size = next(s for s in SIZES if s.label == "4GB")
+    spec = state_sweep.workload(size)
+    data = state_sweep.shape_size(size, spec, _section(), restart, 12.34)
+
+    gic = data["measures"][GIC]
+    assert gic["rows_per_s"]["median"] == 3001.0
+    assert gic["rows_per_s"]["min"] == 3000.0
+    assert gic["changelog_bytes_per_checkpoint"]["median"] == 800.0
+    assert gic["interval_spread_bytes"]["median"] == 200.0  # 6000 B x 1 s / 30 s
+    # the changelog-ratio trigger (1.0 by default) snapshots a changelog's worth per batch
+    assert gic["materialization_spread_bytes"]["median"] == 800.0
+    assert "changelog_bytes_per_checkpoint" not in data["measures"][ROCKSDB]
+    assert all("warmup_batches" not in run for r in data["rounds"] for run in r.values())
+    assert data["run_s"] == 12.3
+
+    goals = data["goals"]
+    assert all(g["applies"] for g in goals.values())
+    assert goals["throughput"]["met"] is True and goals["throughput"]["aim_met"] is True
+    assert goals["commit_p99"]["ratio_vs_rocksdb_changelog"] == 0.25
+    assert goals["commit_p99"]["met"] is True
+    assert goals["bytes_vs_changelog_plus_spread"]["ratio"] == 0.625  # 1000 / (800 + 800)
+    assert goals["bytes_vs_changelog_plus_spread"]["met"] is True
+    interval_only = goals["bytes_vs_changelog_plus_spread"]
+    assert interval_only["ratio_to_changelog_plus_interval_spread_only"] == 1.0  # / (800 + 200)
+    assert goals["bytes_vs_rocksdb"]["rocksdb_over_gic"] == 20.0
+    assert goals["restart_first_batch"]["met"] is True  # 0.2
+    assert goals["restart_back_to_steady"]["met"] is True  # 0.5
+
+    small = state_sweep.shape_size(SIZES[1], state_sweep.workload(SIZES[1]), _section(), {}, 1.0)
+    assert not any(g["applies"] for g in small["goals"].values())
+    assert small["goals"]["restart_first_batch"]["met"] is None  # not measured
+
+
+def test_goals_not_met_say_so() -> None:
+    section = _section()
+    for r in section["rounds"]:
+        r[GIC]["commit_with_logs_ms_p99"] = 300.0
+    section["ratios"]["ratios"][GIC]["median"] = 1.5
+    data = state_sweep.shape_size(SIZES[2], state_sweep.workload(SIZES[2]), section, {}, 1.0)
+    goals = data["goals"]
+    assert goals["throughput"]["met"] is False
+    assert goals["commit_p99"]["met"] is False  # 300 / 400
+    assert goals["bytes_vs_rocksdb"]["applies"] is False  # 4 GB only
+
+
+def test_rss_goal_compares_4gb_with_100mb_and_the_summary_lists_applying_goals() -> None:
+    def shaped(size: StateSize, rss: float) -> dict[str, Any]:
+        return state_sweep.shape_size(size, state_sweep.workload(size), _section(rss), {}, 1.0)
+
+    sizes = {"100MB": shaped(SIZES[1], 1e9), "4GB": shaped(SIZES[3], 1.1e9)}
+    goal = state_sweep.rss_goal(sizes)
+    assert goal["gic_rss_4gb_vs_100mb"] == 1.1
+    assert goal["met"] is True
+    sizes["4GB"] = shaped(SIZES[3], 1.3e9)
+    assert state_sweep.rss_goal(sizes)["met"] is False
+    assert state_sweep.rss_goal({"100MB": sizes["100MB"]})["met"] is None
+    summary = state_sweep.goals_summary(sizes)
+    assert summary["100MB"] == {}
+    assert set(summary["4GB"]) == set(sizes["4GB"]["goals"])
+    assert summary["rss_4gb_vs_100mb"] is False
+
+
+def test_reshape_computes_measures_and_goals_again_from_the_rounds() -> None:
+    size = SIZES[3]
+    data = state_sweep.shape_size(size, state_sweep.workload(size), _section(), {}, 1.0)
+    stale = {**data, "measures": {GIC: {}, ROCKSDB: {}}, "goals": {}}
+    again = state_sweep.reshape({"sizes": {"4GB": stale}, "definitions": {"old": 1}})
+    assert again["sizes"]["4GB"]["measures"] == data["measures"]
+    assert again["sizes"]["4GB"]["goals"] == data["goals"]
+    assert again["definitions"]["old"] == 1
+    assert again["goals"]["4GB"]["throughput"] is True
+
+
+def test_sizes_not_run_again_are_kept_in_sweep_order(tmp_path: Path) -> None:
+    path = tmp_path / "state_sweep.json"
+    assert state_sweep.kept_sizes(path, ["10MB"]) == {}
+    path.write_text(json.dumps({"sizes": {"10MB": {"old": 1}, "1GB": {"old": 2}}}))
+    kept = state_sweep.kept_sizes(path, ["10MB"])
+    assert kept == {"1GB": {"old": 2}}
+    ordered = state_sweep.ordered_sizes({"1GB": {}, "10MB": {}, "100MB": {}})
+    assert list(ordered) == ["10MB", "100MB", "1GB"]
+    path.write_text("not json")
+    assert state_sweep.kept_sizes(path, []) == {}
+
+
+def test_plot_series_take_medians_and_spreads_per_system() -> None:
+    size = SIZES[0]
+    data = state_sweep.shape_size(
+        size, state_sweep.workload(size), _section(), {GIC: {"to_first_batch_ms": 9.0}}, 1.0
+    )
+    series = state_sweep.plot_series({"10MB": data}, "rows_per_s")
+    assert series[GIC] == [(float(size.state_bytes), 3001.0, 3000.0, 3002.0)]
+    assert state_sweep.plot_series({"10MB": data}, "to_first_batch_ms") == {
+        GIC: [(float(size.state_bytes), 9.0, 9.0, 9.0)]
+    }
+
+
+def test_rss_of_this_process_tree_is_positive_and_summarized() -> None:
+    assert state_sweep.tree_rss(os.getpid()) > 0
+    rss, anon, file = state_sweep.tree_memory(os.getpid())
+    assert rss > 0 and anon > 0 and file > 0
+    assert anon + file <= rss * 1.05  # proportional shares of what is resident
+    assert state_sweep.process_memory(2**22 + 7) == (0, 0, 0)  # no such process
+    both = state_sweep.memory_summary([(10, 4, 6), (30, 8, 20), (20, 6, 12)])
+    assert both["rss_peak_bytes"] == 30.0 and both["pss_anon_peak_bytes"] == 8.0
+    assert both["pss_file_steady_bytes"] == 16.0 and both["rss_samples"] == 3
+    summary = state_sweep.rss_summary([1, 5, 3, 4])
+    assert summary == {"rss_peak_bytes": 5.0, "rss_steady_bytes": 3.5, "rss_samples": 4}
+    assert state_sweep.rss_summary([])["rss_peak_bytes"] is None
+
+
+def test_fingerprints_hash_strings_the_same_way_everywhere() -> None:
+    a = outputs.fingerprint([(1, 2, "abc"), (2, 1, "def")], [0, 0], 1)
+    b = outputs.fingerprint([(2, 1, "def"), (1, 2, "abc")], [0, 0], 1)
+    c = outputs.fingerprint([(2, 1, "deg"), (1, 2, "abc")], [0, 0], 1)
+    assert a == b
+    assert a["rows_sha256"] != c["rows_sha256"]
+    assert outputs.cell("abc") == outputs.cell("abc") != outputs.cell("abd")
