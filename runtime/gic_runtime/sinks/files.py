@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,6 +60,8 @@ from gic_runtime.storage.writes import create_once
 MARKER_MAGIC = "GICK"
 MARKER_VERSION = 1
 COMMITS_DIR = "_gic_commits"
+#: Staged files of one batch copied to the output at once.
+PUBLISH_THREADS = 8
 
 
 class Sink(Protocol):
@@ -183,32 +186,46 @@ class FileSink:
         store, key = self.resolver.resolve(self._marker_uri(generation, batch_id))
         return store.exists(key)
 
+    def _copy_staged(self, batch_id: int, item: StagedFile, name: str) -> None:
+        """Copy one staged file to ``name`` in the output directory (idempotent)."""
+        src_store, src_key = self.resolver.resolve(item.uri)
+        dst_store, dst_key = self.resolver.resolve(join(self.path, name))
+        if dst_store.exists(dst_key):
+            # An earlier publish of this batch copied it before dying: names are
+            # deterministic and copies atomic, so the same size means the same file.
+            if dst_store.size(dst_key) != src_store.size(src_key):
+                raise ObjectExistsError(
+                    f"{name} of batch {batch_id} exists in {self.path} with other content; "
+                    "the output directory is shared with another writer: give each job "
+                    "its own output path",
+                    uri=dst_store.uri_for(dst_key),
+                )
+        elif src_store is dst_store:
+            src_store.copy(src_key, dst_key)
+        else:
+            dst_store.put(dst_key, src_store.get(src_key))
+
     def publish(self, batch_id: int, staged: Sequence[StagedFile]) -> int:
         generation = self._held()
         if self.published(batch_id):
             return 0
-        names: list[str] = []
-        rows = 0
-        for i, item in enumerate(sorted(staged, key=lambda s: s.uri)):
-            name = f"part-{_batch_name(generation, batch_id)}-{i:05d}.parquet"
-            src_store, src_key = self.resolver.resolve(item.uri)
-            dst_store, dst_key = self.resolver.resolve(join(self.path, name))
-            if dst_store.exists(dst_key):
-                # An earlier publish of this batch copied it before dying: names are
-                # deterministic and copies atomic, so the same size means the same file.
-                if dst_store.size(dst_key) != src_store.size(src_key):
-                    raise ObjectExistsError(
-                        f"{name} of batch {batch_id} exists in {self.path} with other content; "
-                        "the output directory is shared with another writer: give each job "
-                        "its own output path",
-                        uri=dst_store.uri_for(dst_key),
-                    )
-            elif src_store is dst_store:
-                src_store.copy(src_key, dst_key)
-            else:
-                dst_store.put(dst_key, src_store.get(src_key))
-            names.append(name)
-            rows += item.rows
+        ordered = sorted(staged, key=lambda s: s.uri)
+        names = [
+            f"part-{_batch_name(generation, batch_id)}-{i:05d}.parquet" for i in range(len(ordered))
+        ]
+        # The copies are independent (each to a name of its own); on an object store each
+        # is a request or two of latency, so they run side by side. The marker is written
+        # only once every copy is in place, whichever failed first is raised.
+        jobs = list(zip(ordered, names, strict=True))
+        if len(jobs) <= 1:
+            for item, name in jobs:
+                self._copy_staged(batch_id, item, name)
+        else:
+            with ThreadPoolExecutor(min(PUBLISH_THREADS, len(jobs))) as pool:
+                futures = [pool.submit(self._copy_staged, batch_id, i, n) for i, n in jobs]
+            for future in futures:
+                future.result()
+        rows = sum(item.rows for item in ordered)
         store, key = self.resolver.resolve(self._marker_uri(generation, batch_id))
         body = {"batch_id": batch_id, "files": names, "rows": rows}
         if generation:

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gic_runtime.coordination.barrier import StagedFile
-from gic_runtime.errors import CorruptFileError, ObjectExistsError
+from gic_runtime.errors import CorruptFileError, ObjectExistsError, ObjectNotFoundError
 from gic_runtime.sinks import FileSink, OutputClaim, committed_batches, read_file_sink
 from gic_runtime.storage.uri import StoreResolver
 
@@ -60,6 +60,31 @@ def test_a_foreign_file_under_the_batch_name_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ObjectExistsError, match="own output path"):
         sink.publish(1, staged)
     assert not sink.published(1)
+
+
+def test_a_copy_that_fails_among_many_leaves_the_batch_unpublished(tmp_path: Path) -> None:
+    """Copies run side by side; one failing (here a staged file gone) raises, writes no
+    commit marker, and a publish once it is back completes the batch with every file."""
+    resolver = StoreResolver()
+    staged = [stage(tmp_path, f"{i:02d}.parquet", [i, i + 100]) for i in range(12)]
+    sink = claimed(tmp_path / "out", resolver)
+    missing = Path(staged[5].uri.removeprefix("file://"))
+    kept = missing.read_bytes()
+    missing.unlink()
+    with pytest.raises(ObjectNotFoundError):
+        sink.publish(3, staged)
+    assert not sink.published(3)
+    assert read_file_sink(sink.path, resolver) is None
+    missing.write_bytes(kept)
+
+    assert sink.publish(3, staged) == 24
+    table = read_file_sink(sink.path, resolver)
+    assert table is not None
+    assert sorted(table.column("n").to_pylist()) == sorted(
+        v for i in range(12) for v in (i, i + 100)
+    )
+    [batch] = committed_batches(sink.path, resolver)
+    assert batch.files == tuple(f"part-000000000003-{i:05d}.parquet" for i in range(12))
 
 
 def test_a_damaged_commit_marker_is_a_clear_error(tmp_path: Path) -> None:
