@@ -121,6 +121,16 @@ class Cluster:
             )
         return result.stdout
 
+    def in_namespace(self, namespace: str, *args: str, check: bool = True) -> str:
+        """``kubectl -n NAMESPACE ARGS`` in another namespace (a release's); its stdout."""
+        result = self._kubectl("-n", namespace, *args, check=check, timeout=60 * self.scale)
+        return result.stdout
+
+    def pods_in(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods of ``namespace`` that ``selector`` selects."""
+        text = self.in_namespace(namespace, "get", "pods", "-l", selector, "-o", "json")
+        return list(json.loads(text).get("items") or [])
+
     def manifest_file(self, *documents: Mapping[str, Any]) -> Path:
         """Write ``documents`` as one YAML file in the work directory; its path."""
         self._manifests += 1

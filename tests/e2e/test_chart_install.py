@@ -109,14 +109,8 @@ class InstalledCluster(Cluster):
         super().__init__(place)
         self.plane = plane
 
-    def in_namespace(self, namespace: str, *args: str) -> str:
-        """``kubectl -n NAMESPACE ARGS`` (as the cluster admin); its stdout."""
-        result = self._kubectl("-n", namespace, *args, check=True, timeout=60 * self.scale)
-        return result.stdout
-
     def operator_pods(self) -> list[dict[str, Any]]:
-        text = self.in_namespace(RELEASE_NAMESPACE, "get", "pods", "-l", SELECTOR, "-o", "json")
-        return list(json.loads(text).get("items") or [])
+        return self.pods_in(RELEASE_NAMESPACE, SELECTOR)
 
     def operator_log(self) -> str:
         """What every operator pod of the release logged (those already deleted too),

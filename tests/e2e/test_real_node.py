@@ -1,9 +1,10 @@
 """The real node (:mod:`tests.e2e.real_node`): the pinned kubelet with containerd and runc,
 joined to the session's test control plane, runs a pod as a container.
 
-Skipped when this machine cannot run one (not root, or Debian's ``containerd``, ``runc`` or
-``containernetworking-plugins`` missing: :func:`~tests.e2e.real_node.missing_tools`) and
-against a real cluster (``GIC_E2E_KUBECONFIG``).
+Fails, naming what to install, when this machine cannot run one (not root, or Debian's
+``containerd``, ``runc`` or ``containernetworking-plugins`` missing:
+:func:`~tests.e2e.real_node.missing_tools`); skipped against a real cluster
+(``GIC_E2E_KUBECONFIG``).
 """
 
 from __future__ import annotations
@@ -25,18 +26,13 @@ from ..controlplane.cluster import ControlPlane
 from .oci_image import ImageFile, host_programs, oci_archive
 from .real_node import (
     ECHO_IMAGE,
-    NODE_BINARIES,
     TAINT,
     RealNode,
-    build_node_binaries,
     echo_pod,
-    missing_tools,
     node_bin_dir,
-    processes_under,
 )
-from .real_node_net import kubernetes_chains
+from .real_node_fixture import checked_node, require_real_node
 
-_MISSING = missing_tools()
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.controlplane,
@@ -54,25 +50,11 @@ def real_node(
     request: pytest.FixtureRequest,
     timings: list[tuple[str, float]],
 ) -> Iterator[RealNode]:
-    if _MISSING:
-        pytest.fail(
-            f"a real node needs {', '.join(_MISSING)}: run as root after `apt-get install "
-            "containerd runc containernetworking-plugins` (.ci/run installs them)"
-        )
-    if not all((node_bin_dir() / name).exists() for name in NODE_BINARIES):
-        capture = request.config.pluginmanager.getplugin("capturemanager")
-        with capture.global_and_fixture_disabled():
-            build_node_binaries()
-    node = RealNode(control_plane, tmp_path_factory.mktemp("realnode"))
-    chains = kubernetes_chains()
-    with node:
+    require_real_node(request)
+    with checked_node(control_plane, tmp_path_factory.mktemp("realnode")) as node:
         timings.append(("real node: start -> Ready", node.startup_seconds))
         print(node.startup_summary())
         yield node
-    # Nothing of the node is left: its bridge, its processes, its iptables chains.
-    assert not Path(f"/sys/class/net/gicn{node.subnet}").exists()
-    assert kubernetes_chains() == chains
-    assert not processes_under(node.workdir)
 
 
 @pytest.fixture(scope="module")

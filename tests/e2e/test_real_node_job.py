@@ -46,7 +46,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,15 +61,10 @@ from .cluster import Cluster, JobDefaults, Place
 from .controlplane_backend import ControlPlaneBackend
 from .helpers import assert_exact_output, assert_operator_never_refused, wait_checkpoints
 from .real_node import (
-    NODE_BINARIES,
     TOLERATION,
     RealNode,
-    build_node_binaries,
-    missing_tools,
-    node_bin_dir,
-    processes_under,
 )
-from .real_node_net import kubernetes_chains
+from .real_node_fixture import checked_node, require_real_node
 from .timings import measure_recovery, measure_savepoint
 
 pytestmark = [
@@ -142,13 +136,8 @@ class NodeJobCluster(Cluster):
         self.node = node
         self.admin = admin
 
-    def in_namespace(self, namespace: str, *args: str, check: bool = True) -> str:
-        result = self._kubectl("-n", namespace, *args, check=check, timeout=60 * self.scale)
-        return result.stdout
-
     def operator_pods(self) -> list[dict[str, Any]]:
-        text = self.in_namespace(RELEASE_NAMESPACE, "get", "pods", "-l", SELECTOR, "-o", "json")
-        return list(json.loads(text).get("items") or [])
+        return self.pods_in(RELEASE_NAMESPACE, SELECTOR)
 
     def operator_log(self) -> str:
         """The operator containers' logs (through the API server and the kubelet)."""
@@ -185,22 +174,13 @@ def node(
     timings: list[tuple[str, float]],
 ) -> Iterator[RealNode]:
     """A real node with the two images in its store; everything of it gone afterwards."""
-    missing = missing_tools()
-    if missing:
-        pytest.fail(
-            f"a real node needs {', '.join(missing)}: run as root after `apt-get install "
-            "containerd runc containernetworking-plugins` (.ci/run installs them)"
-        )
+    require_real_node(request)
     absent = missing_images()
     if absent:
         message = f"images not built: {', '.join(absent)} (make images builds them)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    if not all((node_bin_dir() / name).exists() for name in NODE_BINARIES):
-        capture = request.config.pluginmanager.getplugin("capturemanager")
-        with capture.global_and_fixture_disabled():
-            build_node_binaries()
     archives = tmp_path_factory.mktemp("node-images")
     started = time.monotonic()
     exported = []
@@ -209,9 +189,7 @@ def node(
         podman("save", "--format", "oci-archive", "-o", str(archive), image_ref(name), timeout=900)
         exported.append(archive)
     _record(timings, "podman save (both images, OCI archives)", time.monotonic() - started)
-    chains = kubernetes_chains()
-    real = RealNode(control_plane, tmp_path_factory.mktemp("realnode-job"))
-    with real:
+    with checked_node(control_plane, tmp_path_factory.mktemp("realnode-job")) as real:
         _record(timings, "real node start -> Ready", real.startup_seconds)
         started = time.monotonic()
         for archive in exported:
@@ -221,9 +199,6 @@ def node(
             archive.unlink()
         assert {image_ref("operator"), image_ref("spark")} <= set(real.images())
         yield real
-    assert not Path(f"/sys/class/net/gicn{real.subnet}").exists()
-    assert kubernetes_chains() == chains
-    assert not processes_under(real.workdir)
 
 
 @pytest.fixture(scope="module")
