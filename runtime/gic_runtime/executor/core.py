@@ -50,6 +50,7 @@ import pyarrow as pa
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck, TaskStats
 from gic_runtime.errors import StateError, UploadError
+from gic_runtime.executor import allocator
 from gic_runtime.executor.environment import executor_id
 from gic_runtime.executor.process_cache import close_local_executor, discard, entry_for
 from gic_runtime.executor.staging import OutputStager
@@ -175,12 +176,14 @@ def run_task(
     input order (a background restore restores them first)."""
     entry = entry_for(barrier, task_index)
     try:
-        return execute(
+        ack = execute(
             entry, barrier, task_index, process, output_schema=output_schema, touched=touched
         )
     except BaseException:
         discard(entry)
         raise
+    allocator.release()  # the batch's buffers are freed: hand their pages back
+    return ack
 
 
 def execute(

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from gic_runtime.changelog.uploader import HedgingUploader
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.errors import FencedError
+from gic_runtime.executor import allocator
 from gic_runtime.executor.state_stack import (
     EntryKey,
     ExecutorEntry,
@@ -80,6 +81,7 @@ def _cache() -> _Cache:
 
 def entry_for(barrier: Barrier, task_index: int) -> ExecutorEntry:
     """The cached entry for task ``task_index`` of ``barrier`` (created on first use)."""
+    allocator.tune()  # once per process, before the state's threads exist
     owned = barrier.bucket_range(task_index)
     paths = local_paths(barrier)
     key = entry_key(barrier, paths, owned)

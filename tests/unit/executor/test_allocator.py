@@ -1,0 +1,84 @@
+"""The worker's C allocator: large buffers freed by a batch go back to the system once it
+is tuned, and a user's environment setting wins. Each case runs in a fresh interpreter,
+since glibc's options are process-wide and take effect on later allocations only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gic_runtime.executor import allocator
+
+pytestmark = pytest.mark.skipif(
+    allocator._LIBC is None, reason="needs glibc (mallopt); the runtime's images have it"
+)
+
+_CHURN = textwrap.dedent(
+    """
+    import json, sys
+    from gic_runtime.executor import allocator
+    applied = allocator.tune() if sys.argv[1] == "tuned" else {}
+
+    def anon_kib():
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no RssAnon")
+
+    # One large block freed raises glibc's default mapping threshold above its size.
+    first = bytearray(4 << 20)
+    del first
+    before = anon_kib()
+    # A batch's worth of 2 MiB buffers, each followed by a small object that stays (a
+    # state value, an index entry): freed, the buffers leave holes below the heap's top.
+    blocks, pinned = [], []
+    for _ in range(100):
+        blocks.append(bytearray(2 << 20))
+        pinned.append(bytearray(64 << 10))
+    del blocks
+    print(json.dumps({"applied": applied, "kept_kib": anon_kib() - before}))
+    """
+)
+
+
+def _run(mode: str, **env: str) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHURN, mode],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+    )
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def test_freed_large_buffers_return_to_the_system_only_when_tuned() -> None:
+    default = _run("default")
+    tuned = _run("tuned")
+    assert tuned["applied"] == {
+        "MALLOC_ARENA_MAX": allocator.ARENA_MAX,
+        "MALLOC_MMAP_THRESHOLD_": allocator.MMAP_THRESHOLD_BYTES,
+    }
+    # 200 MiB were allocated and freed: glibc's defaults keep them on the heap, the tuned
+    # allocator unmapped every block.
+    assert isinstance(default["kept_kib"], int) and default["kept_kib"] > 150 * 1024
+    assert isinstance(tuned["kept_kib"], int) and tuned["kept_kib"] < 16 * 1024
+
+
+def test_the_users_environment_wins() -> None:
+    result = _run("tuned", MALLOC_ARENA_MAX="4")
+    assert result["applied"] == {"MALLOC_MMAP_THRESHOLD_": allocator.MMAP_THRESHOLD_BYTES}
+
+
+def test_tuning_happens_once_per_process() -> None:
+    allocator.tune()
+    assert allocator.tune() == {}
+    assert isinstance(allocator.release(), bool)
