@@ -25,6 +25,20 @@ Environments are opened with ``sync=False``: a committed transaction survives a 
 crash (it is in the page cache) but not necessarily a machine crash, which is fine for
 a cache that is validated against the checkpoint lineage before use.
 
+They are opened with ``writemap=True``: a write transaction changes the pages of the
+memory map itself. Without it LMDB copies every page a transaction dirties into memory
+of its own and, after the commit, keeps those copies on a free list of the environment
+until it is closed; with one environment per bucket, every bucket's list grows to its
+largest transaction, so a worker that restored or loaded a bucket range kept about the
+range's whole data file in anonymous memory (measured: 1.4 GB per worker after
+restoring 1 GB of state, docs/architecture.md §13.3). With the writable map the pages
+are the file's, which the kernel writes back and reclaims. Two consequences: the data
+file's apparent size is the map size (a sparse file; only written pages take disk), and
+a write into the map on a full disk would kill the process with ``SIGBUS`` instead of
+failing a call, so a write transaction only begins while the directory's filesystem has
+at least :data:`MIN_FREE_BYTES` free (:class:`~gic_runtime.errors.StateError` naming
+the directory otherwise).
+
 Invariants and thread-safety: the metadata is removed in the same transaction as the
 first data change after it was set, so other processes never see metadata that does not
 describe the data. A bucket's pending write transaction belongs to the thread that
@@ -52,6 +66,9 @@ from gic_runtime.state.stores import BucketMeta
 
 _META_KEY: Final = b"lineage"
 _DEFAULT_MAP_SIZE: Final = 64 << 30
+MIN_FREE_BYTES: Final = 256 << 20
+"""Free bytes the local filesystem must have for a write transaction to begin: well
+above what one task writes between two checks (one bucket's changes of a batch)."""
 
 
 class _BucketEnv:
@@ -67,6 +84,7 @@ class _BucketEnv:
                 sync=False,
                 metasync=False,
                 readahead=False,
+                writemap=True,
                 lock=True,
             )
         except (OSError, lmdb.Error) as exc:
@@ -111,6 +129,24 @@ def _release(benv: _BucketEnv) -> None:
                 benv.txn = None
             benv.env.close()
             _REGISTRY.pop(str(benv.path.resolve()), None)
+
+
+def _check_free_space(path: Path) -> None:
+    """Refuse to begin writing into ``path``'s memory map on a nearly full filesystem
+    (see the module docstring: a full disk would kill the process)."""
+    try:
+        stat = os.statvfs(path)
+    except OSError as exc:
+        raise StateError(
+            f"cannot check the free space of the LMDB state store {path}: {exc}"
+        ) from exc
+    free = stat.f_bavail * stat.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise StateError(
+            f"the local state directory {path} has {free >> 20} MiB free, below the "
+            f"{MIN_FREE_BYTES >> 20} MiB a write needs; give the executors' local_dir more "
+            "disk (an emptyDir sizeLimit or a larger volume) or fewer buckets per executor"
+        )
 
 
 class _LmdbView:
@@ -184,6 +220,7 @@ class LmdbStore:
     def _wtxn(self, benv: _BucketEnv, *, data_change: bool = True) -> Any:
         txn = benv.txn
         if txn is None:
+            _check_free_space(benv.path)
             txn = benv.txn = benv.env.begin(write=True)
             benv.owner = threading.get_ident()
             benv.ops = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
+from gic_runtime.state import lmdb_store
 from gic_runtime.state.lmdb_store import LmdbStore
 from gic_runtime.state.memory_store import SortedKeys, prefix_end
 from gic_runtime.state.stores import BucketMeta, KVStore, apply_change
@@ -287,3 +289,64 @@ class TestLmdbAcrossProcesses:
         reopened.close()
         with pytest.raises(StateError, match="closed"):
             store.get(5, b"k")
+
+
+_WRITE_BUCKETS = """
+import sys
+from gic_runtime.state.lmdb_store import LmdbStore
+
+def anon_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    raise RuntimeError("no RssAnon")
+
+store = LmdbStore(sys.argv[1])
+value = b"v" * 1000
+store.put(0, b"warm-up", value)
+store.flush()
+before = anon_kib()
+for bucket in range(1, 33):  # 32 buckets of 2,000 values: a range loaded or restored
+    store.put_many(bucket, [(b"%08d" % i, value) for i in range(2000)])
+    store.flush()
+print(anon_kib() - before)
+store.close()
+"""
+
+
+class TestLmdbMemory:
+    def test_writing_many_buckets_keeps_no_copy_of_their_pages(self, tmp_path: Path) -> None:
+        """64 MB written into 32 environments, one transaction each: LMDB's own copies
+        of dirtied pages would stay on each environment's free list (about the data's
+        size); written into the map, the process keeps only what it holds."""
+        child = subprocess.run(
+            [sys.executable, "-c", _WRITE_BUCKETS, str(tmp_path / "s")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert child.returncode == 0, child.stderr
+        assert int(child.stdout) < 16 * 1024, f"anonymous memory grew {child.stdout} KiB"
+
+    def test_a_nearly_full_disk_refuses_a_write_and_leaves_the_data(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        store = LmdbStore(tmp_path / "s", map_size=1 << 26)
+        store.put(0, b"k", b"v")
+        store.flush()
+        real = lmdb_store.os.statvfs
+
+        def nearly_full(path: object) -> os.statvfs_result:  # the seam: the filesystem
+            st = real(path)  # type: ignore[arg-type]
+            fields = list(st)
+            fields[4] = 100  # f_bavail: 100 blocks
+            return os.statvfs_result(fields)
+
+        monkeypatch.setattr(lmdb_store.os, "statvfs", nearly_full)
+        with pytest.raises(StateError, match=r"MiB free.*local_dir"):
+            store.put(0, b"k", b"w")
+        monkeypatch.undo()
+        assert store.get(0, b"k") == b"v"
+        store.close()
