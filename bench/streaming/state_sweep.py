@@ -664,17 +664,33 @@ def _restart_goal(
 
 
 def rss_goal(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """GIC's steady RSS at 4 GB against its steady RSS at 100 MB (None: one is missing)."""
-    big = _value(sizes.get(LARGEST_ONLY, {}).get("measures", {}), GIC, "rss_steady_bytes")
-    small = _value(sizes.get("100MB", {}).get("measures", {}), GIC, "rss_steady_bytes")
+    """GIC's steady RSS at 4 GB against its steady RSS at 100 MB (None: one is missing),
+    and beside it the same ratio of its anonymous memory (``anonymous``), the part its
+    settings bound: VmRSS also counts the pages of the LMDB files the workers map, page
+    cache that grows with the state and that the kernel takes back under pressure."""
+    measures = {
+        label: sizes.get(label, {}).get("measures", {}) for label in (LARGEST_ONLY, "100MB")
+    }
+
+    def ratio(field: str) -> float | None:
+        big = _value(measures[LARGEST_ONLY], GIC, field)
+        return common.ratio(big, _value(measures["100MB"], GIC, field))
+
+    at_most = GOALS["rss_vs_100mb_at_most"]
     return {
         **common.goal(
-            "gic_rss_4gb_vs_100mb",
-            common.ratio(big, small),
-            at_most=GOALS["rss_vs_100mb_at_most"],
-            met="met",
+            "gic_rss_4gb_vs_100mb", ratio("rss_steady_bytes"), at_most=at_most, met="met"
         ),
         "how": "median over rounds of gic_s3's rss_steady_bytes at 4GB / at 100MB",
+        "anonymous": {
+            **common.goal(
+                "gic_pss_anon_4gb_vs_100mb",
+                ratio("pss_anon_steady_bytes"),
+                at_most=at_most,
+                met="met",
+            ),
+            "how": "the same with pss_anon_steady_bytes (anonymous memory of the process tree)",
+        },
     }
 
 

@@ -128,6 +128,7 @@ def _run(system: str, rows_per_s: float, p99: float, nbytes: float, rss: float) 
             "stored_bytes": 10 * nbytes,
             "rss_peak_bytes": rss * 1.5,
             "rss_steady_bytes": rss,
+            "pss_anon_steady_bytes": rss / 2,
             **({"gic_settings": {"materialization_interval_s": 30.0}} if gic else {}),
         },
         "measured_batches": [
@@ -216,6 +217,8 @@ def test_rss_goal_compares_4gb_with_100mb_and_the_summary_lists_applying_goals()
     goal = state_sweep.rss_goal(sizes)
     assert goal["gic_rss_4gb_vs_100mb"] == 1.1
     assert goal["met"] is True
+    assert goal["anonymous"]["gic_pss_anon_4gb_vs_100mb"] == 1.1
+    assert goal["anonymous"]["met"] is True
     sizes["4GB"] = shaped(SIZES[3], 1.3e9)
     assert state_sweep.rss_goal(sizes)["met"] is False
     assert state_sweep.rss_goal({"100MB": sizes["100MB"]})["met"] is None
