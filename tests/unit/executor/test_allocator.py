@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from tests.support.memory_probe import REPO
 
 from gic_runtime.executor import allocator
 
@@ -22,14 +23,8 @@ _CHURN = textwrap.dedent(
     """
     import json, sys
     from gic_runtime.executor import allocator
+    from tests.support.memory_probe import anon_kib
     applied = allocator.tune() if sys.argv[1] == "tuned" else {}
-
-    def anon_kib():
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
-        raise RuntimeError("no RssAnon")
 
     # One large block freed raises glibc's default mapping threshold above its size.
     first = bytearray(4 << 20)
@@ -54,6 +49,7 @@ def _run(mode: str, **env: str) -> dict[str, object]:
         capture_output=True,
         text=True,
         env={**os.environ, **env},
+        cwd=REPO,
         timeout=60,
     )
     result: dict[str, object] = json.loads(out.stdout)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.memory_probe import REPO
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
@@ -294,13 +295,7 @@ class TestLmdbAcrossProcesses:
 _WRITE_BUCKETS = """
 import sys
 from gic_runtime.state.lmdb_store import LmdbStore
-
-def anon_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1])
-    raise RuntimeError("no RssAnon")
+from tests.support.memory_probe import anon_kib
 
 store = LmdbStore(sys.argv[1])
 value = b"v" * 1000
@@ -322,6 +317,7 @@ class TestLmdbMemory:
         size); written into the map, the process keeps only what it holds."""
         child = subprocess.run(
             [sys.executable, "-c", _WRITE_BUCKETS, str(tmp_path / "s")],
+            cwd=REPO,
             capture_output=True,
             text=True,
             timeout=120,
