@@ -16,7 +16,8 @@ A worker's anonymous memory then grows with the largest working set any batch or
 ever had, per arena, instead of with what it holds now. :func:`tune` caps the arenas
 (:data:`ARENA_MAX`) and fixes the mapping threshold (:data:`MMAP_THRESHOLD_BYTES`) so
 every large buffer is mapped and returned when freed; :func:`release` hands free heap
-memory back after work that peaks (a restore, a snapshot job).
+memory back (the Spark task core calls it after every task,
+:func:`~gic_runtime.executor.core.run_task`).
 
 Invariants: nothing here changes what the runtime computes, only where memory comes
 from; a variable the user set in the environment (``MALLOC_ARENA_MAX``,
@@ -41,8 +42,10 @@ __all__ = ["ARENA_MAX", "MMAP_THRESHOLD_BYTES", "release", "tune"]
 _log = logging.getLogger(__name__)
 
 ARENA_MAX: Final = 2
-"""Malloc arenas of a worker process. Two serve the task thread and the background
-threads with little lock contention; glibc's default on a 2-core executor is 16."""
+"""Malloc arenas of a worker process, shared by the task thread and the background
+threads (uploads, materialization, restore); glibc's default on a 2-core executor is 16.
+The steady batch time at 1 GB of state did not change with two (docs/architecture.md
+§13.3)."""
 
 MMAP_THRESHOLD_BYTES: Final = 1024 * 1024
 """Blocks at least this large are mapped on their own and unmapped when freed (and the
