@@ -30,7 +30,7 @@ memory map itself. Without it LMDB copies every page a transaction dirties into 
 of its own and, after the commit, keeps those copies on a free list of the environment
 until it is closed; with one environment per bucket, every bucket's list grows to its
 largest transaction, so a worker that restored or loaded a bucket range kept about the
-range's whole data file in anonymous memory (measured: 1.4 GB per worker after
+range's whole data file in anonymous memory (measured: about 1.5 GB per worker after
 restoring 1 GB of state, docs/architecture.md §13.3). With the writable map the pages
 are the file's, which the kernel writes back and reclaims. Two consequences: the data
 file's apparent size is the map size (a sparse file; only written pages take disk), and
