@@ -73,6 +73,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gic_runtime.errors import FormatError, GICError
@@ -116,6 +117,10 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+EXISTS_THREADS = 16
+"""Existence checks of adoption candidates in flight at once (a task range holds 32
+buckets in the common layout of 128 buckets and 4 tasks: two rounds of requests)."""
+
 # --- public API --------------------------------------------------------------------------
 
 
@@ -134,8 +139,11 @@ def adopt_materializations(
     thread right after the backend was restored to ``expected``). A record older than
     :data:`~gic_runtime.materialization.snapshot_record.ADOPTION_MAX_AGE_S` (by the scope's clock,
     the one that wrote it) is never adopted: the driver's live sweep may have deleted its
-    snapshot. Returns the buckets."""
-    adopted: list[int] = []
+    snapshot. Each candidate's object is checked to still exist with its size; the checks
+    run concurrently (:data:`EXISTS_THREADS`), as a range adopts up to all of its buckets
+    in one task and each check is a request (tens of milliseconds on S3). Adoption itself
+    happens on the calling thread, in bucket order. Returns the buckets."""
+    candidates: list[tuple[int, SnapshotHandle]] = []
     for bucket in backend.bucket_range:
         state = expected.get(bucket) or BucketState(bucket, 0)
         record = _read(scope, bucket)
@@ -145,9 +153,11 @@ def adopt_materializations(
             continue
         if scope.clock.wall() - record.time > ADOPTION_MAX_AGE_S:
             continue  # the live sweep may delete it by now (record.ADOPTION_MAX_AGE_S)
-        if not _exists(scope.resolver, record.snapshot):
-            continue
-        if backend.on_materialized(bucket, record.snapshot):
+        candidates.append((bucket, record.snapshot))
+    present = _all_exist(scope.resolver, [handle for _, handle in candidates])
+    adopted: list[int] = []
+    for (bucket, handle), there in zip(candidates, present, strict=True):
+        if there and backend.on_materialized(bucket, handle):
             adopted.append(bucket)
     return adopted
 
@@ -286,6 +296,16 @@ def _newest(scope: MaterializationScope, bucket: int, state: BucketState) -> New
         return None
     fits = usable_for(record, state, root=scope.root, job_id=scope.job_id, epoch=scope.epoch)
     return Newest(record.seq, record.snapshot.size, record.time, fits)
+
+
+def _all_exist(resolver: StoreResolver, handles: list[SnapshotHandle]) -> list[bool]:
+    """:func:`_exists` of each of ``handles``, in order; up to :data:`EXISTS_THREADS`
+    requests at once."""
+    if len(handles) <= 1:
+        return [_exists(resolver, handle) for handle in handles]
+    workers = min(EXISTS_THREADS, len(handles))
+    with ThreadPoolExecutor(workers, thread_name_prefix="gic-adopt") as pool:
+        return list(pool.map(lambda handle: _exists(resolver, handle), handles))
 
 
 def _exists(resolver: StoreResolver, handle: SnapshotHandle) -> bool:

@@ -199,3 +199,50 @@ def test_each_range_has_its_own_growth_lane(tmp_path: Path) -> None:
     most, _ = a.batch(3)  # batch 1's snapshots adopted: batches 2 and 3 remain
     assert most == 2
     assert wait_local_materializations(WAIT)
+
+
+class TestingMeetingStore(LocalObjectStore):
+    """A local store whose first two ``size`` calls must meet (a ``Barrier`` of two):
+    adoption's existence checks pass only when two of them are in flight at once."""
+
+    __test__ = False
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.meeting = threading.Barrier(2, timeout=WAIT)
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def size(self, key: str) -> int:
+        with self._lock:
+            self.calls += 1
+            first_two = self.calls <= 2
+        if first_two:
+            self.meeting.wait()  # raises BrokenBarrierError when the checks run one by one
+        return super().size(key)
+
+
+def test_adoption_checks_existence_concurrently_and_skips_missing_snapshots(
+    tmp_path: Path,
+) -> None:
+    store = TestingMeetingStore(tmp_path / "objects")
+    resolver = StoreResolver()
+    resolver.register(store)
+    scope = _scope(tmp_path, resolver, interval_s=1e9, max_sections=1)
+    task = _Task(scope, range(0, 8), 8)
+    assert task.batch(0)[1] == 8  # one section each: every bucket due by growth
+    assert wait_local_materializations(WAIT)
+    records = {b: lm._read(scope, b) for b in range(8)}
+    assert all(r is not None for r in records.values())
+    gone = records[2]
+    shrunk = records[5]
+    assert gone is not None and shrunk is not None
+    (tmp_path / "objects" / resolver.resolve(gone.snapshot.uri)[1]).unlink()
+    (tmp_path / "objects" / resolver.resolve(shrunk.snapshot.uri)[1]).write_bytes(b"short")
+    adopted = adopt_materializations(scope, task.backend, task.expected)
+    assert adopted == [0, 1, 3, 4, 6, 7]
+    assert store.calls == 8 and not store.meeting.broken
+    for bucket in adopted:
+        record = records[bucket]
+        assert record is not None
+        assert task.backend.snapshot_of(bucket) == record.snapshot
