@@ -45,7 +45,7 @@ VERSION_ZSTD: Final = 2
 read, at a similar size (docs/architecture.md §4.3)."""
 FLAG_ZLIB: Final = 1
 FLAG_ZSTD: Final = 2
-ZSTD_LEVEL: Final = 3
+ZSTD_LEVEL: Final = 1
 _KNOWN_FLAGS: Final = {VERSION: FLAG_ZLIB, VERSION_ZSTD: FLAG_ZSTD}
 _RAW_LENGTH = struct.Struct("<Q")
 _FIXED = struct.Struct("<IQQQI")
