@@ -110,6 +110,17 @@ class SettingsFields(BaseSettings):
         "1.0: a restore replays at most a snapshot's worth of changes, and with 2 retained "
         "checkpoints the job keeps under 3x its state (docs/architecture.md §7).",
     )
+    materialization_time_min_change: float = Field(
+        _MATERIALIZATION.time_min_change,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Changelog bytes since its last snapshot, as a fraction of that "
+        "snapshot's size, a bucket needs before the interval alone snapshots it again: "
+        "below that, replaying the changelog at restore costs less than that fraction of "
+        "downloading the snapshot, so re-uploading the whole bucket buys little. 0: any "
+        "change (docs/architecture.md §7).",
+    )
     changelog_preemptive_upload_bytes: int = Field(
         4 * _MiB,
         ge=1,

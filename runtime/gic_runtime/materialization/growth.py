@@ -11,8 +11,10 @@ ending after the snapshot's seq) reaches either limit of
   never less than ``changelog_floor_bytes`` (the floor alone without a snapshot), so
   tiny buckets do not churn.
 
-:func:`growth_pressure` is the larger of the two fractions; ``>= 1`` means due. The
-scheduler (:func:`~gic_runtime.materialization.scheduler.due`) uses it, and
+:func:`growth` gives both fractions; its ``pressure`` (and :func:`growth_pressure`) is
+the larger; ``>= 1`` means due. The scheduler
+(:func:`~gic_runtime.materialization.scheduler.due`) uses it, also to let time snapshot a
+bucket only once its changelog bytes reached ``time_min_change`` x its snapshot, and
 :mod:`~gic_runtime.materialization.background` serves growth-due buckets highest
 pressure first (docs/architecture.md §7).
 
@@ -22,6 +24,7 @@ Thread-safety: pure functions.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from gic_runtime.handles import ChangelogHandle
@@ -46,19 +49,49 @@ def byte_limit(snapshot_size: int | None, limits: GrowthLimits) -> float:
     return max(scaled, float(limits.changelog_floor_bytes))
 
 
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """A bucket's changelog since its base as fractions of the two limits."""
+
+    sections: float
+    """Handles since the base / ``max_sections``."""
+
+    bytes: float
+    """Stored changelog bytes since the base / :func:`byte_limit`."""
+
+    changelog_bytes: int
+    """Stored changelog bytes since the base."""
+
+    @property
+    def pressure(self) -> float:
+        """The larger fraction: at least 1.0 means due by growth."""
+        return max(self.sections, self.bytes)
+
+
+def growth(
+    changelog: Iterable[ChangelogHandle],
+    base_seq: int,
+    snapshot_size: int | None,
+    limits: GrowthLimits,
+) -> Growth:
+    """How far the handles of ``changelog`` ending after ``base_seq`` are toward the
+    growth limits, where bytes are the handles' stored lengths and ``snapshot_size`` is
+    the stored size of the snapshot at ``base_seq`` (``None``: no snapshot)."""
+    sections = nbytes = 0
+    for handle in changelog:
+        if handle.to_seq > base_seq:
+            sections += 1
+            nbytes += handle.length
+    limit = byte_limit(snapshot_size, limits)
+    return Growth(sections / limits.max_sections, nbytes / limit, nbytes)
+
+
 def growth_pressure(
     changelog: Iterable[ChangelogHandle],
     base_seq: int,
     snapshot_size: int | None,
     limits: GrowthLimits,
 ) -> float:
-    """How far the handles of ``changelog`` ending after ``base_seq`` are toward the
-    growth limits: ``max(sections / max_sections, bytes / byte_limit)``, where bytes are
-    the handles' stored lengths and ``snapshot_size`` is the stored size of the snapshot
-    at ``base_seq`` (``None``: no snapshot). At least 1.0 means due by growth."""
-    sections = nbytes = 0
-    for handle in changelog:
-        if handle.to_seq > base_seq:
-            sections += 1
-            nbytes += handle.length
-    return max(sections / limits.max_sections, nbytes / byte_limit(snapshot_size, limits))
+    """``max(sections / max_sections, bytes / byte_limit)`` of :func:`growth`: at least
+    1.0 means due by growth."""
+    return growth(changelog, base_seq, snapshot_size, limits).pressure

@@ -16,7 +16,13 @@ newest background snapshot record, describes it as a :class:`Newest`, and asks
   recorded. The jitter is derived from a hash of job, bucket and that record's time, so
   every process computes the same due time and buckets drift apart; without a snapshot
   the first due time is spread over one interval by a per-bucket offset from the
-  *anchor* (when the attempt was first seen), so buckets never all start at once.
+  *anchor* (when the attempt was first seen), so buckets never all start at once. Time
+  snapshots a bucket that has a base snapshot only once its changelog bytes since that
+  base reached ``time_min_change`` x the snapshot's stored size: replaying less costs a
+  restore under that fraction of downloading the snapshot, so a new snapshot would buy
+  little, while it costs a whole bucket's encoding and upload (this also keeps a restored
+  attempt, whose first due times all fall within one interval, from re-snapshotting
+  every bucket).
 
 A bucket whose newest fitting snapshot is already at the state's seq is never due.
 
@@ -34,7 +40,7 @@ from dataclasses import dataclass
 
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.handles import BucketState
-from gic_runtime.materialization.growth import growth_pressure
+from gic_runtime.materialization.growth import growth
 
 __all__ = ["Due", "MaterializationSettings", "Newest", "due", "pressure", "unit"]
 
@@ -72,6 +78,14 @@ class MaterializationSettings:
     and uploads more in the background (docs/architecture.md §7 has the storage model
     and the ``soak`` figures: at 1.0 the job kept 2.4x its state in the median sample,
     at 0.5 2.75x, and wrote 31 % fewer bytes per checkpoint)."""
+
+    time_min_change: float = 0.25
+    """A bucket with a base snapshot is snapshotted by time only once its changelog
+    bytes since that base reached this fraction of the snapshot's stored size. Until
+    then a restore replays under a quarter of what it downloads for the snapshot
+    anyway, and a new snapshot would re-encode and upload the whole bucket for that:
+    with gigabytes of slowly changing state, time alone would upload the whole state
+    every interval. 0 lets time snapshot any change (growth is not affected)."""
 
     changelog_floor_bytes: int = 4 * 1024
     """The byte limit is never below this (and is this without a snapshot), so tiny
@@ -112,12 +126,14 @@ class MaterializationSettings:
             or self.changelog_ratio == float("inf")
             or self.changelog_floor_bytes < 1
             or not 0 < self.companion_pressure <= 1
+            or not 0 <= self.time_min_change <= 1
         ):
             raise ConfigurationError(
                 "materialization needs max_sections >= 1, a finite changelog_ratio > 0, "
-                "changelog_floor_bytes >= 1 and 0 < companion_pressure <= 1; got "
+                "changelog_floor_bytes >= 1, 0 < companion_pressure <= 1 and "
+                "0 <= time_min_change <= 1; got "
                 f"{self.max_sections}, {self.changelog_ratio}, {self.changelog_floor_bytes}, "
-                f"{self.companion_pressure}"
+                f"{self.companion_pressure}, {self.time_min_change}"
             )
         if self.max_consecutive_failures < 0 or self.retry_delay_s < 0:
             raise ConfigurationError(
@@ -157,21 +173,24 @@ def unit(*parts: object) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
-def pressure(
-    settings: MaterializationSettings, state: BucketState, newest: Newest | None
-) -> float | None:
-    """The bucket's growth pressure since its effective base (the newest snapshot when
-    it fits the state's history, else the state's own snapshot); ``None`` when the
-    newest fitting snapshot already holds every change of ``state``."""
-    size: int | None
+def _base(state: BucketState, newest: Newest | None) -> tuple[int, int | None] | None:
+    """The bucket's effective base: the seq and stored size of the newest snapshot when
+    it fits the state's history, else of the state's own snapshot (size ``None``: no
+    snapshot); ``None`` when the newest fitting snapshot already holds every change."""
     if newest is not None and newest.fits:
         if newest.seq >= state.seq:
             return None
-        base, size = newest.seq, newest.size  # the bucket's next task adopts it
-    else:
-        base = state.base
-        size = state.snapshot.size if state.snapshot is not None else None
-    return growth_pressure(state.changelog, base, size, settings)
+        return newest.seq, newest.size  # the bucket's next task adopts it
+    return state.base, state.snapshot.size if state.snapshot is not None else None
+
+
+def pressure(
+    settings: MaterializationSettings, state: BucketState, newest: Newest | None
+) -> float | None:
+    """The bucket's growth pressure since its effective base (see :func:`_base`);
+    ``None`` when the newest fitting snapshot already holds every change of ``state``."""
+    base = _base(state, newest)
+    return None if base is None else growth(state.changelog, *base, settings).pressure
 
 
 def due(
@@ -187,12 +206,16 @@ def due(
     how urgent its growth is; ``None`` when not due. ``newest`` is the bucket's newest
     snapshot of this attempt (``None``: none yet); ``anchor`` is when the attempt was
     first seen (first due times count from there)."""
-    current = pressure(settings, state, newest)
-    if current is None:
+    base = _base(state, newest)
+    if base is None:
         return None  # nothing changed since the newest snapshot
-    result = Due(current)
+    current = growth(state.changelog, *base, settings)
+    result = Due(current.pressure)
     if result.by_growth:
         return result
+    size = base[1]
+    if size is not None and current.changelog_bytes < settings.time_min_change * size:
+        return None  # too little to replay for a snapshot to pay (time_min_change)
     bucket = state.bucket
     if newest is None:
         timed = now - anchor >= settings.interval_s * unit(job_id, bucket, "first")

@@ -117,6 +117,25 @@ def test_due_by_time_is_unchanged_below_the_limits(tmp_path: Path) -> None:
     assert due is not None and not due.by_growth
 
 
+def test_time_waits_for_a_quarter_of_the_snapshot_in_changes(tmp_path: Path) -> None:
+    """A large snapshot with little change since: the interval alone does not snapshot
+    it again until its changelog reached time_min_change x the snapshot's size."""
+    scope = _scope(tmp_path, interval_s=100.0, jitter=0.0, max_sections=50)
+    now = time.time()
+    late = now + 10_000.0  # far past every due time
+    small = _state(4, length=1000, snapshot_size=20_000, base=5)  # 4,000 of 20,000
+    assert lm._due(scope, 3, small, late, anchor=now) is None
+    enough = _state(5, length=1000, snapshot_size=20_000, base=5)  # 5,000: a quarter
+    due = lm._due(scope, 3, enough, late, anchor=now)
+    assert due is not None and not due.by_growth and due.pressure == 0.25
+    no_snapshot = _state(2, length=10)  # nothing to download instead: any change
+    assert lm._due(scope, 3, no_snapshot, late, anchor=now) is not None
+    any_change = _scope(
+        tmp_path / "any", interval_s=100.0, jitter=0.0, max_sections=50, time_min_change=0.0
+    )
+    assert lm._due(any_change, 3, small, late, anchor=now) is not None
+
+
 # --- tasks in one process ---------------------------------------------------------------------
 
 
