@@ -7,7 +7,9 @@ payload of ``value_bytes`` characters (``max(payload)``), derived from the row. 
 count and the value bytes: ``keys = state_bytes / (8 + 8 + value_bytes)``. Every run
 first loads the state (the first ``ceil(keys / rows_per_batch)`` batches write every
 key once), then runs :data:`WARMUP_AFTER_LOAD` warm-up and :data:`MEASURED` measured
-batches of :data:`ROWS_PER_BATCH` rows each (updates of keys spread by hash).
+batches of :data:`ROWS_PER_BATCH` rows each (updates of keys spread by hash). Every
+system runs at its own defaults for checkpointing: GIC's materialization settings are
+the runtime's (interval 120 s, growth limits), Spark's RocksDB store its own.
 
 Systems, on one SeaweedFS behind :class:`~bench.streaming.latency_proxy.LatencyProxy`
 (:func:`bench.streaming.w1_s3.shared_s3` / :func:`~bench.streaming.w1_s3.with_latency`):
@@ -64,7 +66,11 @@ KEY_BYTES = 8
 COUNT_BYTES = 8
 MB = 1_000_000
 WARMUP_AFTER_LOAD = 3
-MEASURED = 12
+MEASURED = 32
+"""Measured batches: a whole materialization cycle at the runtime's defaults (a bucket
+gaining a section per batch is snapshotted at least every ``max_sections`` = 32
+batches), so every bucket's background snapshot falls in the window once and the rows/s
+carry its cost at the rate it comes, whichever batch a wave falls on."""
 RESTART_BATCHES = 8
 STEADY_FACTOR = 1.25
 """A batch is back at its steady duration when it takes at most this times the steady
@@ -399,7 +405,9 @@ class SizeRuns:
     count: int = 0
 
     def options(self, name: str) -> dict[str, Any]:
-        return {"inner": "gic" if name.startswith("gic") else "spark", "output": self.output}
+        if name.startswith("gic"):  # the runtime's own materialization settings
+            return {"inner": "gic", "output": self.output, "default_materialization": True}
+        return {"inner": "spark", "output": self.output}
 
     def _forget(self, name: str) -> None:
         old = self.last.pop(name, None)
