@@ -122,6 +122,8 @@ class JobActions:
                 last_restart_time=rfc3339(p.now),
                 next_restart_time=None,
             )
+            if not p.write_ahead():
+                return  # not recorded (the job changed meanwhile): claim nothing
         # Idempotent: completes the claim a failed pass left (its marker is ours).
         self.ctx.storage.claim_epoch(f"gic-operator recovery {p.namespace}/{p.name}", epoch)
         sweep = p.status.last_sweep

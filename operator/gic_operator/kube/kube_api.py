@@ -161,6 +161,10 @@ class KubeApi(Protocol):
         status: Mapping[str, Any],
         *,
         resource_version: str | None = None,
-    ) -> None: ...
+    ) -> str | None:
+        """Merge-patch the status (``resource_version``: only if the object is at that
+        version, else :class:`~gic_operator.operator_errors.ConflictError`); returns the
+        object's resourceVersion after the patch, ``None`` when the object is gone."""
+        ...
 
     def event(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> None: ...

@@ -335,13 +335,13 @@ class KubernetesApi:
         status: Mapping[str, Any],
         *,
         resource_version: str | None = None,
-    ) -> None:
+    ) -> str | None:
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version:
             # A merge patch carrying metadata.resourceVersion is a precondition: the API
             # server answers 409 Conflict when the object has another version.
             body["metadata"] = {"resourceVersion": resource_version}
-        self._call(
+        patched = self._call(
             f"patching the status of {plural}/{name} in {namespace}",
             self._custom.patch_namespaced_custom_object_status,
             GROUP,
@@ -353,6 +353,10 @@ class KubernetesApi:
             _content_type="application/merge-patch+json",
             ok={404: None},
         )
+        if not isinstance(patched, Mapping):
+            return None
+        version = Body(patched).resource_version
+        return version if isinstance(version, str) else None
 
     # --- events ----------------------------------------------------------------------
 

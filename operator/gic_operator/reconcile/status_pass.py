@@ -21,7 +21,10 @@ events are posted only after the status patch succeeded, so an event never
 announces a transition the status does not show; a status derived from a read never
 overwrites a newer one: when the object changed since the read (HTTP 409 ``Conflict``),
 nothing is written and no event is posted, and the next pass (the change itself triggers
-one) reads it again and decides again.
+one) reads it again and decides again. :meth:`Pass.write_ahead` stores the working
+status in the middle of a pass, before a side effect that must never go unrecorded (a
+recovery's epoch claim); a conflict there ends the pass's writing, and after it the
+pass's later patch is conditional on the version that write produced.
 
 Thread-safety: a pass belongs to one thread.
 """
@@ -42,6 +45,7 @@ from gic_operator.kube.bodies import Body
 from gic_operator.kube.conditions import set_condition
 from gic_operator.kube.kube_api import KubeApi
 from gic_operator.kube.kube_events import EVENT_MESSAGE_MAX, bounded_text
+from gic_operator.kube.merge_patch import merge_patch
 from gic_operator.models import Condition, GICJobStatus, ResourceStatus, SavepointStatus
 from gic_operator.models.base import plain_json, read_tolerantly
 from gic_operator.operator_errors import ConflictError
@@ -87,8 +91,11 @@ class Pass(Generic[S]):
     _updated: set[str] = field(init=False, default_factory=set)
     _events: list[tuple[str, str, str]] = field(init=False, default_factory=list)
     now: float = field(init=False)
-    #: Set by :meth:`commit` when the object changed since it was read (nothing written).
+    #: Set by :meth:`commit` or :meth:`write_ahead` when the object changed since it was
+    #: read (nothing more is written by this pass).
     conflicted: bool = field(init=False, default=False)
+    #: The resourceVersion after this pass's own :meth:`write_ahead` (``None``: none yet).
+    _written_version: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         raw = Body(self.body).status
@@ -129,7 +136,9 @@ class Pass(Generic[S]):
 
     @property
     def resource_version(self) -> str | None:
-        return self.resource.resource_version
+        """The version the next patch is conditional on: the body's, or the one this
+        pass's own :meth:`write_ahead` produced."""
+        return self._written_version or self.resource.resource_version
 
     @property
     def annotations(self) -> Mapping[str, str]:
@@ -194,34 +203,64 @@ class Pass(Generic[S]):
         """The merge patch from the stored status to the working one."""
         return status_patch(self._stored, self._status, self._updated)
 
+    def write_ahead(self) -> bool:
+        """Write the working status now, before a side effect that must never happen
+        without it being recorded (an epoch claimed in storage), under the same
+        precondition as :meth:`commit`. True when it is stored (the rest of the pass
+        patches on top of it, conditional on the version this write produced); False
+        when the object changed since it was read: nothing was written, the pass must
+        not perform that side effect, and :meth:`commit` writes nothing either. Queued
+        events wait for :meth:`commit`."""
+        if self.conflicted:
+            return False
+        patch = self.changed()
+        if not patch:
+            return True
+        if not self._patch(patch):
+            return False
+        self._stored = merge_patch(self._stored, patch)
+        self._updated.clear()
+        return True
+
     def commit(self) -> dict[str, Any]:
         """Patch the status (when it changed) then post the queued events; return the
         patch (empty when the object changed since it was read: nothing was written)."""
+        if self.conflicted:
+            self._events.clear()
+            return {}
         patch = self.changed()
-        if patch:
-            try:
-                self.kube.patch_status(
-                    self.plural,
-                    self.namespace,
-                    self.name,
-                    patch,
-                    resource_version=self.resource_version,
-                )
-            except ConflictError:
-                log.info(
-                    "%s %s/%s changed while it was reconciled; it is read again on the next pass",
-                    self.plural,
-                    self.namespace,
-                    self.name,
-                )
-                self._events.clear()
-                self.conflicted = True
-                return {}
+        if patch and not self._patch(patch):
+            return {}
         for type_, reason, message in self._events:
             log.info("%s/%s %s %s: %s", self.namespace, self.name, type_, reason, message)
             self.kube.event(self.body, type_, reason, message)
         self._events.clear()
         return patch
+
+    def _patch(self, patch: Mapping[str, Any]) -> bool:
+        """Send ``patch`` conditional on :attr:`resource_version`; False (and the pass
+        marked :attr:`conflicted`, its events dropped) on a 409 Conflict."""
+        try:
+            version = self.kube.patch_status(
+                self.plural,
+                self.namespace,
+                self.name,
+                patch,
+                resource_version=self.resource_version,
+            )
+        except ConflictError:
+            log.info(
+                "%s %s/%s changed while it was reconciled; it is read again on the next pass",
+                self.plural,
+                self.namespace,
+                self.name,
+            )
+            self._events.clear()
+            self.conflicted = True
+            return False
+        if version is not None:
+            self._written_version = version
+        return True
 
 
 #: The pass of a GICJob and of a Savepoint.

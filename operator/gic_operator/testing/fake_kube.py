@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gic_operator.kube.kube_api import DRIVER_CONTAINER, PodInfo, pod_info, rfc3339, with_kind
+from gic_operator.kube.merge_patch import merge_patch
 from gic_operator.kube.ownership import check_adoptable
 from gic_operator.operator_errors import ConflictError
 
@@ -53,20 +54,6 @@ class RecordedEvent:
     type: str
     reason: str
     message: str
-
-
-def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """``target`` with the JSON merge patch ``patch`` applied (RFC 7386); a new dict."""
-    out = copy.deepcopy(dict(target))
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, Mapping):
-            current = out.get(key)
-            out[key] = merge_patch(current if isinstance(current, Mapping) else {}, value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def _matches(obj: Mapping[str, Any], labels: Mapping[str, str] | None) -> bool:
@@ -360,12 +347,12 @@ class TestingKubeApi:
         status: Mapping[str, Any],
         *,
         resource_version: str | None = None,
-    ) -> None:
+    ) -> str | None:
         with self._lock:
             self._enter("patch_status", plural, namespace, name)
             key = (plural, namespace, name)
             if key not in self.objects:
-                return
+                return None
             current = self.objects[key]["metadata"].get("resourceVersion")
             if resource_version and resource_version != current:
                 raise ConflictError(
@@ -376,6 +363,8 @@ class TestingKubeApi:
                 )
             patched = merge_patch(self.objects[key], {"status": dict(status)})
             self.objects[key] = self._bump(patched)
+            version = self.objects[key]["metadata"].get("resourceVersion")
+            return str(version) if version is not None else None
 
     # --- KubeApi: events -----------------------------------------------------------------
 

@@ -205,7 +205,11 @@ def test_a_status_patch_with_a_stale_resource_version_conflicts(
     read = api.get_object("gicjobs", ns, "rv")
     assert read is not None
     version = read["metadata"]["resourceVersion"]
-    api.patch_status("gicjobs", ns, "rv", {"phase": "Running"}, resource_version=version)
+    written = api.patch_status(
+        "gicjobs", ns, "rv", {"phase": "Running"}, resource_version=version
+    )
+    after = api.get_object("gicjobs", ns, "rv")
+    assert after is not None and written == after["metadata"]["resourceVersion"] != version
     with pytest.raises(ConflictError) as caught:
         api.patch_status("gicjobs", ns, "rv", {"phase": "Failed"}, resource_version=version)
     assert caught.value.status == 409 and isinstance(caught.value, TransientKubeError)

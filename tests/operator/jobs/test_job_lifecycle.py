@@ -17,7 +17,7 @@ import pytest
 from gic_operator.jobs.job_controller import JobController
 from gic_operator.kube.naming import ANNOTATION_SAVEPOINT, savepoint_dir, savepoint_request_id
 from gic_operator.models import API_VERSION
-from gic_operator.operator_errors import TransientKubeError
+from gic_operator.operator_errors import ConflictError, TransientKubeError
 from gic_operator.savepoints.savepoint_controller import MAX_DISPOSAL_ATTEMPTS, SavepointController
 from gic_operator.storage.job_storage import JobStorage, open_job_storage
 from gic_operator.testing.fake_kube import TestingKubeApi
@@ -355,6 +355,62 @@ def test_a_reconcile_without_news_writes_nothing(world: World) -> None:
     world.reconcile()
     patches = [c for c in world.kube.calls[before:] if c[0] == "patch_status"]
     assert patches == []
+
+
+def _crashed(world: World) -> tuple[JobStorage, int]:
+    """A running job whose driver was killed, seen once (recovery pending); returns
+    its storage and the highest claimed epoch."""
+    world.apply_job()
+    pod = world.run_driver()
+    storage = world.storage()
+    world.kube.set_pod_phase(NS, pod, "Failed", exit_code=137, reason="Error")
+    status = world.reconcile()
+    assert status["phase"] == "Recovering" and "epoch" not in status["pending"]
+    return storage, highest_epoch(storage.resolver, storage.root, storage.job_id)
+
+
+def test_a_recovery_epoch_is_recorded_before_it_is_claimed(world: World) -> None:
+    """The job changes between the pass's read and its write (409 on the write that
+    records the epoch): nothing is claimed; the next pass records, then claims."""
+    storage, before = _crashed(world)
+    world.kube.fail_next(
+        "patch_status", ConflictError("HTTP 409 Conflict", status=409, reason="Conflict")
+    )
+    status = world.reconcile()
+    assert "epoch" not in status["pending"], "nothing recorded"
+    assert highest_epoch(storage.resolver, storage.root, storage.job_id) == before
+    status = world.reconcile()
+    assert status["lastSweep"]["epoch"] == before + 1 and "pending" not in status
+    assert highest_epoch(storage.resolver, storage.root, storage.job_id) == before + 1
+
+
+def test_a_conflict_after_the_claim_keeps_the_recorded_epoch(world: World) -> None:
+    """The epoch is stored before the claim; when the pass's last write then conflicts,
+    the next pass finds it and claims no further epoch."""
+    storage, before = _crashed(world)
+    writes = world.kube.patch_status
+    seen: list[dict[str, Any]] = []
+
+    def then_someone_edits(plural: str, namespace: str, name: str, status: Any, **kw: Any) -> Any:
+        version = writes(plural, namespace, name, status, **kw)
+        if not seen:  # the write-ahead: then a user annotates the job
+            seen.append(dict(status))
+            body = world.job()
+            body["metadata"].setdefault("annotations", {})["note"] = "edited"
+            world.kube.put_object("gicjobs", NS, body)
+        return version
+
+    world.kube.patch_status = then_someone_edits  # type: ignore[method-assign]
+    status = world.reconcile()
+    world.kube.patch_status = writes  # type: ignore[method-assign]
+    assert seen and seen[0]["pending"]["epoch"] == before + 1
+    assert status["pending"]["epoch"] == before + 1, "recorded although the pass conflicted"
+    assert "lastSweep" not in status, "the pass's last write was dropped"
+    assert highest_epoch(storage.resolver, storage.root, storage.job_id) == before + 1
+    status = world.reconcile()
+    assert status["lastSweep"]["epoch"] == before + 1 and "pending" not in status
+    assert status["epoch"] == before + 2 and status["restarts"] == 1  # as a clean recovery
+    assert highest_epoch(storage.resolver, storage.root, storage.job_id) == before + 1
 
 
 def test_crash_recovery_fences_sweeps_and_relaunches(world: World) -> None:

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from gic_operator.kube.kube_api import KubeApi
+from gic_operator.kube.merge_patch import merge_patch
 from gic_operator.operator_errors import ConflictError, TransientKubeError
-from gic_operator.testing.fake_kube import TestingKubeApi, merge_patch
+from gic_operator.testing.fake_kube import TestingKubeApi
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -268,6 +268,47 @@ def test_a_pass_never_raises_on_what_it_reads() -> None:
     assert p.changed() == {}
 
 
+def _stored_pass(kube: TestingKubeApi, status: dict[str, Any]) -> Pass[GICJobStatus]:
+    """A pass over a job that exists in ``kube`` with ``status``."""
+    kube.put_object("gicjobs", NS, {"kind": "GICJob", "metadata": {"name": "wc"}, "spec": {}})
+    kube.patch_status("gicjobs", NS, "wc", status)
+    body = kube.get_object("gicjobs", NS, "wc")
+    assert body is not None
+    return Pass(kube, "gicjobs", body, GICJobStatus, clock=lambda: 1_800_000_000.0)
+
+
+def test_write_ahead_stores_now_and_the_commit_patches_on_top() -> None:
+    kube = TestingKubeApi()
+    p = _stored_pass(kube, {"phase": "Running", "restarts": 1})
+    read_at = p.resource_version
+    p.update(restarts=2)
+    assert p.write_ahead()
+    stored = kube.get_object("gicjobs", NS, "wc")
+    assert stored is not None and stored["status"]["restarts"] == 2
+    assert p.resource_version == stored["metadata"]["resourceVersion"] != read_at
+    assert p.changed() == {}, "what was written ahead is not sent again"
+    p.update(phase=JobPhase.RECOVERING)
+    assert p.commit() == {"phase": "Recovering"}
+    stored = kube.get_object("gicjobs", NS, "wc")
+    assert stored is not None
+    assert (stored["status"]["phase"], stored["status"]["restarts"]) == ("Recovering", 2)
+
+
+def test_a_conflicting_write_ahead_writes_nothing_for_the_rest_of_the_pass() -> None:
+    kube = TestingKubeApi()
+    p = _stored_pass(kube, {"phase": "Running", "restarts": 1})
+    kube.patch_status("gicjobs", NS, "wc", {"message": "someone else"})  # a newer version
+    p.update(restarts=2)
+    p.event("Normal", "Restarted", "x")
+    assert not p.write_ahead() and p.conflicted
+    p.update(phase=JobPhase.RECOVERING)
+    assert p.commit() == {}
+    stored = kube.get_object("gicjobs", NS, "wc")
+    assert stored is not None
+    assert stored["status"] == {"phase": "Running", "restarts": 1, "message": "someone else"}
+    assert "event" not in [c[0] for c in kube.calls]
+
+
 # --- one enum per concept ---------------------------------------------------------------------
 
 
