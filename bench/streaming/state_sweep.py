@@ -223,10 +223,17 @@ RSS_DEFINITION = (
     "the proportional set size (Pss_Anon, Pss_File of /proc/<pid>/smaps_rollup: a shared "
     "page split between its processes) summed over the same tree, sampled with it: "
     "anonymous memory is what settings must bound, file pages are the page cache the "
-    "kernel takes back under pressure"
+    "kernel takes back under pressure. <field>_steady_bytes_<kind> is the same per part of "
+    "the tree: driver (the run's Python process), jvm (the Spark JVM), workers (the "
+    "Python processes the JVM forks: GIC's state tasks with their stores and caches, "
+    "pyspark's daemon and workers), each the median of its own samples of the last half"
 )
 MEMORY_FIELDS = ("rss", "pss_anon", "pss_file")
 """What :func:`tree_memory` sums, in this order."""
+PROCESS_KINDS = ("driver", "jvm", "workers")
+"""The parts of a run's process tree (:func:`process_kind`): its Python driver process
+(and any helper that is not one of the others), the Spark JVM, and the Python workers
+the JVM forks (GIC's state tasks, pyspark's daemon and workers)."""
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -278,23 +285,61 @@ def process_memory(pid: int) -> tuple[int, int, int]:
     return rss, anon, file
 
 
-def tree_memory(root: int) -> tuple[int, int, int]:
-    """:data:`MEMORY_FIELDS` of ``root`` and every process below it, summed."""
-    sums = [0, 0, 0]
+def process_kind(cmdline: Sequence[str]) -> str:
+    """Which of :data:`PROCESS_KINDS` a process with arguments ``cmdline`` is."""
+    if cmdline and os.path.basename(cmdline[0]) == "java":
+        return "jvm"
+    if any(arg.startswith("pyspark.") for arg in cmdline):
+        return "workers"
+    return "driver"
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+Memory = tuple[int, int, int]
+
+
+def tree_memory_by_kind(root: int) -> dict[str, Memory]:
+    """:data:`MEMORY_FIELDS` of ``root`` and every process below it, summed per
+    :data:`PROCESS_KINDS` (every kind present, zeros when none ran)."""
+    sums = {kind: [0, 0, 0] for kind in PROCESS_KINDS}
     for pid in _tree(root):
+        kind = sums[process_kind(_cmdline(pid))]
         for i, value in enumerate(process_memory(pid)):
-            sums[i] += value
-    return sums[0], sums[1], sums[2]
+            kind[i] += value
+    return {kind: (v[0], v[1], v[2]) for kind, v in sums.items()}
 
 
-def memory_summary(samples: Sequence[tuple[int, int, int]]) -> dict[str, float | None]:
-    """:func:`rss_summary` of each of :data:`MEMORY_FIELDS` over ``samples``:
-    ``<field>_peak_bytes`` and ``<field>_steady_bytes``, and ``rss_samples``."""
+def tree_memory(root: int) -> Memory:
+    """:data:`MEMORY_FIELDS` of ``root`` and every process below it, summed."""
+    return _total(tree_memory_by_kind(root))
+
+
+def _total(by_kind: Mapping[str, Memory]) -> Memory:
+    parts = list(by_kind.values())
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+
+
+def memory_summary(samples: Sequence[Mapping[str, Memory]]) -> dict[str, float | None]:
+    """:func:`rss_summary` of each of :data:`MEMORY_FIELDS` over ``samples`` (each one
+    :func:`tree_memory_by_kind`): ``<field>_peak_bytes`` and ``<field>_steady_bytes`` of
+    the whole tree, ``<field>_steady_bytes_<kind>`` of each kind, and ``rss_samples``."""
     out: dict[str, float | None] = {}
+    totals = [_total(sample) for sample in samples]
     for i, name in enumerate(MEMORY_FIELDS):
-        one = rss_summary([sample[i] for sample in samples])
+        one = rss_summary([total[i] for total in totals])
         out[f"{name}_peak_bytes"] = one["rss_peak_bytes"]
         out[f"{name}_steady_bytes"] = one["rss_steady_bytes"]
+        for kind in PROCESS_KINDS:
+            part = rss_summary([sample[kind][i] for sample in samples if kind in sample])
+            out[f"{name}_steady_bytes_{kind}"] = part["rss_steady_bytes"]
     out["rss_samples"] = len(samples)
     return out
 
@@ -312,18 +357,19 @@ def rss_summary(samples: Sequence[int]) -> dict[str, float | None]:
 
 
 class RssSampler:
-    """Samples :func:`tree_memory` of ``root`` every ``interval_s`` on a daemon thread."""
+    """Samples :func:`tree_memory_by_kind` of ``root`` every ``interval_s`` on a daemon
+    thread."""
 
     def __init__(self, root: int, interval_s: float = RSS_INTERVAL_S) -> None:
         self.root = root
         self.interval_s = interval_s
-        self.samples: list[tuple[int, int, int]] = []
+        self.samples: list[dict[str, Memory]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(tree_memory(self.root))
+            self.samples.append(tree_memory_by_kind(self.root))
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> RssSampler:
@@ -516,6 +562,10 @@ def run_measures(run: Mapping[str, Any]) -> dict[str, float | None]:
         "rss_steady_bytes": notes.get("rss_steady_bytes"),
         "pss_anon_steady_bytes": notes.get("pss_anon_steady_bytes"),
         "pss_file_steady_bytes": notes.get("pss_file_steady_bytes"),
+        **{
+            f"pss_anon_steady_bytes_{kind}": notes.get(f"pss_anon_steady_bytes_{kind}")
+            for kind in PROCESS_KINDS
+        },
     }
     if notes.get("kind") == "gic" and measured:
         changelog = statistics.fmean(float(b["parts"].get("changelog_bytes", 0)) for b in measured)
@@ -549,6 +599,7 @@ MEASURES = (
     "rss_steady_bytes",
     "pss_anon_steady_bytes",
     "pss_file_steady_bytes",
+    *(f"pss_anon_steady_bytes_{kind}" for kind in PROCESS_KINDS),
     "changelog_bytes_per_checkpoint",
     "interval_spread_bytes",
     "materialization_spread_bytes",
@@ -698,6 +749,16 @@ def rss_goal(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                 met="met",
             ),
             "how": "the same with pss_anon_steady_bytes (anonymous memory of the process tree)",
+        },
+        "workers_anonymous": {
+            **common.goal(
+                "gic_pss_anon_workers_4gb_vs_100mb",
+                ratio("pss_anon_steady_bytes_workers"),
+                at_most=at_most,
+                met="met",
+            ),
+            "how": "the same with pss_anon_steady_bytes_workers: the Python workers alone, "
+            "where GIC's state tasks, stores and caches live (the JVM runs Spark's part)",
         },
     }
 

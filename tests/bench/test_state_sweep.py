@@ -263,15 +263,35 @@ def test_plot_series_take_medians_and_spreads_per_system() -> None:
     }
 
 
+def test_processes_are_told_apart_by_their_command_line() -> None:
+    kind = state_sweep.process_kind
+    assert kind(["/usr/lib/jvm/java-17/bin/java", "-cp", "x", "SparkSubmit"]) == "jvm"
+    assert kind(["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]) == "workers"
+    assert kind(["/venv/bin/python", "-m", "bench.streaming.runner", "r.json"]) == "driver"
+    assert kind([]) == "driver"
+
+
 def test_rss_of_this_process_tree_is_positive_and_summarized() -> None:
     assert state_sweep.tree_rss(os.getpid()) > 0
     rss, anon, file = state_sweep.tree_memory(os.getpid())
     assert rss > 0 and anon > 0 and file > 0
     assert anon + file <= rss * 1.05  # proportional shares of what is resident
     assert state_sweep.process_memory(2**22 + 7) == (0, 0, 0)  # no such process
-    both = state_sweep.memory_summary([(10, 4, 6), (30, 8, 20), (20, 6, 12)])
+    zero = (0, 0, 0)
+    samples = [
+        {"driver": (10, 4, 6), "jvm": zero, "workers": zero},
+        {"driver": (20, 5, 15), "jvm": zero, "workers": (10, 3, 5)},
+        {"driver": (15, 4, 11), "jvm": (5, 2, 1), "workers": zero},
+    ]
+    both = state_sweep.memory_summary(samples)
     assert both["rss_peak_bytes"] == 30.0 and both["pss_anon_peak_bytes"] == 8.0
     assert both["pss_file_steady_bytes"] == 16.0 and both["rss_samples"] == 3
+    assert both["pss_anon_steady_bytes_driver"] == 4.5
+    assert both["pss_anon_steady_bytes_workers"] == 1.5
+    assert both["rss_steady_bytes_jvm"] == 2.5
+    mine = state_sweep.tree_memory_by_kind(os.getpid())
+    assert set(mine) == set(state_sweep.PROCESS_KINDS) and mine["driver"][0] > 0
+    assert sum(part[0] for part in mine.values()) > 0
     summary = state_sweep.rss_summary([1, 5, 3, 4])
     assert summary == {"rss_peak_bytes": 5.0, "rss_steady_bytes": 3.5, "rss_samples": 4}
     assert state_sweep.rss_summary([])["rss_peak_bytes"] is None
