@@ -91,6 +91,9 @@ class GatedStore:
     ) -> None:  # pragma: no cover
         self.inner.put_many(bucket, items)
 
+    def load_sorted(self, bucket: int, items: Iterable[tuple[bytes, bytes]]) -> int:
+        return self.inner.load_sorted(bucket, items)  # pragma: no cover
+
     def delete(self, bucket: int, key: bytes) -> None:  # pragma: no cover
         self.inner.delete(bucket, key)
 

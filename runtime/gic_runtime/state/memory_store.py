@@ -54,6 +54,10 @@ class SortedKeys:
             self._chunks[i : i + 1] = [chunk[:half], chunk[half:]]
             self._maxes[i : i + 1] = [chunk[half - 1], chunk[-1]]
 
+    def last(self) -> bytes | None:
+        """The largest key (``None``: empty)."""
+        return self._maxes[-1] if self._maxes else None
+
     def remove(self, key: bytes) -> None:
         """Remove ``key`` (caller guarantees it is present)."""
         i = bisect.bisect_left(self._maxes, key)
@@ -160,6 +164,24 @@ class InMemoryStore:
             if key not in data:
                 index.add(key)
             data[key] = value
+
+    def load_sorted(self, bucket: int, items: Iterable[tuple[bytes, bytes]]) -> int:
+        b = self._bucket(bucket)
+        b.meta = None
+        data, index = b.data, b.index
+        last = index.last()
+        n = 0
+        for key, value in items:
+            if last is not None and key <= last:
+                raise StateError(
+                    f"bucket {bucket}: key {key!r} does not ascend after {last!r}; a "
+                    "sorted load needs strictly ascending keys above the bucket's own"
+                )
+            index.add(key)
+            data[key] = value
+            last = key
+            n += 1
+        return n
 
     def delete(self, bucket: int, key: bytes) -> None:
         b = self._bucket(bucket)

@@ -78,6 +78,15 @@ class KVStore(Protocol):
         fastest)."""
         ...
 
+    def load_sorted(self, bucket: int, items: Iterable[tuple[bytes, bytes]]) -> int:
+        """Add ``items`` to ``bucket``, whose keys must ascend strictly and lie above
+        every key the bucket holds (a snapshot loaded into an emptied bucket); returns
+        how many. The store may write them in order without searching (LMDB appends to
+        its last page, which fills pages whole). A key that does not ascend raises
+        :class:`~gic_runtime.errors.StateError` (the bucket then holds some of them:
+        the caller clears it)."""
+        ...
+
     def delete(self, bucket: int, key: bytes) -> None:
         """Remove ``key``; no-op if absent."""
         ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -14,6 +15,7 @@ from gic_runtime.changelog.records import ChangeRecord, Op
 from gic_runtime.errors import CorruptFileError, RestoreError, UnsupportedVersionError
 from gic_runtime.formats import crc32c
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
+from gic_runtime.state.lmdb_store import LmdbStore
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.restore import restore_bucket
 from gic_runtime.state.snapshot import (
@@ -190,6 +192,22 @@ class TestRestoreBucket:
         assert (stats.snapshot_entries, stats.replayed) == (2, 3)
         assert dict(store.scan(1, b"")) == {b"k0": b"old", b"k1": b"4", b"k2": b"5", b"z": b"12"}
         assert store.get_meta(1) == BucketMeta(7, "s2")
+
+    @pytest.mark.parametrize("kind", ["memory", "lmdb"])
+    def test_a_snapshot_whose_keys_do_not_ascend_is_corrupt(
+        self, resolver: StoreResolver, object_store: LocalObjectStore, tmp_path: Path, kind: str
+    ) -> None:
+        """A restore appends a snapshot's entries in order (LMDB: MDB_APPEND); entries
+        out of order are a damaged snapshot, and the bucket is left empty."""
+        unsorted = [(b"b", b"1"), (b"a", b"2")]
+        snap = upload_snapshot(
+            resolver, object_store.uri_for("bad.snap"), unsorted, bucket=1, seq=2
+        )
+        store = InMemoryStore() if kind == "memory" else LmdbStore(tmp_path / "lmdb")
+        store.put(1, b"stale", b"x")
+        with pytest.raises(CorruptFileError, match="keys do not ascend"):
+            restore_bucket(store, BucketState(1, 2, snap, (), "t"), resolver)
+        assert store.scan(1, b"") == [] and store.get_meta(1) is None
 
     def test_gap_between_handles(self, resolver: StoreResolver) -> None:
         state = BucketState(1, 9, None, (_handle("s1", 0, 3), _handle("s2", 5, 9)), "s2")

@@ -122,6 +122,22 @@ class TestKeyValueOps:
         assert s.get_many(1, [b"a", b"b"]) == [b"other bucket", None]
         assert s.scan(0, b"") == [(b"a", b"1"), (b"b", b"2"), (b"c", b"33")]
 
+    def test_load_sorted_appends_ascending_keys_and_refuses_others(
+        self, make_store: MakeStore
+    ) -> None:
+        s = make_store()
+        s.put(1, b"b", b"other bucket")
+        assert s.load_sorted(0, [(b"a", b"1"), (b"b", b"2")]) == 2
+        assert s.load_sorted(0, iter([(b"c", b"3")])) == 1  # above the bucket's keys
+        assert s.load_sorted(0, []) == 0
+        assert s.scan(0, b"") == [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+        with pytest.raises(StateError, match="ascend"):
+            s.load_sorted(0, [(b"d", b"4"), (b"d", b"5")])  # not strictly ascending
+        with pytest.raises(StateError, match="ascend"):
+            s.load_sorted(0, [(b"0", b"below")])  # under the bucket's last key
+        assert s.get(0, b"0") is None and s.get(0, b"a") == b"1"
+        assert s.scan(1, b"") == [(b"b", b"other bucket")]
+
     def test_clear_bucket(self, make_store: MakeStore) -> None:
         s = make_store()
         s.put(0, b"a", b"1")
@@ -325,6 +341,25 @@ class TestLmdbMemory:
         )
         assert child.returncode == 0, child.stderr
         assert int(child.stdout) < 16 * 1024, f"anonymous memory grew {child.stdout} KiB"
+
+    def test_a_sorted_load_fills_pages_whole(self, tmp_path: Path) -> None:
+        """2 KB values put one by one take a 4 KiB page each; appended, half of one."""
+        items = [(i.to_bytes(8, "big"), bytes([i % 251]) * 2000) for i in range(2000)]
+        put = LmdbStore(tmp_path / "put")
+        put.put_many(0, items)
+        put.flush()
+        loaded = LmdbStore(tmp_path / "loaded")
+        assert loaded.load_sorted(0, items) == len(items)
+        loaded.flush()
+        assert loaded.scan(0, b"") == put.scan(0, b"") == items
+
+        def pages(store: LmdbStore) -> int:
+            env = store._env(0).env
+            return int(env.info()["last_pgno"])
+
+        assert pages(loaded) < 0.6 * pages(put)
+        put.close()
+        loaded.close()
 
     def test_a_nearly_full_disk_refuses_a_write_and_leaves_the_data(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
