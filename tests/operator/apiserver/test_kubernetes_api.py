@@ -205,9 +205,7 @@ def test_a_status_patch_with_a_stale_resource_version_conflicts(
     read = api.get_object("gicjobs", ns, "rv")
     assert read is not None
     version = read["metadata"]["resourceVersion"]
-    written = api.patch_status(
-        "gicjobs", ns, "rv", {"phase": "Running"}, resource_version=version
-    )
+    written = api.patch_status("gicjobs", ns, "rv", {"phase": "Running"}, resource_version=version)
     after = api.get_object("gicjobs", ns, "rv")
     assert after is not None and written == after["metadata"]["resourceVersion"] != version
     with pytest.raises(ConflictError) as caught:
