@@ -263,7 +263,7 @@ def run_gic(
         # the last one; the extra batch is not recorded.
         settings = _settings(spec, workload, storage, local_dir, batches=total + 1, options=opts)
         spark = spark_query.spark_session(
-            params, workload, REQUIRED_CONF, f"bench-{workload.name}-{variant}"
+            params, workload, REQUIRED_CONF, f"bench-{workload.name}-{variant}", scratch=scratch
         )
         session_ms = (time.perf_counter() - began) * 1000
         sampler = None

@@ -88,14 +88,25 @@ def wait_for_executors(spark: SparkSession, executors: int, timeout_s: float) ->
 
 
 def spark_session(
-    params: BenchParams, workload: WorkloadSpec, conf: Mapping[str, str], app_name: str
+    params: BenchParams,
+    workload: WorkloadSpec,
+    conf: Mapping[str, str],
+    app_name: str,
+    *,
+    scratch: Path | None = None,
 ) -> SparkSession:
     """A session with the benchmark's fixed settings, the cluster mode's, plus ``conf``.
+    With ``scratch``, Spark's local directory (``spark.local.dir``: shuffle files, the
+    RocksDB store's working copies, up to gigabytes) is ``<scratch>/spark-local``, so it
+    goes with the run's scratch directory instead of staying in the system's temporary
+    directory when the JVM ends without removing it.
 
     Must be the first session of the process (the driver heap is set at JVM start).
     """
     from pyspark.sql import SparkSession
 
+    if scratch is not None:
+        (scratch / "spark-local").mkdir(parents=True, exist_ok=True)
     settings = {
         "spark.ui.enabled": "false",
         "spark.driver.memory": params.driver_memory,
@@ -103,6 +114,7 @@ def spark_session(
         "spark.sql.streaming.numRecentProgressUpdates": str(max(100, 2 * params.total_batches)),
         "spark.sql.session.timeZone": "UTC",
         **cluster_conf(params),
+        **({"spark.local.dir": str(scratch / "spark-local")} if scratch is not None else {}),
         **conf,
     }
     builder = SparkSession.builder.master(params.master).appName(app_name)

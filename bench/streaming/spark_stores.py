@@ -231,7 +231,9 @@ def run_spark_store(
     out = scratch / "output"
     fingerprint = None
     began = time.perf_counter()
-    spark = spark_query.spark_session(params, workload, conf, f"bench-{workload.name}-{variant}")
+    spark = spark_query.spark_session(
+        params, workload, conf, f"bench-{workload.name}-{variant}", scratch=scratch
+    )
     session_ms = (time.perf_counter() - began) * 1000
     try:
         collector = spark_query.ProgressCollector(
@@ -346,7 +348,9 @@ def run_appending(
     conf = {**provider, RETAIN: str(max(100, total + 10))}
     checkpoint, out = scratch / "checkpoint", scratch / "output"
     began = time.perf_counter()
-    spark = spark_query.spark_session(params, workload, conf, f"bench-{workload.name}-{variant}")
+    spark = spark_query.spark_session(
+        params, workload, conf, f"bench-{workload.name}-{variant}", scratch=scratch
+    )
     session_ms = (time.perf_counter() - began) * 1000
     try:
         collector = spark_query.ProgressCollector(spark, batches=total)
