@@ -29,7 +29,7 @@ from itertools import islice
 
 from gic_runtime.changelog.reader import read_changes
 from gic_runtime.changelog.records import Op
-from gic_runtime.errors import CorruptFileError, RestoreError, StateError
+from gic_runtime.errors import CorruptFileError, RestoreError
 from gic_runtime.handles import BucketState
 from gic_runtime.state.fetch import ChangeReader, FetchSettings, Need, RestoreFetcher, SectionNeed
 from gic_runtime.state.stores import BucketMeta, KVStore
@@ -175,13 +175,10 @@ def apply_bucket(store: KVStore, state: BucketState, fetcher: RestoreFetcher) ->
         entries = fetcher.snapshot_entries(state.snapshot)
         try:
             while chunk := list(islice(entries, _BATCH)):
-                loaded += store.load_sorted(bucket, chunk)  # a snapshot's keys ascend
-        except StateError as exc:
-            store.clear_bucket(bucket)
-            raise CorruptFileError(
-                f"snapshot of bucket {bucket}: its keys do not ascend ({exc})",
-                uri=state.snapshot.uri,
-            ) from exc
+                loaded += store.load_sorted(bucket, chunk)  # the reader checks they ascend
+        except CorruptFileError:
+            store.clear_bucket(bucket)  # nothing of a damaged snapshot stays
+            raise
     replayed = 0
     if state.seq > state.base:
         changes = _replay(state, fetcher)

@@ -16,7 +16,8 @@ version 1 otherwise.
 
 ``header_crc32c`` covers every byte before it; ``body_crc32c`` covers the stored (possibly
 compressed) body. The file ends exactly after the body. Readers reject foreign magic,
-unknown versions or flags, checksum mismatches, truncation and trailing bytes with
+unknown versions or flags, checksum mismatches, truncation, trailing bytes and keys
+that do not ascend with
 :class:`~gic_runtime.errors.CorruptFileError` /
 :class:`~gic_runtime.errors.UnsupportedVersionError` naming the file's URI.
 """
@@ -190,9 +191,12 @@ def _unzstd(body: bytes, uri: str) -> bytes:
 
 
 def _entries(body: bytes, count: int, uri: str) -> Iterator[tuple[bytes, bytes]]:
+    """The entries of ``body``, checked as they go: framing, and keys strictly ascending
+    (what every writer produces and a restore relies on to append them in order)."""
     pos = 0
     size = len(body)
     unpack = _ENTRY.unpack_from
+    previous: bytes | None = None
     for i in range(count):
         if pos + _ENTRY.size > size:
             raise CorruptFileError(f"snapshot entry {i} of {count} is truncated", uri=uri)
@@ -201,7 +205,14 @@ def _entries(body: bytes, count: int, uri: str) -> Iterator[tuple[bytes, bytes]]
         end = pos + klen + vlen
         if end > size:
             raise CorruptFileError(f"snapshot entry {i} of {count} is truncated", uri=uri)
-        yield body[pos : pos + klen], body[pos + klen : end]
+        key = body[pos : pos + klen]
+        if previous is not None and key <= previous:
+            raise CorruptFileError(
+                f"snapshot keys do not ascend: entry {i} of {count} is not above entry {i - 1}",
+                uri=uri,
+            )
+        previous = key
+        yield key, body[pos + klen : end]
         pos = end
     if pos != size:
         raise CorruptFileError(
