@@ -67,10 +67,12 @@ COUNT_BYTES = 8
 MB = 1_000_000
 WARMUP_AFTER_LOAD = 3
 MEASURED = 32
-"""Measured batches: a whole materialization cycle at the runtime's defaults (a bucket
-gaining a section per batch is snapshotted at least every ``max_sections`` = 32
-batches), so every bucket's background snapshot falls in the window once and the rows/s
-carry its cost at the rate it comes, whichever batch a wave falls on."""
+"""Measured batches: a whole materialization cycle at the runtime's defaults (the
+sweep's buckets gain two sections a batch at 1 GB and 4 GB, a task's changelog of a
+batch spanning several preemptive uploads, so one is snapshotted at least every
+``max_sections`` / 2 = 32 batches), so every bucket's background snapshot falls in the
+window at least once and the rows/s carry its cost at the rate it comes, whichever batch
+a wave falls on."""
 RESTART_BATCHES = 8
 STEADY_FACTOR = 1.25
 """A batch is back at its steady duration when it takes at most this times the steady

@@ -99,7 +99,9 @@ class SettingsFields(BaseSettings):
         description="Changelog sections since its last snapshot that make a bucket due "
         "whatever the interval. Bounds restore requests (about one object read per section "
         "of the busiest bucket) and manifest size (every section is a row of every "
-        "manifest), while snapshotting a bucket at most about once per 32 checkpoints.",
+        "manifest); a bucket gaining one section per checkpoint is snapshotted at most "
+        "about once per 64 checkpoints (a batch whose changelog spans several preemptive "
+        "uploads adds a section per upload).",
     )
     materialization_changelog_ratio: float = Field(
         _MATERIALIZATION.changelog_ratio,
