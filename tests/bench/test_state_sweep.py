@@ -304,3 +304,14 @@ def test_fingerprints_hash_strings_the_same_way_everywhere() -> None:
     assert a == b
     assert a["rows_sha256"] != c["rows_sha256"]
     assert outputs.cell("abc") == outputs.cell("abc") != outputs.cell("abd")
+
+
+def test_a_finished_run_keeps_its_checkpoint_but_not_its_local_copies(tmp_path: Path) -> None:
+    scratch = tmp_path / "run"
+    for name in (*state_sweep.LOCAL_COPIES, "checkpoint"):
+        (scratch / name / "deep").mkdir(parents=True)
+        (scratch / name / "deep" / "data.mdb").write_bytes(b"x" * 10)
+    (scratch / "result.json").write_text("{}")
+    state_sweep.drop_local_copies(scratch)
+    assert sorted(p.name for p in scratch.iterdir()) == ["checkpoint", "result.json"]
+    state_sweep.drop_local_copies(tmp_path / "never-ran")  # nothing to delete is fine
