@@ -289,7 +289,7 @@ def plot(
         (axes[0][0], "commit_with_logs_ms", "Commit ms per batch (logs included)", 1.0),
         (axes[0][1], "rows_per_s", "Rows/s per batch", 1.0),
         (axes[1][0], "manifest_bytes", "GIC manifest file (KiB)", 1 / 1024),
-        (axes[1][1], "stored_bytes", "Bytes in storage after each batch (MB)", 1e-6),
+        (axes[1][1], "stored_bytes", "Bytes in storage after each batch (MB, log scale)", 1e-6),
     ]
     ids: list[int] = []
     for n, (system, columns_) in enumerate(cols.items()):
@@ -319,6 +319,8 @@ def plot(
     for ax, _, label, _ in panels:
         ax.set_title(label)
         ax.grid(alpha=0.3)
+    # Spark's stores keep two orders of magnitude more than GIC's: a log scale shows both
+    axes[1][1].set_yscale("log")
     for ax in (axes[0][0], axes[0][1]):
         if ids:
             ax.axvspan(plan.steady[0], plan.steady[1] - 1, color="C2", alpha=0.12, label="steady")
