@@ -35,7 +35,7 @@ mismatch raises.
 
 Run: ``.venv/bin/python -m bench.restore_background [--keys N --value-bytes N ...]``
 (``--help``). Writes ``bench/results/restore_background.json`` and ``.png``. The 4 GB
-case of issue 23 is ``--keys 4000000 --value-bytes 1000 --buckets 256 --batch-keys
+case is ``--keys 4000000 --value-bytes 1000 --buckets 256 --batch-keys
 200000`` (``estimate_4gb_s`` in the JSON scales the recorded run's time to it; the
 reference values are held in memory, about twice the state, so it needs about 10 GB of
 RAM and as much scratch disk); the recorded run is smaller, sized for a shared machine.
@@ -357,7 +357,7 @@ def run(p: Params) -> dict[str, Any]:
             "build": round(built - began, 1),
             "rounds": round(ended - built, 1),
         },
-        # the 4 GB run of issue 23, scaled linearly by stored bytes from this one (the
+        # a 4 GB run, scaled linearly by stored bytes from this one (the
         # build by state bytes), same rounds and cases: a rough guide, not a measurement
         "estimate_4gb_s": round(
             (built - began) * 4e9 / p.state_bytes + (ended - built) * 4e9 / p.state_bytes

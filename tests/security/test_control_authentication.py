@@ -1,4 +1,4 @@
-"""Control requests are honoured only when authenticated for the job (issue 22, item 8).
+"""Control requests are honoured only when authenticated for the job.
 
 Two tenants share one bucket (one key for both, as the storage allowlist invites):
 tenant A can write into tenant B's control directory. In the report, a request written

@@ -1,5 +1,5 @@
 """The operator authenticates the control requests it writes, with a key per GICJob that
-only that job's driver receives (issue 22, item 8).
+only that job's driver receives.
 
 Each launch creates the job's ``<job>-gic-control`` Secret (immutable, owned by the
 GICJob) holding a key derived from the operator key and the job's identity; the driver
