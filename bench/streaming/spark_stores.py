@@ -10,6 +10,12 @@
     The same with ``changelogCheckpointing.enabled=true``: each commit uploads a
     changelog file; snapshots are uploaded by the maintenance thread.
 
+``spark_no_state``
+    Not a state store: the workload's aggregation over each micro-batch alone
+    (``foreachBatch`` into the ``noop`` sink), with the same source, shuffle and offset and
+    commit logs as the stateful runs and no state. What any system running the query pays
+    before it keeps state: the floor under every system's batch time (:data:`NO_STATE`).
+
 ``<name>_s3a``
     Any of them checkpointing to S3 through Hadoop's S3A (:mod:`bench.streaming.s3a`),
     into the bucket of the benchmark's shared SeaweedFS.
@@ -59,6 +65,10 @@ PROVIDERS: dict[str, dict[str, str]] = {
         CHANGELOG: "true",
     },
 }
+
+NO_STATE = "spark_no_state"
+"""The variant that keeps no state (see the module docstring); it writes no output to
+compare, since its rows are each batch's own aggregates, not the running ones."""
 
 REPORTED_CONF = (
     PROVIDER,
@@ -155,13 +165,32 @@ def _record(
 
 
 def _provider(variant: str) -> tuple[dict[str, str], bool]:
-    """The provider settings of ``variant`` and whether it checkpoints to S3."""
+    """The provider settings of ``variant`` (none for :data:`NO_STATE`) and whether it
+    checkpoints to S3."""
     on_s3 = variant.endswith(s3a.SUFFIX)
     base = variant.removesuffix(s3a.SUFFIX) if on_s3 else variant
+    if base == NO_STATE:
+        return {}, on_s3
     if base not in PROVIDERS:
-        known = sorted([*PROVIDERS, *(f"{name}{s3a.SUFFIX}" for name in PROVIDERS)])
+        names = [*PROVIDERS, NO_STATE]
+        known = sorted([*names, *(f"{name}{s3a.SUFFIX}" for name in names)])
         raise BenchmarkError(f"unknown Spark state store system {variant!r}; choose from {known}")
     return PROVIDERS[base], on_s3
+
+
+def stateless(variant: str) -> bool:
+    """Whether ``variant`` is :data:`NO_STATE` (on local disk or S3)."""
+    return variant.removesuffix(s3a.SUFFIX) == NO_STATE
+
+
+def each_batch_alone(spec: WorkloadSpec) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function running the workload's aggregation over the batch
+    alone into the ``noop`` sink (:data:`NO_STATE`)."""
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        workloads.spark_baseline(df, spec).write.format("noop").mode("overwrite").save()
+
+    return write
 
 
 def _added_bytes(
@@ -214,6 +243,9 @@ def run_spark_store(
     write the output to Parquet and fingerprint it. ``stored_bytes_every``: sample the
     checkpoint directory's bytes after every N-th batch (0: never)."""
     provider, on_s3 = _provider(variant)
+    no_state = stateless(variant)
+    if no_state and output:
+        raise BenchmarkError(f"{variant} writes no output to compare; run it without output")
     total = params.total_batches
     conf = dict(provider)
     if not spark_retention:
@@ -240,14 +272,18 @@ def run_spark_store(
             spark, batches=total, on_progress=None if sampler is None else sampler.batch_done
         )
         started_ns = time.time_ns()
-        stream = workloads.spark_baseline(workloads.source(spark, workload), workload)
-        writer = (
-            stream.writeStream.foreachBatch(spark_query.parquet_writer(out))
-            if output
-            else stream.writeStream.format("noop")
-        )
+        source = workloads.source(spark, workload)
+        if no_state:
+            writer = source.writeStream.foreachBatch(each_batch_alone(workload))
+        else:
+            stream = workloads.spark_baseline(source, workload)
+            writer = (
+                stream.writeStream.foreachBatch(spark_query.parquet_writer(out))
+                if output
+                else stream.writeStream.format("noop")
+            )
         query = (
-            writer.outputMode("update")
+            writer.outputMode("append" if no_state else "update")
             .queryName(f"{workload.name}_{variant}")
             .option("checkpointLocation", checkpoint)
             .start()
@@ -286,7 +322,9 @@ def run_spark_store(
             "task_slots": slots,
             "mode": params.mode,
             "sink": (
-                "foreachBatch writing Parquet under the scratch directory, update output mode"
+                "foreachBatch: the aggregation over the batch alone into noop, no state"
+                if no_state
+                else "foreachBatch writing Parquet under the scratch directory, update output mode"
                 if output
                 else "noop, update output mode"
             ),

@@ -15,7 +15,9 @@ Systems, on one SeaweedFS behind :class:`~bench.streaming.latency_proxy.LatencyP
 (:func:`bench.streaming.w1_s3.shared_s3` / :func:`~bench.streaming.w1_s3.with_latency`):
 ``gic_s3`` (GIC, ``s3://``) against ``spark_rocksdb_changelog_s3a`` (Spark's RocksDB
 store with changelog checkpointing, through S3A and the rename-free checkpoint file
-manager), plus ``spark_hdfs_s3a`` where its state fits in the heap (:func:`hdfs_fits`).
+manager), plus ``spark_hdfs_s3a`` where its state fits in the heap (:func:`hdfs_fits`), and
+``spark_no_state_s3a`` (:data:`FLOOR`): the query without state, whose rows/s bound any
+store's on this machine.
 Per size: the interleaved rounds of :func:`bench.streaming.repeats.run_mode`, then a
 restart of each system from its last round's checkpoint in a fresh process with empty
 local directories (:func:`restart_figures`). Each run records the RSS of its process tree
@@ -58,7 +60,13 @@ TARGET = "bench.streaming.state_sweep:run_with_rss"
 GIC = "gic_s3"
 ROCKSDB = "spark_rocksdb_changelog_s3a"
 HDFS = "spark_hdfs_s3a"
-SYSTEM_NAMES = (GIC, ROCKSDB, HDFS)
+FLOOR = "spark_no_state_s3a"
+"""The query without state (:data:`bench.streaming.spark_stores.NO_STATE`): the same
+source, shuffle, aggregation over each batch alone and offset and commit logs on the same
+S3. Its rows/s bound what any state store can reach on this machine; its ratio to the
+RocksDB baseline's (``ceiling``) is the largest throughput ratio a store whose state cost
+nothing would reach in the same round."""
+SYSTEM_NAMES = (GIC, ROCKSDB, HDFS, FLOOR)
 LATENCY_MS = 20
 ROWS_PER_BATCH = 50_000
 PARTITIONS = 4
@@ -185,9 +193,10 @@ def hdfs_fits(size: StateSize, heap_bytes: int) -> bool:
 def systems_for(
     size: StateSize, heap_bytes: int, environ: Mapping[str, str] = os.environ
 ) -> list[str]:
-    """The systems run at ``size``: GIC, the RocksDB baseline and, where it fits, the
-    HDFS store; ``GIC_BENCH_SYSTEMS`` (names of :data:`SYSTEM_NAMES`) keeps a subset."""
-    names = [GIC, ROCKSDB, *([HDFS] if hdfs_fits(size, heap_bytes) else [])]
+    """The systems run at ``size``: GIC, the RocksDB baseline, where it fits the HDFS
+    store, and the query without state (:data:`FLOOR`); ``GIC_BENCH_SYSTEMS`` (names of
+    :data:`SYSTEM_NAMES`) keeps a subset."""
+    names = [GIC, ROCKSDB, *([HDFS] if hdfs_fits(size, heap_bytes) else []), FLOOR]
     raw = environ.get("GIC_BENCH_SYSTEMS", "")
     wanted = [n.strip() for n in raw.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in SYSTEM_NAMES]
@@ -469,7 +478,7 @@ class SizeRuns:
     def options(self, name: str) -> dict[str, Any]:
         if name.startswith("gic"):  # the runtime's own materialization settings
             return {"inner": "gic", "output": self.output, "default_materialization": True}
-        return {"inner": "spark", "output": self.output}
+        return {"inner": "spark", "output": self.output and name != FLOOR}
 
     def _forget(self, name: str) -> None:
         old = self.last.pop(name, None)
@@ -644,10 +653,13 @@ def size_goals(
     measures: Mapping[str, Any],
     ratio_median: float | None,
     restart: Mapping[str, Any],
+    ceiling_median: float | None = None,
 ) -> dict[str, Any]:
     """The goals of one size from its measures (:func:`system_measures` per system), the
-    median of GIC's per-round throughput ratios and the restarts; ``applies`` says
-    whether the size is one the goal is set for."""
+    median of GIC's per-round throughput ratios, the restarts and the median
+    :func:`ceiling` (``None``: the query without state did not run); ``applies`` says
+    whether the size is one the goal is set for, and the throughput goal says whether a
+    store whose state cost nothing could meet it (``reachable``)."""
     g = GOALS
     gic_p99, rocks_p99 = (
         _value(measures, GIC, "commit_p99_ms"),
@@ -672,6 +684,12 @@ def size_goals(
             ),
             "aim": g["throughput_aim"],
             "aim_met": None if ratio_median is None else ratio_median >= g["throughput_aim"],
+            "ceiling_ratio": ceiling_median,
+            "reachable": (
+                None
+                if ceiling_median is None
+                else ceiling_median >= g["throughput_vs_rocksdb_changelog_at_least"]
+            ),
         },
         "commit_p99": {
             "applies": label in GOAL_SIZES,
@@ -790,6 +808,30 @@ def goals_summary(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def ceiling(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per round, :data:`FLOOR`'s rows/s over the RocksDB baseline's: the throughput
+    ratio a store whose state cost nothing would have reached in that round (median and
+    spread over the rounds that ran both), and GIC's rows/s as a fraction of the floor's."""
+
+    def per_round(top: str, bottom: str) -> list[float]:
+        out = []
+        for r in rounds:
+            a, b = (r.get(top) or {}).get("rows_per_s"), (r.get(bottom) or {}).get("rows_per_s")
+            if a and b:
+                out.append(float(a) / float(b))
+        return out
+
+    return {
+        "floor_over_rocksdb_changelog": repeats.spread(per_round(FLOOR, ROCKSDB)),
+        "gic_over_floor": repeats.spread(per_round(GIC, FLOOR)),
+        "how": (
+            f"per round, rows/s of {FLOOR} (the query without state) over those of {ROCKSDB} "
+            f"(floor_over_rocksdb_changelog: the throughput ratio to the baseline a store whose "
+            f"state cost nothing would reach) and of {GIC} over {FLOOR} (gic_over_floor)"
+        ),
+    }
+
+
 def shape_size(
     size: StateSize,
     spec: WorkloadSpec,
@@ -802,6 +844,7 @@ def shape_size(
     names = list(section["systems"])
     per_system = {n: system_measures([r[n] for r in section["rounds"] if n in r]) for n in names}
     ratio = section["ratios"]["ratios"].get(GIC, {})
+    bound = ceiling(section["rounds"])
     rounds = [
         {n: {k: v for k, v in run.items() if k != "warmup_batches"} for n, run in r.items()}
         for r in section["rounds"]
@@ -813,7 +856,14 @@ def shape_size(
         "measures": per_system,
         "throughput_ratio_vs_rocksdb_changelog": ratio,
         "restart": dict(restart),
-        "goals": size_goals(size.label, per_system, ratio.get("median"), restart),
+        "goals": size_goals(
+            size.label,
+            per_system,
+            ratio.get("median"),
+            restart,
+            bound["floor_over_rocksdb_changelog"]["median"],
+        ),
+        "ceiling": bound,
         "outputs": section.get("outputs"),
         "conditions": section.get("conditions"),
         "contention": section.get("contention"),
@@ -944,7 +994,7 @@ def _run_size(
                     if any(n in r for r in section["rounds"])
                 }
                 for n in names:
-                    if n not in runs.last or n not in steady:
+                    if n == FLOOR or n not in runs.last or n not in steady:
                         continue
                     print(f"-- {NAME} {size.label}: restart {n}", flush=True)
                     try:
@@ -1025,8 +1075,20 @@ def reshape(data: Mapping[str, Any]) -> dict[str, Any]:
         names = list(size["measures"])
         measures = {n: system_measures([r[n] for r in size["rounds"] if n in r]) for n in names}
         ratio = size["throughput_ratio_vs_rocksdb_changelog"].get("median")
-        goals = size_goals(label, measures, ratio, size.get("restart") or {})
-        sizes[label] = {**size, "measures": measures, "goals": goals}
+        bound = ceiling(size["rounds"]) if any(FLOOR in r for r in size["rounds"]) else None
+        goals = size_goals(
+            label,
+            measures,
+            ratio,
+            size.get("restart") or {},
+            None if bound is None else bound["floor_over_rocksdb_changelog"]["median"],
+        )
+        sizes[label] = {
+            **size,
+            "measures": measures,
+            "goals": goals,
+            **({"ceiling": bound} if bound is not None else {}),
+        }
     return {
         **data,
         "definitions": {**data.get("definitions", {}), **DEFINITIONS},
@@ -1074,6 +1136,10 @@ def main() -> None:
                 GIC: "GIC, storage s3:// (boto3), through the latency proxy",
                 ROCKSDB: "Spark's RocksDB store, changelog checkpointing, s3a:// (the baseline)",
                 HDFS: "Spark's HDFS-backed store on s3a://, where it fits (hdfs_rule per size)",
+                FLOOR: (
+                    "the query without state on s3a://: each batch's aggregation alone, "
+                    "offset and commit logs; the floor under every system (ceiling per size)"
+                ),
             },
             "storage": "one SeaweedFS S3 server on loopback behind LatencyProxy for every system",
             "quick": base.quick,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from bench.streaming import outputs, state_sweep
 from bench.streaming.records import BatchRecord, BenchmarkError, RunResult
-from bench.streaming.state_sweep import GIC, HDFS, ROCKSDB, SIZES, StateSize
+from bench.streaming.state_sweep import FLOOR, GIC, HDFS, ROCKSDB, SIZES, StateSize
 from bench.streaming.workloads import KEYED_COUNT, KEYED_PAYLOAD, WorkloadSpec, payload_hashes
 
 
@@ -80,10 +80,10 @@ def test_hdfs_runs_only_where_its_versions_fit_in_half_the_heap() -> None:
     with pytest.raises(BenchmarkError):
         state_sweep.memory_bytes("lots")
     runs = {s.label: state_sweep.systems_for(s, heap, {}) for s in SIZES}
-    assert runs["10MB"] == [GIC, ROCKSDB, HDFS]
-    assert runs["100MB"] == [GIC, ROCKSDB, HDFS]
-    assert runs["4GB"] == [GIC, ROCKSDB]
-    assert state_sweep.systems_for(SIZES[2], 2 << 30, {}) == [GIC, ROCKSDB]
+    assert runs["10MB"] == [GIC, ROCKSDB, HDFS, FLOOR]
+    assert runs["100MB"] == [GIC, ROCKSDB, HDFS, FLOOR]
+    assert runs["4GB"] == [GIC, ROCKSDB, FLOOR]
+    assert state_sweep.systems_for(SIZES[2], 2 << 30, {}) == [GIC, ROCKSDB, FLOOR]
     only = {"GIC_BENCH_SYSTEMS": f"{GIC},{ROCKSDB}"}
     assert state_sweep.systems_for(SIZES[0], heap, only) == [GIC, ROCKSDB]
     with pytest.raises(BenchmarkError):
@@ -195,6 +195,27 @@ def test_measures_and_goals_are_computed_from_the_runs() -> None:
     small = state_sweep.shape_size(SIZES[1], state_sweep.workload(SIZES[1]), _section(), {}, 1.0)
     assert not any(g["applies"] for g in small["goals"].values())
     assert small["goals"]["restart_first_batch"]["met"] is None  # not measured
+
+
+def test_the_ceiling_is_the_floor_over_rocksdb_per_round() -> None:
+    section = _section()
+    size = SIZES[2]
+    plain = state_sweep.shape_size(size, state_sweep.workload(size), section, {}, 1.0)
+    assert plain["goals"]["throughput"]["reachable"] is None  # no floor run
+    for i, r in enumerate(section["rounds"]):
+        r[FLOOR] = _run(FLOOR, 1500.0 + 100 * i, 50.0, 10.0, 1e9)
+    data = state_sweep.shape_size(size, state_sweep.workload(size), section, {}, 1.0)
+    bound = data["ceiling"]
+    # per round 1500/1000, 1600/1000, 1700/1000
+    assert bound["floor_over_rocksdb_changelog"]["median"] == 1.6
+    assert bound["floor_over_rocksdb_changelog"]["min"] == 1.5
+    assert bound["gic_over_floor"]["median"] == round(3001 / 1600, 4)
+    throughput = data["goals"]["throughput"]
+    assert throughput["ceiling_ratio"] == 1.6
+    assert throughput["reachable"] is False  # a free store would reach 1.6x, not 2x
+    again = state_sweep.reshape({"sizes": {"1GB": {**data, "goals": {}}}})
+    assert again["sizes"]["1GB"]["goals"]["throughput"]["reachable"] is False
+    assert again["sizes"]["1GB"]["ceiling"] == bound
 
 
 def test_goals_not_met_say_so() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from bench.streaming import checkpoint_bytes, gic_runner, harness
+from bench.streaming import checkpoint_bytes, gic_runner, harness, spark_stores
 from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, RunResult
-from bench.streaming.runner import SystemFn
+from bench.streaming.runner import SystemFn, in_subprocess
 from bench.streaming.workloads import EVENT_LOG, WorkloadSpec, event_log, keyed_count
 
 from bench import common
@@ -49,6 +49,31 @@ def test_spark_baseline_runs_exactly_the_requested_batches_in_its_own_process(
     assert "commitTimeMs" in notes["commit_ms_definition"]
     # the run's checkpoint directory is gone, its log is kept
     assert [p.name for p in tmp_path.iterdir()] == ["logs"]
+
+
+def test_the_query_without_state_keeps_no_state_and_writes_only_its_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "SCRATCH", tmp_path)
+    params = harness.params_from_env({"GIC_BENCH_QUICK": "1"})
+    workload = keyed_count(quick=True)
+    run = in_subprocess(harness.SPARK_TARGET, spark_stores.NO_STATE)
+
+    result = run(workload, params)
+
+    assert [r.batch_id for r in result.measured] == [2, 3, 4]
+    for record in result.measured:
+        assert record.rows == workload.rows_per_batch
+        assert record.batch_ms > 0
+        assert "state_rows_total" not in record.parts or record.parts["state_rows_total"] == 0
+        assert record.parts["state_commit_ms_sum_over_tasks"] == 0
+        assert record.commit_ms == record.parts["wal_commit_ms"] + record.parts["commit_offsets_ms"]
+        assert 0 < record.bytes < 4096  # an offset and a commit log entry, no state files
+    assert "no state" in result.notes["sink"]
+    with pytest.raises(BenchmarkError, match="no output"):
+        spark_stores.run_spark_store(
+            spark_stores.NO_STATE, workload, params, tmp_path / "x", output=True
+        )
 
 
 def _record(batch: int, rows: int, batch_ms: float, commit_ms: float, nbytes: int) -> BatchRecord:
