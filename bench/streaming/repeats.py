@@ -18,6 +18,11 @@ section's ``conditions``. Every section records the contention of its mode on th
 machine's cores (:func:`bench.streaming.modes.contention`); systems a comparison names
 ``local_only`` run in local modes only.
 
+A comparison may name a ``floor``: the same query without state, run in the rounds like
+the others. Its rows/s over the best baseline's of the same round (:func:`ceiling`) is
+the throughput ratio a system whose state cost nothing would reach there, so the goals
+say whether the goal is ``reachable`` on this machine at all.
+
 Environment: ``GIC_BENCH_QUICK=1`` (small sizes, one round, ``local2`` only: a smoke
 run), ``GIC_BENCH_ROUNDS``, ``GIC_BENCH_MODES`` (default ``local2,cluster2``),
 ``GIC_BENCH_SYSTEMS`` (a subset), ``GIC_BENCH_WARMUP`` / ``GIC_BENCH_MEASURED``. A run of
@@ -82,6 +87,8 @@ class Comparison:
     """Measured batches in quick mode when the default (3) is too few to emit output."""
     local_only: tuple[str, ...] = ()
     """Systems run in local modes only (shown beside the comparison, not part of it)."""
+    floor: str | None = None
+    """The system running the query without state (shown beside, see :func:`ceiling`)."""
     batches: tuple[int, int] | None = None
     """Warm-up and measured batches of a full run when the defaults (5 + 25) would take
     too long; ``GIC_BENCH_WARMUP`` / ``GIC_BENCH_MEASURED`` still win."""
@@ -189,8 +196,39 @@ def round_ratios(
     }
 
 
-def goals(ratios: Mapping[str, Any], comparison: Comparison) -> dict[str, Any]:
-    """The throughput goal per contender (median ratio), and whether the best one meets it."""
+def ceiling(
+    rounds: Sequence[Mapping[str, Mapping[str, Any]]],
+    baselines: Sequence[str],
+    floor: str,
+    contenders: Sequence[str],
+) -> dict[str, Any] | None:
+    """The ``floor`` system's rows/s over the best baseline's of each round (the
+    throughput ratio a system whose state cost nothing would reach in that round) and
+    each contender's rows/s over the floor's, with their spreads; ``None`` when no round
+    ran the floor."""
+    if not any(floor in r for r in rounds):
+        return None
+    up = round_ratios(rounds, baselines, [floor])["ratios"][floor]
+    over = round_ratios(rounds, [floor], contenders)["ratios"]
+    return {
+        "floor": floor,
+        "floor_over_best_baseline": up,
+        "contenders_over_floor": over,
+        "how": (
+            f"per round, rows/s of {floor} (the query without state) over the best of "
+            f"{list(baselines)} (floor_over_best_baseline: the throughput ratio to the best "
+            "baseline a system whose state cost nothing would reach), and each contender's "
+            f"rows/s over {floor}'s (contenders_over_floor)"
+        ),
+    }
+
+
+def goals(
+    ratios: Mapping[str, Any], comparison: Comparison, bound: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The throughput goal per contender (median ratio), whether the best one meets it
+    and, given the :func:`ceiling` ``bound``, whether a system whose state cost nothing
+    would (``reachable``)."""
     per = {}
     for name, r in ratios["ratios"].items():
         per[name] = {
@@ -208,10 +246,13 @@ def goals(ratios: Mapping[str, Any], comparison: Comparison) -> dict[str, Any]:
         }
     medians = [r["median"] for r in ratios["ratios"].values() if r["median"] is not None]
     best = max(medians, default=None)
+    top = None if bound is None else bound["floor_over_best_baseline"]["median"]
     return {
         "per_contender": per,
         "best_contender_ratio": best,
         "met": None if best is None else best >= comparison.goal,
+        "ceiling_ratio": top,
+        "reachable": None if top is None else top >= comparison.goal,
         "how": (
             "median over rounds of contender rows_per_s / the best of "
             f"{list(comparison.baselines)} in the same round; goal >= {comparison.goal}x"
@@ -254,6 +295,12 @@ def run_mode(
     ratios = round_ratios(
         per_round, comparison.baselines, [c for c in comparison.contenders if c in names]
     )
+    contenders = [c for c in comparison.contenders if c in names]
+    bound = (
+        None
+        if comparison.floor is None
+        else ceiling(per_round, comparison.baselines, comparison.floor, contenders)
+    )
     prints = {f"{n}#{i + 1}": r[n]["output"] for i, r in enumerate(per_round) for n in r}
     return {
         "master": params.master,
@@ -261,7 +308,8 @@ def run_mode(
         "systems": aggregate(by_system),
         "rounds": per_round,
         "ratios": ratios,
-        "goals": goals(ratios, comparison),
+        **({"ceiling": bound} if bound is not None else {}),
+        "goals": goals(ratios, comparison, bound),
         "outputs": outputs.agreement(prints),
         "failed": failed,
     }

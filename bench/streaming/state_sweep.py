@@ -808,28 +808,14 @@ def goals_summary(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def ceiling(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per round, :data:`FLOOR`'s rows/s over the RocksDB baseline's: the throughput
-    ratio a store whose state cost nothing would have reached in that round (median and
-    spread over the rounds that ran both), and GIC's rows/s as a fraction of the floor's."""
+def ceiling(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """:func:`bench.streaming.repeats.ceiling` of the sweep: :data:`FLOOR` over the RocksDB
+    baseline per round, and GIC over the floor (``None``: the floor did not run)."""
+    return repeats.ceiling(rounds, (ROCKSDB,), FLOOR, (GIC,))
 
-    def per_round(top: str, bottom: str) -> list[float]:
-        out = []
-        for r in rounds:
-            a, b = (r.get(top) or {}).get("rows_per_s"), (r.get(bottom) or {}).get("rows_per_s")
-            if a and b:
-                out.append(float(a) / float(b))
-        return out
 
-    return {
-        "floor_over_rocksdb_changelog": repeats.spread(per_round(FLOOR, ROCKSDB)),
-        "gic_over_floor": repeats.spread(per_round(GIC, FLOOR)),
-        "how": (
-            f"per round, rows/s of {FLOOR} (the query without state) over those of {ROCKSDB} "
-            f"(floor_over_rocksdb_changelog: the throughput ratio to the baseline a store whose "
-            f"state cost nothing would reach) and of {GIC} over {FLOOR} (gic_over_floor)"
-        ),
-    }
+def _ceiling_median(bound: Mapping[str, Any] | None) -> float | None:
+    return None if bound is None else bound["floor_over_best_baseline"]["median"]
 
 
 def shape_size(
@@ -861,9 +847,9 @@ def shape_size(
             per_system,
             ratio.get("median"),
             restart,
-            bound["floor_over_rocksdb_changelog"]["median"],
+            _ceiling_median(bound),
         ),
-        "ceiling": bound,
+        **({"ceiling": bound} if bound is not None else {}),
         "outputs": section.get("outputs"),
         "conditions": section.get("conditions"),
         "contention": section.get("contention"),
@@ -1075,13 +1061,9 @@ def reshape(data: Mapping[str, Any]) -> dict[str, Any]:
         names = list(size["measures"])
         measures = {n: system_measures([r[n] for r in size["rounds"] if n in r]) for n in names}
         ratio = size["throughput_ratio_vs_rocksdb_changelog"].get("median")
-        bound = ceiling(size["rounds"]) if any(FLOOR in r for r in size["rounds"]) else None
+        bound = ceiling(size["rounds"])
         goals = size_goals(
-            label,
-            measures,
-            ratio,
-            size.get("restart") or {},
-            None if bound is None else bound["floor_over_rocksdb_changelog"]["median"],
+            label, measures, ratio, size.get("restart") or {}, _ceiling_median(bound)
         )
         sizes[label] = {
             **size,
@@ -1138,7 +1120,8 @@ def main() -> None:
                 HDFS: "Spark's HDFS-backed store on s3a://, where it fits (hdfs_rule per size)",
                 FLOOR: (
                     "the query without state on s3a://: each batch's aggregation alone, "
-                    "offset and commit logs; the floor under every system (ceiling per size)"
+                    "offset and commit logs; the floor under every system (ceiling per size: "
+                    "its rows/s over the baseline's, the ratio a free store would reach)"
                 ),
             },
             "storage": "one SeaweedFS S3 server on loopback behind LatencyProxy for every system",

@@ -10,6 +10,9 @@ of a comparison can be checked to have written the same rows.
     Spark's aggregation with one of its state stores
     (:func:`bench.streaming.spark_stores.run_spark_store`, ``_s3a`` variants included),
     ``foreachBatch`` to Parquet.
+``no_state()``
+    The query without state (:data:`bench.streaming.spark_stores.NO_STATE`): a
+    comparison's ``floor``, writing no output.
 ``spark_event_log(variant)``
     W2's list state through ``transformWithState`` / ``transformWithStateInPandas``
     (:mod:`bench.streaming.spark_event_log`).
@@ -54,6 +57,15 @@ def spark_store(variant: str, **options: Any) -> SystemFn:
     return _system(SPARK_STORE_TARGET, variant, {"output": True, **options})
 
 
+NO_STATE = "spark_no_state"
+"""The name :func:`no_state` runs under (:data:`bench.streaming.spark_stores.NO_STATE`)."""
+
+
+def no_state() -> SystemFn:
+    """The workload's query without state: each batch aggregated alone, no output."""
+    return _system(SPARK_STORE_TARGET, NO_STATE, {})
+
+
 def spark_event_log(variant: str) -> SystemFn:
     """W2 through Spark's ``transformWithState`` APIs (``variant`` of
     :data:`bench.streaming.spark_event_log.VARIANTS`)."""
@@ -67,17 +79,26 @@ def gic_against(
     *,
     goal: float,
     batches: tuple[int, int] | None = None,
+    floor: bool = False,
 ) -> Comparison:
     """The comparison ``name``: ``gic`` (the contender, to beat the best of ``baselines``
     by ``goal``) and the ``baselines``, with ``gic_no_changelog`` shown beside them in
-    local modes."""
+    local modes and, with ``floor``, the query without state (:func:`no_state`) in every
+    mode."""
+    extra = {NO_STATE: no_state()} if floor else {}
     return Comparison(
         name=name,
         workload=workload,
-        systems={**baselines, "gic": gic("gic"), "gic_no_changelog": gic("gic_no_changelog")},
+        systems={
+            **baselines,
+            "gic": gic("gic"),
+            "gic_no_changelog": gic("gic_no_changelog"),
+            **extra,
+        },
         baselines=tuple(baselines),
         contenders=("gic",),
         goal=goal,
         local_only=("gic_no_changelog",),
         batches=batches,
+        floor=NO_STATE if floor else None,
     )

@@ -12,6 +12,10 @@ per key of the batch) to Parquet, fingerprinted:
 ``gic_no_changelog``
     the same with a full snapshot of every bucket at every checkpoint, in ``local[2]``
     only: what incremental checkpoints save, shown beside the comparison.
+``spark_no_state``
+    the same query without state (each batch counted alone, no output): the floor under
+    every system, shown beside; its rows/s over the best store's is the ratio a store
+    whose state cost nothing would reach (``ceiling``, and ``reachable`` in the goals).
 
 Method (:mod:`bench.streaming.repeats`): per mode (``local[2]`` and two one-core
 executors by default; ``GIC_BENCH_MODES=...,cluster3`` adds three executors, recorded as
@@ -39,6 +43,7 @@ COMPARISON = systems.gic_against(
     keyed_count,
     {name: systems.spark_store(name) for name in SPARK_STORES},
     goal=GOAL,
+    floor=True,
 )
 
 

@@ -324,6 +324,10 @@ def test_w1_and_w2_compare_gic_with_spark_at_the_issue_goal() -> None:
         assert comparison.goal == 1.5 and comparison.contenders == ("gic",)
         assert comparison.local_only == ("gic_no_changelog",)
         assert all(b.startswith("spark_") for b in comparison.baselines)
+    assert w1_keyed_count.COMPARISON.floor == systems.NO_STATE
+    assert systems.NO_STATE in w1_keyed_count.COMPARISON.systems
+    assert systems.NO_STATE not in w1_keyed_count.COMPARISON.baselines
+    assert w2_event_log.COMPARISON.floor is None
     assert set(w2_event_log.COMPARISON.baselines) <= set(spark_event_log.VARIANTS)
     assert systems.GIC_TARGET.endswith(":run_gic")
 

@@ -202,14 +202,15 @@ def test_the_ceiling_is_the_floor_over_rocksdb_per_round() -> None:
     size = SIZES[2]
     plain = state_sweep.shape_size(size, state_sweep.workload(size), section, {}, 1.0)
     assert plain["goals"]["throughput"]["reachable"] is None  # no floor run
+    assert "ceiling" not in plain
     for i, r in enumerate(section["rounds"]):
         r[FLOOR] = _run(FLOOR, 1500.0 + 100 * i, 50.0, 10.0, 1e9)
     data = state_sweep.shape_size(size, state_sweep.workload(size), section, {}, 1.0)
     bound = data["ceiling"]
     # per round 1500/1000, 1600/1000, 1700/1000
-    assert bound["floor_over_rocksdb_changelog"]["median"] == 1.6
-    assert bound["floor_over_rocksdb_changelog"]["min"] == 1.5
-    assert bound["gic_over_floor"]["median"] == round(3001 / 1600, 4)
+    assert bound["floor_over_best_baseline"]["median"] == 1.6
+    assert bound["floor_over_best_baseline"]["min"] == 1.5
+    assert bound["contenders_over_floor"][GIC]["median"] == round(3001 / 1600, 4)
     throughput = data["goals"]["throughput"]
     assert throughput["ceiling_ratio"] == 1.6
     assert throughput["reachable"] is False  # a free store would reach 1.6x, not 2x

@@ -110,6 +110,26 @@ def test_goals_use_the_median_ratio_of_the_best_contender() -> None:
     assert empty["met"] is None
 
 
+def test_the_ceiling_is_the_floor_over_the_best_baseline_of_each_round() -> None:
+    rounds: list[dict[str, dict[str, Any]]] = [
+        {"g": {"rows_per_s": 30.0}, "s1": {"rows_per_s": 10.0}, "f": {"rows_per_s": 15.0}},
+        {"g": {"rows_per_s": 36.0}, "s1": {"rows_per_s": 20.0}, "f": {"rows_per_s": 40.0}},
+        {"g": {"rows_per_s": 20.0}, "s1": {"rows_per_s": 10.0}},
+    ]
+    assert repeats.ceiling(rounds[2:], ("s1",), "f", ("g",)) is None
+    bound = repeats.ceiling(rounds, ("s1",), "f", ("g",))
+    assert bound is not None
+    assert bound["floor_over_best_baseline"]["per_round"] == [1.5, 2.0]
+    assert bound["contenders_over_floor"]["g"]["per_round"] == [2.0, 0.9]
+    comparison = repeats.Comparison("x", timed_workloads.sessions, {}, ("s1",), ("g",), 2.0)
+    ratios = repeats.round_ratios(rounds, ("s1",), ("g",))
+    got = repeats.goals(ratios, comparison, bound)
+    assert got["met"] is True  # median of 3.0, 1.8, 2.0
+    assert got["ceiling_ratio"] == 1.75
+    assert got["reachable"] is False  # a free store would have reached 1.75x, not 2x
+    assert repeats.goals(ratios, comparison)["reachable"] is None
+
+
 def test_commit_with_logs_adds_spark_logs_to_gic_only() -> None:
     record = BatchRecord(0, 10, 100.0, 20.0, 1, {"commit_offsets_ms": 5.0, "wal_commit_ms": 7.0})
     assert repeats.commit_with_logs(record, "gic") == 32.0
