@@ -16,8 +16,8 @@ Systems, on one SeaweedFS behind :class:`~bench.streaming.latency_proxy.LatencyP
 ``gic_s3`` (GIC, ``s3://``) against ``spark_rocksdb_changelog_s3a`` (Spark's RocksDB
 store with changelog checkpointing, through S3A and the rename-free checkpoint file
 manager), plus ``spark_hdfs_s3a`` where its state fits in the heap (:func:`hdfs_fits`), and
-``spark_no_state_s3a`` (:data:`FLOOR`): the query without state, whose rows/s bound any
-store's on this machine.
+``spark_no_state`` (:data:`FLOOR`): the query without state or checkpoint storage, whose
+rows/s bound any system's on this machine.
 Per size: the interleaved rounds of :func:`bench.streaming.repeats.run_mode`, then a
 restart of each system from its last round's checkpoint in a fresh process with empty
 local directories (:func:`restart_figures`). Each run records the RSS of its process tree
@@ -60,11 +60,14 @@ TARGET = "bench.streaming.state_sweep:run_with_rss"
 GIC = "gic_s3"
 ROCKSDB = "spark_rocksdb_changelog_s3a"
 HDFS = "spark_hdfs_s3a"
-FLOOR = "spark_no_state_s3a"
+FLOOR = "spark_no_state"
 """The query without state (:data:`bench.streaming.spark_stores.NO_STATE`): the same
-source, shuffle, aggregation over each batch alone and offset and commit logs on the same
-S3. Its rows/s bound what any state store can reach on this machine; its ratio to the
-RocksDB baseline's (``ceiling``) is the largest throughput ratio a store whose state cost
+source, shuffle and aggregation, each batch alone, its offset and commit logs on local
+disk. That is the query's own work, which every system pays; writing Spark's logs through
+S3A behind the proxy (about 0.6 s a batch at 20 ms) is part of Spark's checkpointing, and
+GIC keeps its query's offsets in its own manifest instead, so the floor leaves them out.
+Its rows/s bound any system's on this machine; its ratio to the RocksDB baseline's
+(``ceiling``) is the largest throughput ratio a system whose state and checkpoints cost
 nothing would reach in the same round."""
 SYSTEM_NAMES = (GIC, ROCKSDB, HDFS, FLOOR)
 LATENCY_MS = 20
@@ -1119,9 +1122,10 @@ def main() -> None:
                 ROCKSDB: "Spark's RocksDB store, changelog checkpointing, s3a:// (the baseline)",
                 HDFS: "Spark's HDFS-backed store on s3a://, where it fits (hdfs_rule per size)",
                 FLOOR: (
-                    "the query without state on s3a://: each batch's aggregation alone, "
-                    "offset and commit logs; the floor under every system (ceiling per size: "
-                    "its rows/s over the baseline's, the ratio a free store would reach)"
+                    "the query without state: each batch's aggregation alone, offset and "
+                    "commit logs on local disk; the floor under every system (ceiling per "
+                    "size: its rows/s over the baseline's, the ratio a system whose state "
+                    "and checkpoints cost nothing would reach)"
                 ),
             },
             "storage": "one SeaweedFS S3 server on loopback behind LatencyProxy for every system",
