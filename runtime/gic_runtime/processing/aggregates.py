@@ -10,8 +10,11 @@ schema, derived from the input's.
 Invariants: each aggregate's running value of a key lives in one value state,
 ``agg:<output name>``, and after a batch equals the aggregate over every row of that
 key in all batches so far (nulls ignored: a key whose values were all null keeps
-``None``); the output holds one row per key of the batch with the new values; keys are
-never null. Aggregate names never clash with the key column.
+``None``); only values that changed are written, so a running maximum or minimum that
+held, or a sum that gained zero, costs neither a store write nor a changelog record
+(:meth:`~gic_runtime.state.states.ValueState.set_changed`); the output holds one row per
+key of the batch with the new values; keys are never null. Aggregate names never clash
+with the key column.
 
 Not thread-safe: a processor runs on the task thread that owns the backend.
 """
@@ -167,7 +170,7 @@ class AggregateProcessor:
             located = state.locate_many(keys, key_buckets)
             old = state.get_located(located)
             new = [combine(agg.kind, o, b) for o, b in zip(old, batch_values, strict=True)]
-            state.set_located(located, new)
+            state.set_changed(located, old, new)
             columns[name] = pa.array(new)
         out = pa.table(columns)
         try:

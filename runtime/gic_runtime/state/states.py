@@ -17,11 +17,13 @@ appended to the changelog (dual write, see :class:`~gic_runtime.state.backend.Ke
 ========================  =======================================================
 
 Bulk path (:meth:`ValueState.locate_many` and :meth:`MapState.locate_entries`, then
-``get_located``, ``set_located`` and ``remove_located``): keys are located once (bucket
+``get_located``, ``set_located``, ``set_changed`` and ``remove_located``): keys are
+located once (bucket
 and store key; buckets may come precomputed from the routing side and are then
 spot-checked), and reads and writes go to the store and the changelog one
 run of same-bucket keys at a time. The changes are exactly those of the single-key
-calls, in the same order.
+calls, in the same order; ``set_changed`` leaves out the calls that would store a value
+equal to the one already there (no change, so nothing to store or log).
 
 A state sees its backend only through :class:`StateBackend` (the store, routing and the
 dual write), which :class:`~gic_runtime.state.backend.KeyedStateBackend` implements; this
@@ -150,6 +152,32 @@ class _LocatedEntries(_State):
         for bucket, start, stop in located.runs:
             write_many(bucket, Op.PUT, skeys[start:stop], encoded[start:stop])
         return len(encoded)
+
+    def set_changed(self, located: Located, old: Sequence[Any], new: Sequence[Any]) -> int:
+        """Set the values ``new`` at ``located`` where they differ from ``old``, the
+        values :meth:`get_located` read there (``None``: absent); returns how many were
+        set. A value equal to the stored one is no change: leaving it out keeps the store
+        as a write would, and logs nothing a replay would need (read-modify-write of
+        running aggregates, where most values often stay: a maximum, a minimum).
+        ``old`` must be what the store holds, read in the same batch."""
+        if len(new) != len(located) or len(old) != len(located):
+            raise StateError(
+                f"{len(old)} old and {len(new)} new values for {len(located)} located keys"
+            )
+        skeys = located.store_keys
+        write_many = self._backend.write_many
+        written = 0
+        for bucket, start, stop in located.runs:
+            picked = [i for i in range(start, stop) if old[i] is None or new[i] != old[i]]
+            if not picked:
+                continue
+            if len(picked) == stop - start:
+                keys, values = skeys[start:stop], new[start:stop]
+            else:
+                keys, values = [skeys[i] for i in picked], [new[i] for i in picked]
+            write_many(bucket, Op.PUT, keys, encode_many(values))
+            written += len(picked)
+        return written
 
     def remove_located(self, located: Located) -> int:
         """Delete the values at ``located`` (each one change, also where absent)."""

@@ -8,7 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
 from gic_runtime.processing import (
     AggregateProcessor,
@@ -22,6 +25,7 @@ from gic_runtime.processing import (
 )
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
+from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.state.stores import KVStore
 from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
@@ -104,6 +108,76 @@ class TestAggregates:
         _run(_processor(pa.int64()), backend, _batch(keys, [1] * len(keys), pa.int64()), True)
         assert backend.value_state("agg:n").get_many(keys) == [1] * len(keys)
         assert all(backend.seq(b) > 0 for b in owned)
+
+
+def _stored(store: KVStore) -> dict[tuple[int, bytes], bytes]:
+    return {(b, k): v for b in range(B) for k, v in store.scan(b, b"")}
+
+
+def _replayed(writer: TestingChangelogWriter) -> dict[tuple[int, bytes], bytes]:
+    """What the writer's changelog rebuilds on an empty store (only PUTs are logged)."""
+    handles = writer.persist({b: 0 for b in range(B)}).result()
+    out: dict[tuple[int, bytes], bytes] = {}
+    for bucket, hs in handles.items():
+        for handle in hs:
+            for record in writer.storage.load(handle.uri):
+                assert record.op == Op.PUT
+                out[(bucket, record.key)] = record.value
+    return out
+
+
+_BATCHES = st.lists(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.one_of(st.none(), st.integers(-3, 3))),
+        min_size=1,
+        max_size=30,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+class TestOnlyChangesAreWritten:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(batches=_BATCHES)
+    def test_outputs_store_and_changelog_agree_and_only_changes_are_logged(
+        self, batches: list[list[tuple[int, int | None]]]
+    ) -> None:
+        store = InMemoryStore()
+        writer = TestingChangelogWriter()
+        backend = KeyedStateBackend(range(B), B, store, writer)
+        processor = _processor(pa.int64())
+        plain = [([k for k, _ in rows], [x for _, x in rows]) for rows in batches]
+        want = _reference(plain)
+        before: dict[Any, dict[str, Any]] = {}
+        for (keys, xs), expected in zip(plain, want, strict=True):
+            logged = writer.appended
+            assert _run(processor, backend, _batch(keys, xs, pa.int64()), True) == expected
+            # one change per aggregate whose value is new or differs from the stored one
+            changed = sum(
+                1
+                for key, values in expected.items()
+                for name, value in values.items()
+                if key not in before or before[key][name] is None or before[key][name] != value
+            )
+            assert writer.appended - logged == changed
+            before.update(expected)
+        # the changelog alone rebuilds what the store holds (nothing a replay needs is lost)
+        assert _replayed(writer) == _stored(store)
+
+    def test_a_maximum_that_holds_is_not_written_again(self, make_store: MakeStore) -> None:
+        writer = TestingChangelogWriter()
+        backend = KeyedStateBackend(range(B), B, make_store(), writer)
+        processor = _processor(pa.int64())
+        _run(processor, backend, _batch([1, 2], [5, 5], pa.int64()), True)
+        logged = writer.appended
+        out = _run(processor, backend, _batch([1, 2], [5, 9], pa.int64()), True)
+        assert out == {
+            1: {"n": 2, "total": 10, "lo": 5, "hi": 5},
+            2: {"n": 2, "total": 14, "lo": 5, "hi": 9},
+        }
+        # key 1: n and total change, lo and hi hold; key 2: n, total and hi change
+        assert writer.appended - logged == 5
 
 
 class TestGivenBuckets:
