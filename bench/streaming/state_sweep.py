@@ -898,7 +898,8 @@ PLOTTED = {
 def plot_series(
     sizes: Mapping[str, Mapping[str, Any]], measure: str
 ) -> dict[str, list[tuple[float, float, float, float]]]:
-    """Per system, (state bytes, median, min, max) of ``measure`` at every size."""
+    """Per system, (state bytes, median, min, max) of ``measure`` at every size where it
+    is positive (the plots are log scale: the query without state stores nothing)."""
     _, where = PLOTTED[measure]
     series: dict[str, list[tuple[float, float, float, float]]] = {}
     for data in sizes.values():
@@ -906,12 +907,12 @@ def plot_series(
         for system, values in (data.get(where) or {}).items():
             if where == "measures":
                 entry = values.get(measure)
-                if entry is None or entry.get("median") is None:
+                if entry is None or entry.get("median") is None or entry["median"] <= 0:
                     continue
-                point = (x, entry["median"], entry["min"], entry["max"])
+                point = (x, entry["median"], max(entry["min"], 0.0), entry["max"])
             else:
                 v = values.get(measure)
-                if v is None:
+                if v is None or v <= 0:
                     continue
                 point = (x, float(v), float(v), float(v))
             series.setdefault(system, []).append(point)

@@ -283,6 +283,9 @@ def test_plot_series_take_medians_and_spreads_per_system() -> None:
     assert state_sweep.plot_series({"10MB": data}, "to_first_batch_ms") == {
         GIC: [(float(size.state_bytes), 9.0, 9.0, 9.0)]
     }
+    # a log scale shows no zero: the query without state stores nothing
+    data["measures"][FLOOR] = {"stored_bytes": {"median": 0.0, "min": 0.0, "max": 0.0}}
+    assert FLOOR not in state_sweep.plot_series({"10MB": data}, "stored_bytes")
 
 
 def test_processes_are_told_apart_by_their_command_line() -> None:
