@@ -483,6 +483,18 @@ class SizeRuns:
             return {"inner": "gic", "output": self.output, "default_materialization": True}
         return {"inner": "spark", "output": self.output and name != FLOOR}
 
+    def restart_options(self, name: str) -> dict[str, Any]:
+        """The options of a restart of ``name``: no output (the rounds compared it; the
+        restarted run would fingerprint every batch its checkpoint's run wrote too, over a
+        GB of rows at 100 MB, more than Spark's driver takes), GIC on an empty local
+        directory, Spark at its default retention (no byte accounting)."""
+        options = {**self.options(name), "output": False}
+        if name.startswith("gic"):
+            options["local_dir"] = "local-restart"  # empty: every bucket from storage
+        else:
+            options["spark_retention"] = True
+        return options
+
     def _forget(self, name: str) -> None:
         old = self.last.pop(name, None)
         if old is not None:
@@ -514,11 +526,7 @@ class SizeRuns:
         """The last run of ``name`` started again in a fresh process from its checkpoint,
         with empty local directories, for :data:`RESTART_BATCHES` batches."""
         scratch = self.last[name]
-        options = self.options(name)
-        if name.startswith("gic"):
-            options["local_dir"] = "local-restart"  # empty: every bucket from storage
-        else:
-            options["spark_retention"] = True  # no byte accounting on the restart
+        options = self.restart_options(name)
         after = dataclasses.replace(params, warmup=0, measured=RESTART_BATCHES)
         return runner.run_in_subprocess(
             TARGET,

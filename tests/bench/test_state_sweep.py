@@ -101,6 +101,16 @@ def _record(batch: int, ms: float, **parts: float) -> BatchRecord:
     return BatchRecord(batch, 10, ms, 1.0, 100, parts)
 
 
+def test_restarts_write_no_output_and_gic_restores_from_storage() -> None:
+    runs = state_sweep.SizeRuns(state_sweep.workload(SIZES[0]), output=True)
+    assert runs.options(GIC)["output"] is True and runs.options(ROCKSDB)["output"] is True
+    assert runs.options(FLOOR)["output"] is False
+    gic = runs.restart_options(GIC)
+    assert gic["output"] is False and gic["local_dir"] == "local-restart"
+    spark = runs.restart_options(ROCKSDB)
+    assert spark["output"] is False and spark["spark_retention"] is True
+
+
 def test_restart_figures_come_from_the_restarted_run() -> None:
     result = RunResult(
         "gic_s3",
