@@ -22,12 +22,17 @@ from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 
-def test_spark_baseline_runs_exactly_the_requested_batches_in_its_own_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[WorkloadSpec, BenchParams]:
+    """W1 at quick size and quick parameters, with the scratch directory in ``tmp_path``."""
     monkeypatch.setattr(common, "SCRATCH", tmp_path)
-    params = harness.params_from_env({"GIC_BENCH_QUICK": "1"})
-    workload = keyed_count(quick=True)
+    return keyed_count(quick=True), harness.params_from_env({"GIC_BENCH_QUICK": "1"})
+
+
+def test_spark_baseline_runs_exactly_the_requested_batches_in_its_own_process(
+    tmp_path: Path, quick: tuple[WorkloadSpec, BenchParams]
+) -> None:
+    workload, params = quick
 
     result = harness.SYSTEMS["spark_rocksdb_changelog"](workload, params)
 
@@ -52,11 +57,9 @@ def test_spark_baseline_runs_exactly_the_requested_batches_in_its_own_process(
 
 
 def test_the_query_without_state_keeps_no_state_and_writes_only_its_logs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, quick: tuple[WorkloadSpec, BenchParams]
 ) -> None:
-    monkeypatch.setattr(common, "SCRATCH", tmp_path)
-    params = harness.params_from_env({"GIC_BENCH_QUICK": "1"})
-    workload = keyed_count(quick=True)
+    workload, params = quick
     run = in_subprocess(harness.SPARK_TARGET, spark_stores.NO_STATE)
 
     result = run(workload, params)
