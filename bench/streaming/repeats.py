@@ -292,10 +292,8 @@ def run_mode(
             )
         per_round.append(done)
     by_system = {n: [r[n] for r in per_round if n in r] for n in names}
-    ratios = round_ratios(
-        per_round, comparison.baselines, [c for c in comparison.contenders if c in names]
-    )
     contenders = [c for c in comparison.contenders if c in names]
+    ratios = round_ratios(per_round, comparison.baselines, contenders)
     bound = (
         None
         if comparison.floor is None

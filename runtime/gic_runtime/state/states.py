@@ -18,9 +18,8 @@ appended to the changelog (dual write, see :class:`~gic_runtime.state.backend.Ke
 
 Bulk path (:meth:`ValueState.locate_many` and :meth:`MapState.locate_entries`, then
 ``get_located``, ``set_located``, ``set_changed`` and ``remove_located``): keys are
-located once (bucket
-and store key; buckets may come precomputed from the routing side and are then
-spot-checked), and reads and writes go to the store and the changelog one
+located once (bucket and store key; buckets may come precomputed from the routing side
+and are then spot-checked), and reads and writes go to the store and the changelog one
 run of same-bucket keys at a time. The changes are exactly those of the single-key
 calls, in the same order; ``set_changed`` leaves out the calls that would store a value
 equal to the one already there (no change, so nothing to store or log).
@@ -159,7 +158,8 @@ class _LocatedEntries(_State):
         set. A value equal to the stored one is no change: leaving it out keeps the store
         as a write would, and logs nothing a replay would need (read-modify-write of
         running aggregates, where most values often stay: a maximum, a minimum).
-        ``old`` must be what the store holds, read in the same batch."""
+        ``old`` must be what the store holds, read in the same batch, and ``located``
+        must name each key once (a repeated key's later ``old`` would be stale)."""
         if len(new) != len(located) or len(old) != len(located):
             raise StateError(
                 f"{len(old)} old and {len(new)} new values for {len(located)} located keys"
