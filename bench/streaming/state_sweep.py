@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from bench.streaming import harness, modes, repeats, runner, s3a, systems, w1_s3
+from bench.streaming import harness, modes, repeats, runner, s3a, spark_stores, systems, w1_s3
 from bench.streaming.records import BenchmarkError, BenchParams, RunResult
 from bench.streaming.repeats import Comparison
 from bench.streaming.runner import SystemFn
@@ -60,7 +60,7 @@ TARGET = "bench.streaming.state_sweep:run_with_rss"
 GIC = "gic_s3"
 ROCKSDB = "spark_rocksdb_changelog_s3a"
 HDFS = "spark_hdfs_s3a"
-FLOOR = "spark_no_state"
+FLOOR = spark_stores.NO_STATE
 """The query without state (:data:`bench.streaming.spark_stores.NO_STATE`): the same
 source, shuffle and aggregation, each batch alone, its offset and commit logs on local
 disk. That is the query's own work, which every system pays; writing Spark's logs through

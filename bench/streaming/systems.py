@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bench.streaming import runner
+from bench.streaming import runner, spark_stores
 from bench.streaming.records import BenchParams, RunResult
 from bench.streaming.repeats import Comparison
 from bench.streaming.runner import SystemFn
@@ -57,8 +57,8 @@ def spark_store(variant: str, **options: Any) -> SystemFn:
     return _system(SPARK_STORE_TARGET, variant, {"output": True, **options})
 
 
-NO_STATE = "spark_no_state"
-"""The name :func:`no_state` runs under (:data:`bench.streaming.spark_stores.NO_STATE`)."""
+NO_STATE = spark_stores.NO_STATE
+"""The name :func:`no_state` runs under."""
 
 
 def no_state() -> SystemFn:
