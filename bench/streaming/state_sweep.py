@@ -20,8 +20,9 @@ manager), plus ``spark_hdfs_s3a`` where its state fits in the heap (:func:`hdfs_
 rows/s bound any system's on this machine.
 Per size: the interleaved rounds of :func:`bench.streaming.repeats.run_mode`, then a
 restart of each system from its last round's checkpoint in a fresh process with empty
-local directories (:func:`restart_figures`). Each run records the RSS of its process tree
-(:class:`RssSampler`) and the bytes stored under its prefix at the end.
+local directories (:func:`restart_figures`). Each run records the memory of its process
+tree (:mod:`bench.streaming.memory_sampling`, from a process of its own) and the bytes
+stored under its prefix at the end.
 
 Goals (:func:`size_goals`, :func:`rss_goal`) are computed from the measurements and
 apply at 1 GB and 4 GB (some at 4 GB only); every size reports them with ``applies``.
@@ -40,7 +41,6 @@ import re
 import shutil
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -50,6 +50,12 @@ from typing import Any
 
 from bench import common
 from bench.streaming import harness, modes, repeats, runner, s3a, spark_stores, systems, w1_s3
+from bench.streaming.memory_sampling import (
+    PROCESS_KINDS,
+    RSS_DEFINITION,
+    MemorySampler,
+    memory_summary,
+)
 from bench.streaming.records import BenchmarkError, BenchParams, RunResult
 from bench.streaming.repeats import Comparison
 from bench.streaming.runner import SystemFn
@@ -92,7 +98,6 @@ HDFS_COPIES = 3
 """State versions the HDFS store holds in the heap at once (Spark keeps the last two
 versions' maps loaded, plus the one being written)."""
 HDFS_HEAP_FRACTION = 0.5
-RSS_INTERVAL_S = 0.5
 SIZES_ENV = "GIC_BENCH_SWEEP_SIZES"
 OUTPUT_UP_TO = 100 * MB
 """Sizes up to this write their output to Parquet and fingerprint it; larger ones use
@@ -222,179 +227,6 @@ def batches(spec: WorkloadSpec, environ: Mapping[str, str] = os.environ) -> tupl
     return spec.load_batches + after, measured
 
 
-# --- executor memory ------------------------------------------------------------------------
-
-RSS_DEFINITION = (
-    "resident memory (VmRSS, /proc) summed over the system run's whole process tree, "
-    f"sampled every {RSS_INTERVAL_S} s: its Python process (the driver; GIC's driver too), "
-    "the Spark JVM it starts (driver and executor in local mode) and the Python workers "
-    "that JVM forks (GIC's state tasks, Spark's pyspark daemon). The same for every "
-    "system. rss_peak_bytes: the largest sample; rss_steady_bytes: the median of the "
-    "samples of the last half of the run (after the load phase in every size run here). "
-    "VmRSS counts a page shared by several processes (a file two Python workers map, "
-    "pages a fork shares) once per process, and counts file pages a process maps (GIC's "
-    "LMDB stores, the JVM's jars) beside its own heap; pss_anon_* and pss_file_* split "
-    "the proportional set size (Pss_Anon, Pss_File of /proc/<pid>/smaps_rollup: a shared "
-    "page split between its processes) summed over the same tree, sampled with it: "
-    "anonymous memory is what settings must bound, file pages are the page cache the "
-    "kernel takes back under pressure. <field>_steady_bytes_<kind> is the same per part of "
-    "the tree: driver (the run's Python process), jvm (the Spark JVM), workers (the "
-    "Python processes the JVM forks: GIC's state tasks with their stores and caches, "
-    "pyspark's daemon and workers), each the median of its own samples of the last half"
-)
-MEMORY_FIELDS = ("rss", "pss_anon", "pss_file")
-"""What :func:`tree_memory` sums, in this order."""
-PROCESS_KINDS = ("driver", "jvm", "workers")
-"""The parts of a run's process tree (:func:`process_kind`): its Python driver process
-(and any helper that is not one of the others), the Spark JVM, and the Python workers
-the JVM forks (GIC's state tasks, pyspark's daemon and workers)."""
-
-
-def _children_map() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        tree.setdefault(int(fields[1]), []).append(int(entry))
-    return tree
-
-
-def tree_rss(root: int) -> int:
-    """Bytes resident in ``root`` and every process below it."""
-    return tree_memory(root)[0]
-
-
-def _tree(root: int) -> list[int]:
-    tree = _children_map()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(tree.get(pid, []))
-    return out
-
-
-def process_memory(pid: int) -> tuple[int, int, int]:
-    """``(rss, pss_anon, pss_file)`` of one process in bytes (zeros when it is gone):
-    VmRSS from ``statm``, the proportional set sizes from ``smaps_rollup``."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    try:
-        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
-            rss = int(f.read().split()[1]) * page
-        anon = file = 0
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Pss_Anon:"):
-                    anon = int(line.split()[1]) * 1024
-                elif line.startswith("Pss_File:"):
-                    file = int(line.split()[1]) * 1024
-    except (OSError, IndexError, ValueError):
-        return 0, 0, 0
-    return rss, anon, file
-
-
-def process_kind(cmdline: Sequence[str]) -> str:
-    """Which of :data:`PROCESS_KINDS` a process with arguments ``cmdline`` is."""
-    if cmdline and os.path.basename(cmdline[0]) == "java":
-        return "jvm"
-    if any(arg.startswith("pyspark.") for arg in cmdline):
-        return "workers"
-    return "driver"
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-Memory = tuple[int, int, int]
-
-
-def tree_memory_by_kind(root: int) -> dict[str, Memory]:
-    """:data:`MEMORY_FIELDS` of ``root`` and every process below it, summed per
-    :data:`PROCESS_KINDS` (every kind present, zeros when none ran)."""
-    sums = {kind: [0, 0, 0] for kind in PROCESS_KINDS}
-    for pid in _tree(root):
-        kind = sums[process_kind(_cmdline(pid))]
-        for i, value in enumerate(process_memory(pid)):
-            kind[i] += value
-    return {kind: (v[0], v[1], v[2]) for kind, v in sums.items()}
-
-
-def tree_memory(root: int) -> Memory:
-    """:data:`MEMORY_FIELDS` of ``root`` and every process below it, summed."""
-    return _total(tree_memory_by_kind(root))
-
-
-def _total(by_kind: Mapping[str, Memory]) -> Memory:
-    parts = list(by_kind.values())
-    return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
-
-
-def memory_summary(samples: Sequence[Mapping[str, Memory]]) -> dict[str, float | None]:
-    """:func:`rss_summary` of each of :data:`MEMORY_FIELDS` over ``samples`` (each one
-    :func:`tree_memory_by_kind`): ``<field>_peak_bytes`` and ``<field>_steady_bytes`` of
-    the whole tree, ``<field>_steady_bytes_<kind>`` of each kind, and ``rss_samples``."""
-    out: dict[str, float | None] = {}
-    totals = [_total(sample) for sample in samples]
-    for i, name in enumerate(MEMORY_FIELDS):
-        one = rss_summary([total[i] for total in totals])
-        out[f"{name}_peak_bytes"] = one["rss_peak_bytes"]
-        out[f"{name}_steady_bytes"] = one["rss_steady_bytes"]
-        for kind in PROCESS_KINDS:
-            part = rss_summary([sample[kind][i] for sample in samples if kind in sample])
-            out[f"{name}_steady_bytes_{kind}"] = part["rss_steady_bytes"]
-    out["rss_samples"] = len(samples)
-    return out
-
-
-def rss_summary(samples: Sequence[int]) -> dict[str, float | None]:
-    """Peak and steady (median of the last half) of ``samples``."""
-    if not samples:
-        return {"rss_peak_bytes": None, "rss_steady_bytes": None, "rss_samples": 0}
-    tail = samples[len(samples) // 2 :]
-    return {
-        "rss_peak_bytes": float(max(samples)),
-        "rss_steady_bytes": float(statistics.median(tail)),
-        "rss_samples": len(samples),
-    }
-
-
-class RssSampler:
-    """Samples :func:`tree_memory_by_kind` of ``root`` every ``interval_s`` on a daemon
-    thread."""
-
-    def __init__(self, root: int, interval_s: float = RSS_INTERVAL_S) -> None:
-        self.root = root
-        self.interval_s = interval_s
-        self.samples: list[dict[str, Memory]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(tree_memory_by_kind(self.root))
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 _INNER: dict[str, str] = {"gic": systems.GIC_TARGET, "spark": systems.SPARK_STORE_TARGET}
 
 
@@ -413,7 +245,7 @@ def run_with_rss(
 
     module, _, function = _INNER[inner].partition(":")
     fn = getattr(importlib.import_module(module), function)
-    with RssSampler(os.getpid()) as sampler:
+    with MemorySampler(os.getpid()) as sampler:
         result: RunResult = fn(variant, spec, params, scratch, **options)
     notes = {**result.notes, **memory_summary(sampler.samples), "rss_definition": RSS_DEFINITION}
     return dataclasses.replace(result, notes=notes)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.streaming import outputs, state_sweep
+from bench.streaming import memory_sampling, outputs, state_sweep
 from bench.streaming.records import BatchRecord, BenchmarkError, RunResult
 from bench.streaming.state_sweep import FLOOR, GIC, HDFS, ROCKSDB, SIZES, StateSize
 from bench.streaming.workloads import KEYED_COUNT, KEYED_PAYLOAD, WorkloadSpec, payload_hashes
@@ -299,7 +302,7 @@ def test_plot_series_take_medians_and_spreads_per_system() -> None:
 
 
 def test_processes_are_told_apart_by_their_command_line() -> None:
-    kind = state_sweep.process_kind
+    kind = memory_sampling.process_kind
     assert kind(["/usr/lib/jvm/java-17/bin/java", "-cp", "x", "SparkSubmit"]) == "jvm"
     assert kind(["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]) == "workers"
     assert kind(["/venv/bin/python", "-m", "bench.streaming.runner", "r.json"]) == "driver"
@@ -307,29 +310,57 @@ def test_processes_are_told_apart_by_their_command_line() -> None:
 
 
 def test_rss_of_this_process_tree_is_positive_and_summarized() -> None:
-    assert state_sweep.tree_rss(os.getpid()) > 0
-    rss, anon, file = state_sweep.tree_memory(os.getpid())
+    assert memory_sampling.tree_rss(os.getpid()) > 0
+    rss, anon, file = memory_sampling.tree_memory(os.getpid())
     assert rss > 0 and anon > 0 and file > 0
     assert anon + file <= rss * 1.05  # proportional shares of what is resident
-    assert state_sweep.process_memory(2**22 + 7) == (0, 0, 0)  # no such process
+    assert memory_sampling.process_memory(2**22 + 7) == (0, 0, 0)  # no such process
     zero = (0, 0, 0)
     samples = [
         {"driver": (10, 4, 6), "jvm": zero, "workers": zero},
         {"driver": (20, 5, 15), "jvm": zero, "workers": (10, 3, 5)},
         {"driver": (15, 4, 11), "jvm": (5, 2, 1), "workers": zero},
     ]
-    both = state_sweep.memory_summary(samples)
+    both = memory_sampling.memory_summary(samples)
     assert both["rss_peak_bytes"] == 30.0 and both["pss_anon_peak_bytes"] == 8.0
     assert both["pss_file_steady_bytes"] == 16.0 and both["rss_samples"] == 3
     assert both["pss_anon_steady_bytes_driver"] == 4.5
     assert both["pss_anon_steady_bytes_workers"] == 1.5
     assert both["rss_steady_bytes_jvm"] == 2.5
-    mine = state_sweep.tree_memory_by_kind(os.getpid())
-    assert set(mine) == set(state_sweep.PROCESS_KINDS) and mine["driver"][0] > 0
+    mine = memory_sampling.tree_memory_by_kind(os.getpid())
+    assert set(mine) == set(memory_sampling.PROCESS_KINDS) and mine["driver"][0] > 0
     assert sum(part[0] for part in mine.values()) > 0
-    summary = state_sweep.rss_summary([1, 5, 3, 4])
+    summary = memory_sampling.rss_summary([1, 5, 3, 4])
     assert summary == {"rss_peak_bytes": 5.0, "rss_steady_bytes": 3.5, "rss_samples": 4}
-    assert state_sweep.rss_summary([])["rss_peak_bytes"] is None
+    assert memory_sampling.rss_summary([])["rss_peak_bytes"] is None
+
+
+def test_the_sampler_process_measures_the_tree_without_itself(tmp_path: Path) -> None:
+    # a child of the root that holds 64 MiB of its own: the sampler must count it as the
+    # root's tree, and must not count itself (it is a child of the root too)
+    hog = subprocess.Popen(
+        [sys.executable, "-c", "import time; b = bytearray(64 << 20); time.sleep(30)"]
+    )
+    try:
+        time.sleep(0.5)
+        with memory_sampling.MemorySampler(os.getpid(), interval_s=0.1) as sampler:
+            time.sleep(0.6)
+            sampler_pid = sampler._proc.pid if sampler._proc else -1
+            with_sampler = memory_sampling.tree_memory_by_kind(os.getpid())
+            without = memory_sampling.tree_memory_by_kind(os.getpid(), frozenset({sampler_pid}))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert len(sampler.samples) >= 3
+    last = sampler.samples[-1]
+    assert last["driver"][1] >= 64 << 20  # this process and the hog, anonymous memory
+    # the sampler leaves itself out: its samples sit near the tree without it, below the
+    # tree with it by about one Python interpreter
+    assert with_sampler["driver"][0] > without["driver"][0]
+    own = last["driver"][0]
+    assert abs(own - without["driver"][0]) < abs(own - with_sampler["driver"][0])
+    with pytest.raises(ValueError, match="not a memory sample"):
+        memory_sampling.parse_samples('{"driver": [1, 2, 3]}')
 
 
 def test_fingerprints_hash_strings_the_same_way_everywhere() -> None:
