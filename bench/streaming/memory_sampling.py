@@ -31,6 +31,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+from bench.streaming.records import BenchmarkError
+
 INTERVAL_S = 1.0
 """Seconds between samples."""
 
@@ -186,8 +188,8 @@ def rss_summary(samples: Sequence[int]) -> dict[str, float | None]:
 class MemorySampler:
     """Samples :func:`tree_memory_by_kind` of ``root`` every ``interval_s`` from a child
     process (see the module docstring); :attr:`samples` holds them once the ``with``
-    block ended. A sampler that failed to start, or wrote a line that is not a sample,
-    raises on exit."""
+    block ended. A sampler that failed (exited other than by the SIGTERM that ends it),
+    or wrote a line that is not a sample, raises on exit."""
 
     def __init__(self, root: int, interval_s: float = INTERVAL_S) -> None:
         self.root = root
@@ -203,12 +205,20 @@ class MemorySampler:
         )
         return self
 
+    @property
+    def pid(self) -> int | None:
+        """The sampler process's pid, while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
     def __exit__(self, *exc: object) -> None:
         proc = self._proc
         if proc is None:
             return
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
+        # 0: it stopped on the signal; -SIGTERM: the signal came before its handler was set
+        if proc.returncode not in (0, -signal.SIGTERM):
+            raise BenchmarkError(f"the memory sampler exited with code {proc.returncode}")
         self.samples = parse_samples(out)
 
 

@@ -335,7 +335,7 @@ def test_rss_of_this_process_tree_is_positive_and_summarized() -> None:
     assert memory_sampling.rss_summary([])["rss_peak_bytes"] is None
 
 
-def test_the_sampler_process_measures_the_tree_without_itself(tmp_path: Path) -> None:
+def test_the_sampler_process_measures_the_tree_without_itself() -> None:
     # a child of the root that holds 64 MiB of its own: the sampler must count it as the
     # root's tree, and must not count itself (it is a child of the root too)
     hog = subprocess.Popen(
@@ -345,7 +345,7 @@ def test_the_sampler_process_measures_the_tree_without_itself(tmp_path: Path) ->
         time.sleep(0.5)
         with memory_sampling.MemorySampler(os.getpid(), interval_s=0.1) as sampler:
             time.sleep(0.6)
-            sampler_pid = sampler._proc.pid if sampler._proc else -1
+            sampler_pid = sampler.pid or -1
             with_sampler = memory_sampling.tree_memory_by_kind(os.getpid())
             without = memory_sampling.tree_memory_by_kind(os.getpid(), frozenset({sampler_pid}))
     finally:
