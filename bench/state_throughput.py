@@ -111,9 +111,6 @@ class RocksDictStore:
     def clear_bucket(self, bucket: int) -> None:
         raise NotImplementedError
 
-    def rebuilding(self, bucket: int) -> Any:
-        raise NotImplementedError
-
     def get_meta(self, bucket: int) -> BucketMeta | None:
         return self._meta.get(bucket)
 

@@ -16,7 +16,6 @@ atomic); the operations follow the inner store's rules.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from gic_runtime.changelog.records import Op
@@ -37,7 +36,6 @@ _BUCKET_OPS: Final = (
     "apply",
     "snapshot_items",
     "clear_bucket",
-    "rebuilding",
     "get_meta",
     "set_meta",
 )
@@ -123,9 +121,6 @@ class GatedStore:
 
     def clear_bucket(self, bucket: int) -> None:  # pragma: no cover
         self.inner.clear_bucket(bucket)
-
-    def rebuilding(self, bucket: int) -> AbstractContextManager[None]:  # pragma: no cover
-        return self.inner.rebuilding(bucket)
 
     def get_meta(self, bucket: int) -> BucketMeta | None:  # pragma: no cover
         return self.inner.get_meta(bucket)

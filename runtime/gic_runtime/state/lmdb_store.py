@@ -39,26 +39,6 @@ failing a call, so a write transaction only begins while the directory's filesys
 at least :data:`MIN_FREE_BYTES` free (:class:`~gic_runtime.errors.StateError` naming
 the directory otherwise).
 
-A restore writes a bucket wholesale, and through the writable map that is slow on a
-disk-backed filesystem: each page written for the first time, or again after the kernel
-wrote it back, faults into the filesystem (on ext4 it allocates and journals there), and
-the pages of a large load keep the kernel writing back while the next batches run.
-Measured on this machine (ext4, 128 buckets, 4 GB of 2 KB values appended): 7.3 s
-through the map, 3.0 s through LMDB's own writes in transactions of 1,024 entries; a
-whole restore of such a state from local files (decoding and replay included, one
-process) took 22.0 s before and 20.0 s after, with a quarter less kernel time.
-:meth:`LmdbStore.rebuilding` therefore reopens the bucket's environment without the
-writable map for the rebuild, commits every :data:`REBUILD_TXN_ENTRIES` changes or
-:data:`REBUILD_TXN_BYTES` bytes (LMDB copies the pages a transaction dirties and keeps
-the copies until the environment closes: small transactions keep them few), and
-reopens it with the map afterwards, which frees the copies (and the 2 MiB tables LMDB
-allocates for an environment opened without the map: an executor worker's allocator maps
-blocks that large on their own, ``executor/allocator.py``, so closing returns them).
-LMDB warns against processes mixing the two modes on one environment because that can
-defeat ``mdb_env_sync``; this store never syncs (see above), and both modes write the
-same file through the same page cache, so every process sees each committed
-transaction.
-
 Invariants and thread-safety: the metadata is removed in the same transaction as the
 first data change after it was set, so other processes never see metadata that does not
 describe the data. A bucket's pending write transaction belongs to the thread that
@@ -74,7 +54,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -87,10 +66,6 @@ from gic_runtime.state.stores import BucketMeta
 
 _META_KEY: Final = b"lineage"
 _DEFAULT_MAP_SIZE: Final = 64 << 30
-REBUILD_TXN_ENTRIES: Final = 1024
-"""Changes per write transaction inside :meth:`LmdbStore.rebuilding`."""
-REBUILD_TXN_BYTES: Final = 4 << 20
-"""Bytes of keys and values per write transaction inside :meth:`LmdbStore.rebuilding`."""
 MIN_FREE_BYTES: Final = 256 << 20
 """Free bytes the local filesystem must have for a write transaction to begin: well
 above what one task writes between two checks (one bucket's changes of a batch)."""
@@ -102,49 +77,29 @@ class _BucketEnv:
     def __init__(self, path: Path, map_size: int) -> None:
         try:
             path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+            self.env: Any = lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_dbs=2,
+                sync=False,
+                metasync=False,
+                readahead=False,
+                writemap=True,
+                lock=True,
+            )
+        except (OSError, lmdb.Error) as exc:
             raise ConfigurationError(
                 f"cannot open LMDB state store at {path}: {exc}; check the directory is "
                 "writable and on a local filesystem"
             ) from exc
         self.path = path
-        self.map_size = map_size
-        self.writemap = True
-        self._open()
+        self.data: Any = self.env.open_db(b"data")
+        self.meta: Any = self.env.open_db(b"meta")
         self.txn: Any = None
         self.owner = 0
         self.ops = 0
-        self.pending_bytes = 0
         self.meta_present: bool | None = None
         self.refs = 0
-        self.views = 0
-
-    def _open(self) -> None:
-        try:
-            self.env: Any = lmdb.open(
-                str(self.path),
-                map_size=self.map_size,
-                max_dbs=2,
-                sync=False,
-                metasync=False,
-                readahead=False,
-                writemap=self.writemap,
-                lock=True,
-            )
-        except (OSError, lmdb.Error) as exc:
-            raise ConfigurationError(
-                f"cannot open LMDB state store at {self.path}: {exc}; check the directory "
-                "is writable and on a local filesystem"
-            ) from exc
-        self.data: Any = self.env.open_db(b"data")
-        self.meta: Any = self.env.open_db(b"meta")
-
-    def reopen(self, *, writemap: bool) -> None:
-        """Close the environment and open it again with or without the writable map
-        (no transaction may be open: every handle of the old environment dies)."""
-        self.env.close()
-        self.writemap = writemap
-        self._open()
 
 
 _REGISTRY: dict[str, _BucketEnv] = {}
@@ -176,21 +131,6 @@ def _release(benv: _BucketEnv) -> None:
             _REGISTRY.pop(str(benv.path.resolve()), None)
 
 
-def _txn_slices(
-    items: list[tuple[bytes, bytes]],
-) -> Iterator[tuple[list[tuple[bytes, bytes]], int]]:
-    """``items`` in consecutive slices of at most :data:`REBUILD_TXN_ENTRIES` entries,
-    each ending at the entry that reaches :data:`REBUILD_TXN_BYTES`, with their bytes."""
-    start = size = 0
-    for i, (key, value) in enumerate(items):
-        size += len(key) + len(value)
-        if i + 1 - start >= REBUILD_TXN_ENTRIES or size >= REBUILD_TXN_BYTES:
-            yield items[start : i + 1], size
-            start, size = i + 1, 0
-    if start < len(items):
-        yield items[start:], size
-
-
 def _check_free_space(path: Path) -> None:
     """Refuse to begin writing into ``path``'s memory map on a nearly full filesystem
     (see the module docstring: a full disk would kill the process)."""
@@ -213,10 +153,7 @@ class _LmdbView:
     """A read transaction over one bucket; iterable on any thread."""
 
     def __init__(self, benv: _BucketEnv) -> None:
-        with _REGISTRY_LOCK:  # counted: a rebuild does not reopen an environment under it
-            self._txn: Any = benv.env.begin(db=benv.data, buffers=False)
-            benv.views += 1
-        self._benv = benv
+        self._txn: Any = benv.env.begin(db=benv.data, buffers=False)
         self._iterated = False
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
@@ -230,11 +167,9 @@ class _LmdbView:
             self.close()
 
     def close(self) -> None:
-        with _REGISTRY_LOCK:
-            if self._txn is not None:
-                self._txn.abort()
-                self._txn = None
-                self._benv.views -= 1
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
 
     def __enter__(self) -> _LmdbView:
         return self
@@ -295,19 +230,13 @@ class LmdbStore:
             benv.meta_present = False
         return txn
 
-    def _done(self, benv: _BucketEnv, n: int = 1, nbytes: int = 0) -> None:
+    def _done(self, benv: _BucketEnv, n: int = 1) -> None:
         benv.ops += n
-        if benv.writemap:
-            if benv.ops >= self._commit_every:
-                self._commit(benv)
-            return
-        benv.pending_bytes += nbytes
-        if benv.ops >= REBUILD_TXN_ENTRIES or benv.pending_bytes >= REBUILD_TXN_BYTES:
+        if benv.ops >= self._commit_every:
             self._commit(benv)
 
     @staticmethod
     def _commit(benv: _BucketEnv) -> None:
-        benv.pending_bytes = 0
         if benv.txn is not None:
             txn, benv.txn = benv.txn, None
             try:
@@ -351,23 +280,13 @@ class LmdbStore:
     def load_sorted(self, bucket: int, items: Iterable[tuple[bytes, bytes]]) -> int:
         """MDB_APPEND (``putmulti(append=True)``): no search, and pages filled whole
         (values of 2 KB took one 4 KiB page each when put one by one, half a page each
-        appended); LMDB refuses a key that does not ascend, which raises. Inside
-        :meth:`rebuilding` the items go in transactions of the rebuild's size."""
+        appended); LMDB refuses a key that does not ascend, which raises."""
         benv = self._env(bucket)
         items = list(items)
         if not items:
             return 0
-        if benv.writemap:
-            return self._append(benv, bucket, items, 0)
-        return sum(
-            self._append(benv, bucket, chunk, nbytes) for chunk, nbytes in _txn_slices(items)
-        )
-
-    def _append(
-        self, benv: _BucketEnv, bucket: int, items: list[tuple[bytes, bytes]], nbytes: int
-    ) -> int:
         consumed, added = self._wtxn(benv).cursor(db=benv.data).putmulti(items, append=True)
-        self._done(benv, max(added, 1), nbytes)
+        self._done(benv, max(added, 1))
         if added != consumed or consumed != len(items):
             raise StateError(
                 f"bucket {bucket}: {consumed - added} of {consumed} keys of a sorted load "
@@ -433,12 +352,9 @@ class LmdbStore:
     def apply(self, bucket: int, changes: Iterable[tuple[Op, bytes, bytes]]) -> int:
         """Each change in order, as :meth:`put`, :meth:`delete`, :meth:`append` or
         :meth:`delete_prefix` would apply it, in the bucket's write transaction (committed
-        every ``commit_every`` changes, as one by one; inside :meth:`rebuilding` at the
-        rebuild's transaction size)."""
+        every ``commit_every`` changes, as one by one)."""
         benv = self._env(bucket)
         db = benv.data
-        rebuild = not benv.writemap
-        limit = REBUILD_TXN_ENTRIES if rebuild else self._commit_every
         txn: Any = None
         n = 0
         for op, key, value in changes:
@@ -458,9 +374,7 @@ class LmdbStore:
                         pass
             n += 1
             benv.ops += 1
-            if rebuild:
-                benv.pending_bytes += len(key) + len(value)
-            if benv.ops >= limit or benv.pending_bytes >= REBUILD_TXN_BYTES:
+            if benv.ops >= self._commit_every:
                 self._commit(benv)
                 txn = None
         return n
@@ -477,36 +391,6 @@ class LmdbStore:
         txn.delete(_META_KEY, db=benv.meta)
         benv.meta_present = False
         self._commit(benv)
-
-    @contextmanager
-    def rebuilding(self, bucket: int) -> Iterator[None]:
-        """Write ``bucket`` wholesale (a restore: clear, load, replay, metadata) through
-        LMDB's own writes instead of the writable map (see the module docstring).
-
-        On entry the calling thread's pending writes to the bucket are committed and,
-        unless a view of the bucket is open in this process (then the rebuild writes
-        through the map as usual), its environment is reopened without the writable
-        map; inside, transactions are committed every :data:`REBUILD_TXN_ENTRIES`
-        changes or :data:`REBUILD_TXN_BYTES` bytes, so the pages LMDB copies stay few;
-        on exit (also on an error) the last one is committed and the environment
-        reopened with the writable map, which frees those copies. The bucket must be
-        used by the calling thread only meanwhile, as always."""
-        benv = self._env(bucket)
-        self._commit(benv)
-        switched = False
-        with _REGISTRY_LOCK:
-            if benv.writemap and benv.views == 0:
-                benv.reopen(writemap=False)
-                switched = True
-        try:
-            yield
-        finally:
-            try:
-                self._commit(benv)
-            finally:
-                if switched:
-                    with _REGISTRY_LOCK:
-                        benv.reopen(writemap=True)
 
     def get_meta(self, bucket: int) -> BucketMeta | None:
         benv = self._env(bucket)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import StateError
@@ -227,10 +226,6 @@ class InMemoryStore:
 
     def clear_bucket(self, bucket: int) -> None:
         self._buckets.pop(bucket, None)
-
-    def rebuilding(self, bucket: int) -> AbstractContextManager[None]:
-        """Nothing to switch: a dict has one way to write."""
-        return nullcontext()
 
     def get_meta(self, bucket: int) -> BucketMeta | None:
         return self._bucket(bucket).meta

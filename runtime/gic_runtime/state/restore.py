@@ -167,27 +167,25 @@ def _replay(state: BucketState, fetcher: RestoreFetcher) -> Iterator[tuple[Op, b
 def apply_bucket(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
     """Replace bucket ``state.bucket`` in ``store`` with the state ``state`` describes,
     from ``fetcher`` (planned by :func:`plan_restore` with ``state`` among its states):
-    cleared, snapshot loaded, changelog replayed, metadata set, flushed, all inside the
-    store's :meth:`~gic_runtime.state.stores.KVStore.rebuilding`."""
+    cleared, snapshot loaded, changelog replayed, metadata set, flushed."""
     bucket = state.bucket
-    with store.rebuilding(bucket):
-        store.clear_bucket(bucket)
-        loaded = 0
-        if state.snapshot is not None:
-            entries = fetcher.snapshot_entries(state.snapshot)
-            try:
-                while chunk := list(islice(entries, _BATCH)):
-                    loaded += store.load_sorted(bucket, chunk)  # the reader checks they ascend
-            except CorruptFileError:
-                store.clear_bucket(bucket)  # nothing of a damaged snapshot stays
-                raise
-        replayed = 0
-        if state.seq > state.base:
-            changes = _replay(state, fetcher)
-            while batch := list(islice(changes, _BATCH)):
-                replayed += store.apply(bucket, batch)
-        store.set_meta(bucket, BucketMeta(state.seq, state.token))
-        store.flush()
+    store.clear_bucket(bucket)
+    loaded = 0
+    if state.snapshot is not None:
+        entries = fetcher.snapshot_entries(state.snapshot)
+        try:
+            while chunk := list(islice(entries, _BATCH)):
+                loaded += store.load_sorted(bucket, chunk)  # the reader checks they ascend
+        except CorruptFileError:
+            store.clear_bucket(bucket)  # nothing of a damaged snapshot stays
+            raise
+    replayed = 0
+    if state.seq > state.base:
+        changes = _replay(state, fetcher)
+        while batch := list(islice(changes, _BATCH)):
+            replayed += store.apply(bucket, batch)
+    store.set_meta(bucket, BucketMeta(state.seq, state.token))
+    store.flush()
     return RestoreStats(bucket, loaded, replayed)
 
 

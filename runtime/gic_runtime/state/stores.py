@@ -25,7 +25,6 @@ Thread-safety
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -119,12 +118,6 @@ class KVStore(Protocol):
 
     def clear_bucket(self, bucket: int) -> None:
         """Remove every key and the metadata of ``bucket``."""
-        ...
-
-    def rebuilding(self, bucket: int) -> AbstractContextManager[None]:
-        """A context in which ``bucket`` is rewritten wholesale (a restore's clear,
-        load, replay and metadata), which a store may write by a faster path; the
-        operations inside are the usual ones, with the same results."""
         ...
 
     def get_meta(self, bucket: int) -> BucketMeta | None:
