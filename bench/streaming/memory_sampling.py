@@ -14,6 +14,13 @@ several GB takes milliseconds of kernel time: measured at 1 GB of state, a 0.5 s
 in GIC's driver took a tenth of a core of the two. The sampler's cost is now the same
 kind for every system: a process of its own, at :data:`INTERVAL_S`.
 
+That process still costs CPU on a machine the runs keep busy, and more for a system that
+maps more: ``smaps_rollup`` walks the page tables of every mapping, and GIC's workers map
+their LMDB files (at 4 GB of state, about 16 GB of resident file pages between the two).
+Measured at 4 GB once a second: 0.1-0.27 of a core, all of it kernel time, where the
+Spark baselines' trees map a few GB. Every 5 s it is a fifth of that; a run still gets
+dozens of samples (a 4 GB run measures for minutes, a restart for about a minute).
+
 Invariants: a sample always holds every kind (zeros when none ran); a process that
 ends between listing and reading counts as zeros; the sampler process never counts
 itself.
@@ -33,8 +40,8 @@ from typing import IO
 
 from bench.streaming.records import BenchmarkError
 
-INTERVAL_S = 1.0
-"""Seconds between samples."""
+INTERVAL_S = 5.0
+"""Seconds between samples (see the module docstring for why not fewer)."""
 
 RSS_DEFINITION = (
     "resident memory (VmRSS, /proc) summed over the system run's whole process tree, "
