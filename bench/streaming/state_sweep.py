@@ -79,6 +79,9 @@ SYSTEM_NAMES = (GIC, ROCKSDB, HDFS, FLOOR)
 LATENCY_MS = 20
 ROWS_PER_BATCH = 50_000
 PARTITIONS = 4
+"""Input and shuffle partitions, the same for every system (GIC's state tasks too);
+``GIC_BENCH_SWEEP_PARTITIONS`` sets another number."""
+PARTITIONS_ENV = "GIC_BENCH_SWEEP_PARTITIONS"
 KEY_BYTES = 8
 COUNT_BYTES = 8
 MB = 1_000_000
@@ -124,6 +127,9 @@ class StateSize:
     label: str
     state_bytes: int
     value_bytes: int
+    reference: bool = False
+    """Not a point of the sweep but a base of comparison (:data:`REFERENCE_SIZES`): run
+    for GIC alone, without a restart, and left out of the plots against state size."""
 
     @property
     def bytes_per_key(self) -> int:
@@ -140,6 +146,7 @@ class StateSize:
             "value_bytes": self.value_bytes,
             "keys": self.keys,
             "bytes_per_key": self.bytes_per_key,
+            **({"reference": True} if self.reference else {}),
         }
 
 
@@ -149,26 +156,48 @@ SIZES = (
     StateSize("1GB", 1000 * MB, 1000),
     StateSize("4GB", 4000 * MB, 2000),
 )
+RSS_REFERENCE = StateSize("100MB-2KB", 100 * MB, 2000, reference=True)
+"""100 MB of state with the 4 GB size's payload (2,000 bytes): the base of the memory goal
+at the same row size. The sweep's sizes grow the payload with the state (500 bytes at
+100 MB, 2,000 at 4 GB), so each batch's rows are 4x larger at 4 GB, and a task's memory
+for its batch (the rows, the values read and written, the output) grows with them
+whatever the state's size; against this size only the state differs."""
+REFERENCE_SIZES = (RSS_REFERENCE,)
+ALL_SIZES = (*SIZES, *REFERENCE_SIZES)
 QUICK_DIVISOR = 100
 
 
 def sizes_from_env(environ: Mapping[str, str] = os.environ) -> list[StateSize]:
-    """The sizes named in ``GIC_BENCH_SWEEP_SIZES`` (default all), in sweep order."""
+    """The sizes named in ``GIC_BENCH_SWEEP_SIZES`` (default all, the reference sizes
+    last), in sweep order."""
     raw = environ.get(SIZES_ENV, "")
     names = [n.strip().upper() for n in raw.split(",") if n.strip()]
     if not names:
-        return list(SIZES)
-    known = {s.label.upper(): s for s in SIZES}
+        return list(ALL_SIZES)
+    known = {s.label.upper(): s for s in ALL_SIZES}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise BenchmarkError(
             f"{SIZES_ENV}={raw!r}: unknown sizes {unknown}; choose from "
-            f"{', '.join(s.label for s in SIZES)}"
+            f"{', '.join(s.label for s in ALL_SIZES)}"
         )
-    return [s for s in SIZES if s.label.upper() in names]
+    return [s for s in ALL_SIZES if s.label.upper() in names]
 
 
-def workload(size: StateSize, quick: bool = False) -> WorkloadSpec:
+def partitions_from_env(environ: Mapping[str, str] = os.environ) -> int:
+    """Input and shuffle partitions of every system's query (GIC's state tasks):
+    ``GIC_BENCH_SWEEP_PARTITIONS``, default :data:`PARTITIONS`."""
+    raw = environ.get(PARTITIONS_ENV, "").strip()
+    if not raw:
+        return PARTITIONS
+    if not raw.isdigit() or int(raw) < 1:
+        raise BenchmarkError(f"{PARTITIONS_ENV}={raw!r}: need a whole number of at least 1")
+    return int(raw)
+
+
+def workload(
+    size: StateSize, quick: bool = False, environ: Mapping[str, str] = os.environ
+) -> WorkloadSpec:
     """The job at ``size`` (quick: a hundredth of the keys and of the rows per batch)."""
     keys, rows = size.keys, ROWS_PER_BATCH
     if quick:
@@ -178,7 +207,7 @@ def workload(size: StateSize, quick: bool = False) -> WorkloadSpec:
         KEYED_PAYLOAD,
         keys,
         rows,
-        PARTITIONS,
+        partitions_from_env(environ),
         value_bytes=size.value_bytes,
     )
 
@@ -202,9 +231,11 @@ def systems_for(
     size: StateSize, heap_bytes: int, environ: Mapping[str, str] = os.environ
 ) -> list[str]:
     """The systems run at ``size``: GIC, the RocksDB baseline, where it fits the HDFS
-    store, and the query without state (:data:`FLOOR`); ``GIC_BENCH_SYSTEMS`` (names of
-    :data:`SYSTEM_NAMES`) keeps a subset."""
+    store, and the query without state (:data:`FLOOR`); at a reference size GIC alone;
+    ``GIC_BENCH_SYSTEMS`` (names of :data:`SYSTEM_NAMES`) keeps a subset."""
     names = [GIC, ROCKSDB, *([HDFS] if hdfs_fits(size, heap_bytes) else []), FLOOR]
+    if size.reference:
+        names = [GIC]
     raw = environ.get("GIC_BENCH_SYSTEMS", "")
     wanted = [n.strip() for n in raw.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in SYSTEM_NAMES]
@@ -604,24 +635,42 @@ def rss_goal(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """GIC's steady RSS at 4 GB against its steady RSS at 100 MB (None: one is missing),
     and beside it the same ratio of its anonymous memory (``anonymous``), the part its
     settings bound: VmRSS also counts the pages of the LMDB files the workers map, page
-    cache that grows with the state and that the kernel takes back under pressure."""
-    measures = {
-        label: sizes.get(label, {}).get("measures", {}) for label in (LARGEST_ONLY, "100MB")
+    cache that grows with the state and that the kernel takes back under pressure.
+    ``same_value_bytes`` compares the same three against :data:`RSS_REFERENCE` (100 MB
+    with 4 GB's payload), where only the state's size differs."""
+    base = _memory_ratios(sizes, "100MB")
+    return {
+        **base,
+        "same_value_bytes": {
+            **_memory_ratios(sizes, RSS_REFERENCE.label),
+            "note": (
+                f"against {RSS_REFERENCE.label}: 100 MB of state with the 4GB size's "
+                f"{RSS_REFERENCE.value_bytes}-byte payload, so a batch's rows are the same "
+                "size; the sweep's 100MB size has 500-byte payloads"
+            ),
+        },
     }
+
+
+def _memory_ratios(sizes: Mapping[str, Mapping[str, Any]], base: str) -> dict[str, Any]:
+    """GIC's steady memory at 4 GB over that at ``base``: VmRSS (the goal's measure), the
+    tree's anonymous memory and the workers' (None: a size is missing)."""
+    measures = {label: sizes.get(label, {}).get("measures", {}) for label in (LARGEST_ONLY, base)}
+    tag = base.lower().replace("-", "_")
 
     def ratio(field: str) -> float | None:
         big = _value(measures[LARGEST_ONLY], GIC, field)
-        return common.ratio(big, _value(measures["100MB"], GIC, field))
+        return common.ratio(big, _value(measures[base], GIC, field))
 
     at_most = GOALS["rss_vs_100mb_at_most"]
     return {
         **common.goal(
-            "gic_rss_4gb_vs_100mb", ratio("rss_steady_bytes"), at_most=at_most, met="met"
+            f"gic_rss_4gb_vs_{tag}", ratio("rss_steady_bytes"), at_most=at_most, met="met"
         ),
-        "how": "median over rounds of gic_s3's rss_steady_bytes at 4GB / at 100MB",
+        "how": f"median over rounds of gic_s3's rss_steady_bytes at 4GB / at {base}",
         "anonymous": {
             **common.goal(
-                "gic_pss_anon_4gb_vs_100mb",
+                f"gic_pss_anon_4gb_vs_{tag}",
                 ratio("pss_anon_steady_bytes"),
                 at_most=at_most,
                 met="met",
@@ -630,7 +679,7 @@ def rss_goal(sizes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         },
         "workers_anonymous": {
             **common.goal(
-                "gic_pss_anon_workers_4gb_vs_100mb",
+                f"gic_pss_anon_workers_4gb_vs_{tag}",
                 ratio("pss_anon_steady_bytes_workers"),
                 at_most=at_most,
                 met="met",
@@ -716,7 +765,7 @@ def kept_sizes(path: Path, ran: Sequence[str]) -> dict[str, Any]:
 
 
 def ordered_sizes(sizes: Mapping[str, Any]) -> dict[str, Any]:
-    order = [s.label for s in SIZES]
+    order = [s.label for s in ALL_SIZES]
     return {k: sizes[k] for k in sorted(sizes, key=lambda k: order.index(k) if k in order else 99)}
 
 
@@ -743,6 +792,8 @@ def plot_series(
     _, where = PLOTTED[measure]
     series: dict[str, list[tuple[float, float, float, float]]] = {}
     for data in sizes.values():
+        if data["size"].get("reference"):
+            continue
         x = float(data["size"]["state_bytes"])
         for system, values in (data.get(where) or {}).items():
             if where == "measures":
@@ -824,7 +875,7 @@ def _run_size(
                     if any(n in r for r in section["rounds"])
                 }
                 for n in names:
-                    if n == FLOOR or n not in runs.last or n not in steady:
+                    if size.reference or n == FLOOR or n not in runs.last or n not in steady:
                         continue
                     print(f"-- {NAME} {size.label}: restart {n}", flush=True)
                     try:
@@ -951,7 +1002,7 @@ def main() -> None:
     sizes = ordered_sizes({**kept_sizes(out_dir / f"{NAME}.json", list(measured)), **measured})
     data = {
         "setup": {
-            "sizes": [s.describe() for s in SIZES],
+            "sizes": [s.describe() for s in ALL_SIZES],
             "sizes_run": list(measured),
             "sizes_kept_from_previous_file": sorted(set(sizes) - set(measured)),
             "rounds": rounds,

@@ -47,6 +47,12 @@ def test_the_workload_loads_every_key_before_the_measured_batches() -> None:
     )
     quick = state_sweep.workload(size, quick=True)
     assert quick.keys == spec.keys // state_sweep.QUICK_DIVISOR
+    # every system's query runs at the same partitions, the default or the one set
+    assert state_sweep.workload(size, environ={}).partitions == state_sweep.PARTITIONS
+    two = {state_sweep.PARTITIONS_ENV: "2"}
+    assert state_sweep.workload(size, environ=two).partitions == 2
+    with pytest.raises(BenchmarkError, match="at least 1"):
+        state_sweep.partitions_from_env({state_sweep.PARTITIONS_ENV: "0"})
 
 
 def test_payload_workload_json_round_trips_and_others_keep_their_json() -> None:
@@ -69,9 +75,10 @@ def test_payload_workload_json_round_trips_and_others_keep_their_json() -> None:
 
 def test_sizes_come_from_the_environment_in_sweep_order() -> None:
     env = state_sweep.SIZES_ENV
-    assert state_sweep.sizes_from_env({}) == list(SIZES)
-    chosen = state_sweep.sizes_from_env({env: "100mb, 10MB"})
-    assert [s.label for s in chosen] == ["10MB", "100MB"]
+    reference = state_sweep.RSS_REFERENCE
+    assert state_sweep.sizes_from_env({}) == [*SIZES, reference]
+    chosen = state_sweep.sizes_from_env({env: "100mb-2kb, 100mb, 10MB"})
+    assert [s.label for s in chosen] == ["10MB", "100MB", "100MB-2KB"]
     with pytest.raises(BenchmarkError, match="unknown sizes"):
         state_sweep.sizes_from_env({env: "3GB"})
 
@@ -82,7 +89,8 @@ def test_hdfs_runs_only_where_its_versions_fit_in_half_the_heap() -> None:
     assert state_sweep.memory_bytes("3072m") == 3 << 30
     with pytest.raises(BenchmarkError):
         state_sweep.memory_bytes("lots")
-    runs = {s.label: state_sweep.systems_for(s, heap, {}) for s in SIZES}
+    runs = {s.label: state_sweep.systems_for(s, heap, {}) for s in state_sweep.ALL_SIZES}
+    assert runs["100MB-2KB"] == [GIC]  # a base of comparison for GIC's memory only
     assert runs["10MB"] == [GIC, ROCKSDB, HDFS, FLOOR]
     assert runs["100MB"] == [GIC, ROCKSDB, HDFS, FLOOR]
     assert runs["4GB"] == [GIC, ROCKSDB, FLOOR]
@@ -257,8 +265,20 @@ def test_rss_goal_compares_4gb_with_100mb_and_the_summary_lists_applying_goals()
     sizes["4GB"] = shaped(SIZES[3], 1.3e9)
     assert state_sweep.rss_goal(sizes)["met"] is False
     assert state_sweep.rss_goal({"100MB": sizes["100MB"]})["met"] is None
+    # at the same payload size as 4 GB: only the state differs
+    reference = state_sweep.RSS_REFERENCE
+    assert (reference.state_bytes, reference.value_bytes) == (SIZES[1].state_bytes, 2000)
+    assert reference.value_bytes == SIZES[3].value_bytes
+    same = state_sweep.rss_goal(sizes)["same_value_bytes"]
+    assert same["met"] is None  # not measured
+    sizes[reference.label] = shaped(reference, 1.2e9)
+    same = state_sweep.rss_goal(sizes)["same_value_bytes"]
+    assert same["gic_rss_4gb_vs_100mb_2kb"] == round(1.3 / 1.2, 4)
+    assert same["met"] is True
+    assert same["anonymous"]["met"] is True
     summary = state_sweep.goals_summary(sizes)
     assert summary["100MB"] == {}
+    assert summary[reference.label] == {}  # no goal applies at a reference size
     assert set(summary["4GB"]) == set(sizes["4GB"]["goals"])
     assert summary["rss_4gb_vs_100mb"] is False
 
@@ -299,6 +319,11 @@ def test_plot_series_take_medians_and_spreads_per_system() -> None:
     # a log scale shows no zero: the query without state stores nothing
     data["measures"][FLOOR] = {"stored_bytes": {"median": 0.0, "min": 0.0, "max": 0.0}}
     assert FLOOR not in state_sweep.plot_series({"10MB": data}, "stored_bytes")
+    # a reference size is no point against state size
+    ref = state_sweep.RSS_REFERENCE
+    extra = state_sweep.shape_size(ref, state_sweep.workload(ref), _section(), {}, 1.0)
+    both = state_sweep.plot_series({"10MB": data, ref.label: extra}, "rows_per_s")
+    assert both[GIC] == [(float(size.state_bytes), 3001.0, 3000.0, 3002.0)]
 
 
 def test_processes_are_told_apart_by_their_command_line() -> None:
