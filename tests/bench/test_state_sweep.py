@@ -269,6 +269,12 @@ def test_rss_goal_compares_4gb_with_100mb_and_the_summary_lists_applying_goals()
     reference = state_sweep.RSS_REFERENCE
     assert (reference.state_bytes, reference.value_bytes) == (SIZES[1].state_bytes, 2000)
     assert reference.value_bytes == SIZES[3].value_bytes
+    # ... and its output discarded as at 4 GB, where sizes up to 100 MB write theirs
+    assert [state_sweep.writes_output(s) for s in (SIZES[1], SIZES[3], reference)] == [
+        True,
+        False,
+        False,
+    ]
     same = state_sweep.rss_goal(sizes)["same_value_bytes"]
     assert same["met"] is None  # not measured
     sizes[reference.label] = shaped(reference, 1.2e9)
