@@ -6,9 +6,11 @@ Layout (little-endian)::
     <4s "GICS"><H version><H flags>                    common header (formats.py)
     <I bucket><Q seq><Q entries><Q body_length><I body_crc32c><I header_crc32c>
     body: entries x (<I key_length><I value_length><key><value>), keys ascending;
-          version 2 (compressed): stored as <Q length> + one zstd frame of it, flags
-          bit 1 set; version 1: as is, or zlib-compressed as a whole when flags bit 0
-          is set (older runtimes wrote that; still read)
+          version 2 (compressed): stored as <Q length> + zstd frames of it (one or
+          more, decompressed as one stream; this runtime writes one per
+          FRAME_RAW_BYTES of entries), flags bit 1 set; version 1: as is, or
+          zlib-compressed as a whole when flags bit 0 is set (older runtimes wrote
+          that; still read)
 
 This runtime writes version 2 when compressing (a runtime that knows only version 1
 refuses such a file with :class:`~gic_runtime.errors.UnsupportedVersionError`) and
@@ -65,28 +67,76 @@ class SnapshotInfo:
     compressed: bool
 
 
+FRAME_RAW_BYTES: Final = 1 << 20
+"""Entry bytes compressed into one zstd frame when compressing: the encoder holds at most
+about this much of a bucket's raw entries at once (docs/architecture.md §4.3)."""
+
+
 def encode_snapshot(
     items: Iterable[tuple[bytes, bytes]], *, bucket: int, seq: int, compress: bool = False
 ) -> bytes:
-    """Serialize ``items`` (in key order) as a snapshot of ``bucket`` at ``seq``."""
-    chunks: list[bytes] = []
-    count = 0
+    """Serialize ``items`` (in key order) as a snapshot of ``bucket`` at ``seq``.
+
+    Compressed, the body is a run of zstd frames, each of about :data:`FRAME_RAW_BYTES`
+    of entries (a reader decompresses them as one stream), so the raw entries are never
+    all in memory at once: the encoder holds the compressed body, one frame's entries
+    and, at the end, the file. Uncompressed, the file is the raw body itself.
+    """
+    if compress:
+        count, raw_length, frames = _zstd_frames(items)
+        body = [_RAW_LENGTH.pack(raw_length), *frames]
+        version, flags = VERSION_ZSTD, FLAG_ZSTD
+    else:
+        count, raw_length, parts = _raw_parts(items)
+        body = [b"".join(parts)]
+        version, flags = VERSION, 0
+    body_length = sum(len(part) for part in body)
+    body_crc = 0
+    for part in body:
+        body_crc = crc32c(part, body_crc)
+    head = pack_header(MAGIC, version, flags) + _FIXED.pack(
+        bucket, seq, count, body_length, body_crc
+    )
+    return b"".join([head, _HEADER_CRC.pack(crc32c(head)), *body])
+
+
+def _raw_parts(items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int, list[bytes]]:
+    """(entries, raw bytes, the framed entries' parts) of ``items``."""
+    parts: list[bytes] = []
+    count = raw = 0
     pack = _ENTRY.pack
     for key, value in items:
-        chunks.append(pack(len(key), len(value)))
-        chunks.append(key)
-        chunks.append(value)
+        parts.append(pack(len(key), len(value)))
+        parts.append(key)
+        parts.append(value)
         count += 1
-    body = b"".join(chunks)
-    version, flags = VERSION, 0
-    if compress:
-        codec = pa.Codec("zstd", compression_level=ZSTD_LEVEL)
-        body = _RAW_LENGTH.pack(len(body)) + codec.compress(body, asbytes=True)
-        version, flags = VERSION_ZSTD, FLAG_ZSTD
-    head = pack_header(MAGIC, version, flags) + _FIXED.pack(
-        bucket, seq, count, len(body), crc32c(body)
-    )
-    return head + _HEADER_CRC.pack(crc32c(head)) + body
+        raw += _ENTRY.size + len(key) + len(value)
+    return count, raw, parts
+
+
+def _zstd_frames(items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int, list[bytes]]:
+    """(entries, raw bytes, zstd frames) of ``items``: a frame per
+    :data:`FRAME_RAW_BYTES` or so of framed entries, compressed as it fills."""
+    codec = pa.Codec("zstd", compression_level=ZSTD_LEVEL)
+    frames: list[bytes] = []
+    pending: list[bytes] = []
+    count = raw = filled = 0
+    pack = _ENTRY.pack
+    for key, value in items:
+        pending.append(pack(len(key), len(value)))
+        pending.append(key)
+        pending.append(value)
+        size = _ENTRY.size + len(key) + len(value)
+        count += 1
+        raw += size
+        filled += size
+        if filled >= FRAME_RAW_BYTES:
+            frames.append(codec.compress(b"".join(pending), asbytes=True))
+            pending.clear()
+            filled = 0
+    if pending or not frames:
+        frames.append(codec.compress(b"".join(pending), asbytes=True))
+    return count, raw, frames
 
 
 def parse_snapshot(data: bytes, *, uri: str) -> tuple[SnapshotInfo, Iterator[tuple[bytes, bytes]]]:
@@ -176,7 +226,7 @@ def _unzstd(body: bytes, uri: str) -> bytes:
             uri=uri,
         )
     try:
-        # Fails unless the frame decompresses to exactly raw_len bytes.
+        # Fails unless the frames decompress to exactly raw_len bytes.
         raw: bytes = pa.decompress(
             memoryview(body)[_RAW_LENGTH.size :],
             decompressed_size=raw_len,

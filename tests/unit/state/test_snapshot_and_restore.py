@@ -83,6 +83,39 @@ class TestSnapshotFormat:
         assert (info.bucket, info.seq, info.compressed) == (5, 42, True)
         assert list(entries) == ITEMS
 
+    def test_a_compressed_body_is_a_frame_per_so_many_entry_bytes(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from gic_runtime.state import snapshot
+
+        items = [(b"k%05d" % i, bytes([i % 251]) * (20 + i % 50)) for i in range(2_000)]
+        framed = [struct.pack("<II", len(k), len(v)) + k + v for k, v in items]
+        raw = b"".join(framed)
+        monkeypatch.setattr(snapshot, "FRAME_RAW_BYTES", 10_000)
+        # the expected frames, from the rule: a frame closes once it holds 10,000 bytes
+        chunks, pending = [], b""
+        for entry in framed:
+            pending += entry
+            if len(pending) >= 10_000:
+                chunks.append(pending)
+                pending = b""
+        chunks.append(pending)
+        count, length, frames = snapshot._zstd_frames(iter(items))
+        assert (count, length) == (2_000, len(raw))
+        assert len(frames) == len(chunks) > 5
+        for frame, chunk in zip(frames, chunks, strict=True):
+            assert pa.decompress(frame, decompressed_size=len(chunk), codec="zstd") == chunk
+        # the body is <Q raw length> + the frames, which decompress as one stream
+        data = encode_snapshot(iter(items), bucket=5, seq=42, compress=True)
+        stored = data[PREAMBLE:]
+        assert stored == struct.pack("<Q", len(raw)) + b"".join(frames)
+        info, entries = parse_snapshot(data, uri=URI)
+        assert (info.entries, info.compressed) == (2_000, True)
+        assert list(entries) == items
+        # a reader takes one frame or many alike: the one-frame body of the same entries
+        one = _framed(struct.pack("<Q", len(raw)) + _zstd(raw), flags=2, count=2_000, version=2)
+        assert list(parse_snapshot(one, uri=URI)[1]) == items
+
     def test_zstd_body_damage_is_a_clear_error(self) -> None:
         plain = encode_snapshot(ITEMS, bucket=5, seq=42)
         body = plain[PREAMBLE:]
