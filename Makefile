@@ -136,7 +136,7 @@ images: setup
 	PIP="$(abspath $(VENV))/bin/pip" images/build.sh
 
 unit: setup jvm controlplane helm kubelet
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=30
 
 test: lint typecheck contracts images unit
 
