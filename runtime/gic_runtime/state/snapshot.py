@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -83,12 +83,14 @@ def encode_snapshot(
     and, at the end, the file. Uncompressed, the file is the raw body itself.
     """
     if compress:
-        count, raw_length, frames = _zstd_frames(items)
+        codec = pa.Codec("zstd", compression_level=ZSTD_LEVEL)
+        count, raw_length, frames = _frames(
+            items, FRAME_RAW_BYTES, lambda raw: codec.compress(raw, asbytes=True)
+        )
         body = [_RAW_LENGTH.pack(raw_length), *frames]
         version, flags = VERSION_ZSTD, FLAG_ZSTD
     else:
-        count, raw_length, parts = _raw_parts(items)
-        body = [b"".join(parts)]
+        count, _, body = _frames(items, None, lambda raw: raw)
         version, flags = VERSION, 0
     body_length = sum(len(part) for part in body)
     body_crc = 0
@@ -100,24 +102,12 @@ def encode_snapshot(
     return b"".join([head, _HEADER_CRC.pack(crc32c(head)), *body])
 
 
-def _raw_parts(items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int, list[bytes]]:
-    """(entries, raw bytes, the framed entries' parts) of ``items``."""
-    parts: list[bytes] = []
-    count = raw = 0
-    pack = _ENTRY.pack
-    for key, value in items:
-        parts.append(pack(len(key), len(value)))
-        parts.append(key)
-        parts.append(value)
-        count += 1
-        raw += _ENTRY.size + len(key) + len(value)
-    return count, raw, parts
-
-
-def _zstd_frames(items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int, list[bytes]]:
-    """(entries, raw bytes, zstd frames) of ``items``: a frame per
-    :data:`FRAME_RAW_BYTES` or so of framed entries, compressed as it fills."""
-    codec = pa.Codec("zstd", compression_level=ZSTD_LEVEL)
+def _frames(
+    items: Iterable[tuple[bytes, bytes]], limit: int | None, finish: Callable[[bytes], bytes]
+) -> tuple[int, int, list[bytes]]:
+    """(entries, raw bytes, frames) of ``items``: their framed entries cut into frames of
+    ``limit`` bytes or a little more (None: one frame), each passed through ``finish``
+    as soon as it fills. At least one frame, empty when there are no entries."""
     frames: list[bytes] = []
     pending: list[bytes] = []
     count = raw = filled = 0
@@ -130,12 +120,12 @@ def _zstd_frames(items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int, list[b
         count += 1
         raw += size
         filled += size
-        if filled >= FRAME_RAW_BYTES:
-            frames.append(codec.compress(b"".join(pending), asbytes=True))
+        if limit is not None and filled >= limit:
+            frames.append(finish(b"".join(pending)))
             pending.clear()
             filled = 0
     if pending or not frames:
-        frames.append(codec.compress(b"".join(pending), asbytes=True))
+        frames.append(finish(b"".join(pending)))
     return count, raw, frames
 
 

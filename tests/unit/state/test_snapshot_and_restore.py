@@ -100,7 +100,10 @@ class TestSnapshotFormat:
                 chunks.append(pending)
                 pending = b""
         chunks.append(pending)
-        count, length, frames = snapshot._zstd_frames(iter(items))
+        codec = pa.Codec("zstd", compression_level=snapshot.ZSTD_LEVEL)
+        count, length, frames = snapshot._frames(
+            iter(items), 10_000, lambda raw: codec.compress(raw, asbytes=True)
+        )
         assert (count, length) == (2_000, len(raw))
         assert len(frames) == len(chunks) > 5
         for frame, chunk in zip(frames, chunks, strict=True):
