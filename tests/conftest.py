@@ -12,10 +12,19 @@ and a fault-injecting proxy in front of the server.
 
 Every test that uses ``s3_server`` (directly or through the fixtures above) is marked
 ``s3`` automatically; ``pytest -m "not s3"`` skips them and the server never starts.
+
+Spark drivers that the tests start from Python (the ``spark`` fixtures, example apps and
+``gic`` commands run as subprocesses, which inherit the environment) get the JVM options
+of :data:`TEST_DRIVER_SUBMIT_ARGS` through ``PYSPARK_SUBMIT_ARGS`` unless it is set
+already: a test's driver lives for seconds to a minute, where the JIT's optimizing tier
+and a parallel collector cost more start-up than they return (the driver pods of the
+e2e tests run with the same options). A word-count run of three batches took 13.9-15.7 s
+with them against 15.3-18.3 s without.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +37,15 @@ from gic_runtime.storage.local import LocalObjectStore
 from gic_runtime.storage.s3 import S3ObjectStore
 
 _STARTUP_KEY = pytest.StashKey[float]()
+
+TEST_DRIVER_SUBMIT_ARGS = (
+    "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Short-lived test drivers start with C1 only and the serial collector (see above)."""
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", TEST_DRIVER_SUBMIT_ARGS)
 
 
 @pytest.fixture(scope="session")

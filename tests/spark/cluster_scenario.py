@@ -46,6 +46,8 @@ from gic_runtime.spark import BatchReport, GICJob
 from gic_runtime.storage.uri import StoreResolver
 
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
+EXECUTORS = 2
+"""Executors of every cluster the tests give (``local-cluster[2,...]``, two workers)."""
 OUTPUT = pa.schema([("word", pa.string()), ("count", pa.int64())])
 
 
@@ -163,6 +165,10 @@ def main() -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    # A standalone master starts executors after the application registers and does not
+    # wait for them (spark.scheduler.minRegisteredResourcesRatio is 0 there): a first
+    # batch planned before both registered would run on one, unpinned.
+    wait_for_executors(spark, EXECUTORS, timeout_s=180)
     settings = GICSettings(
         job_id="wc-cluster",
         storage=(base / "store").as_uri(),
@@ -182,7 +188,7 @@ def main() -> int:
         if args.kill and report.batch_id == args.kill_batch + 1:
             # one batch ran without the lost executor; let its replacement register
             # (its start-up time varies with load), as a resized cluster would
-            wait_for_executors(spark, 2, timeout_s=180)
+            wait_for_executors(spark, EXECUTORS, timeout_s=180)
         if args.kill == "between-batches" and report.batch_id == args.kill_batch:
             victims = executor_jvms()
             if victims:
