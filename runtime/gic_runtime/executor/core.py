@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck, TaskStats
 from gic_runtime.errors import StateError, UploadError
-from gic_runtime.executor import allocator
+from gic_runtime.executor import allocator, heap
 from gic_runtime.executor.environment import executor_id
 from gic_runtime.executor.process_cache import close_local_executor, discard, entry_for
 from gic_runtime.executor.staging import OutputStager
@@ -182,6 +182,7 @@ def run_task(
     except BaseException:
         discard(entry)
         raise
+    heap.settle()  # PySpark's collection after the task then visits only new objects
     allocator.release()  # the batch's buffers are freed: hand their pages back
     return ack
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from executor_helpers import (
 
 from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.errors import FencedError, StateError
+from gic_runtime.executor import heap
 from gic_runtime.executor.core import TaskContext, expected_states, run_task
 
 BATCH1 = [f"k{i}" for i in range(40)]
@@ -168,3 +170,19 @@ def test_a_newer_attempt_restores_the_old_attempts_state(make_barrier: MakeBarri
     fresh = {h.uri for a in acks2 for s in a.states.values() for h in s.changelog}
     assert any("/changelog/2/" in uri for uri in fresh)
     assert counts_from_storage(states_of(acks2)) == expected_counts(BATCH1, BATCH2)
+
+
+def test_a_task_in_a_reused_worker_leaves_its_survivors_frozen(
+    make_barrier: MakeBarrier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PySpark collects the whole heap after each task of a reused worker; the task core
+    freezes the survivors first, so that collection visits only newer objects
+    (gic_runtime.executor.heap)."""
+    monkeypatch.setenv(heap.REUSE_ENV, "1")
+    gc.unfreeze()
+    try:
+        run_task(make_barrier(1), 0, counting(["x"]))
+        assert gc.get_freeze_count() > 10_000
+        assert len(gc.get_objects()) < gc.get_freeze_count() // 10
+    finally:
+        gc.unfreeze()  # give the test process's objects back to the collector
