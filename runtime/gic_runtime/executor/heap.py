@@ -57,8 +57,13 @@ class SettleResult:
     """Whether the whole heap was thawed and collected first."""
     collected: int
     """Unreachable objects the collection found."""
-    frozen: int
-    """Objects in the permanent generation afterwards."""
+
+    @property
+    def frozen(self) -> int:
+        """Objects in the permanent generation now. Counted when asked, not by
+        :func:`settle`: CPython walks the whole generation to count it (about 10 ms for
+        a worker's heap), which a task must not pay for a figure nobody reads."""
+        return gc.get_freeze_count()
 
 
 def reused_worker() -> bool:
@@ -81,4 +86,4 @@ def settle(*, force: bool = False) -> SettleResult | None:
             gc.unfreeze()
         collected = gc.collect()
         gc.freeze()
-        return SettleResult(full=full, collected=collected, frozen=gc.get_freeze_count())
+        return SettleResult(full=full, collected=collected)
