@@ -22,7 +22,10 @@ calling thread:
 5. (self-contained barriers: snapshot every non-empty bucket first) make every change
    durable, then record the new lineage in the local copy so any worker may reuse it;
 6. start due background materializations, unlock, and answer with a
-   :class:`~gic_runtime.coordination.barrier.TaskAck`.
+   :class:`~gic_runtime.coordination.barrier.TaskAck`; :func:`run_task` then settles
+   the worker: its object heap (:mod:`~gic_runtime.executor.heap`), its C heap
+   (:mod:`~gic_runtime.executor.allocator`) and its mappings of the local copy
+   (:func:`~gic_runtime.state.lmdb_store.release_mapped_pages`).
 
 Invariants: correctness never depends on placement -- the local copy is used only
 when its lineage metadata equals the expected state, and any data change removes that
@@ -69,6 +72,7 @@ from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.savepoint.canonical_import import restore_from_canonical
 from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
 from gic_runtime.state.background_restore import BackgroundRestoreSettings, RestoreProgress
+from gic_runtime.state.lmdb_store import release_mapped_pages
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = [
@@ -184,6 +188,7 @@ def run_task(
         raise
     heap.settle()  # PySpark's collection after the task then visits only new objects
     allocator.release()  # the batch's buffers are freed: hand their pages back
+    release_mapped_pages()  # the local copy's pages stay cached, no longer mapped here
     return ack
 
 

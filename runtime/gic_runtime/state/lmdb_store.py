@@ -39,6 +39,13 @@ failing a call, so a write transaction only begins while the directory's filesys
 at least :data:`MIN_FREE_BYTES` free (:class:`~gic_runtime.errors.StateError` naming
 the directory otherwise).
 
+Every page a process reads or writes stays mapped into it until the kernel reclaims it,
+so after enough batches each worker maps most of the local copy. The executor's task
+core calls :func:`release_mapped_pages` after every task: it unmaps this process's
+pages of its environments' data files (:mod:`gic_runtime.state.mapped_pages`; the data
+stays in the page cache and is mapped again on the next access), so a worker's resident
+size follows what it touched since, not the state's size.
+
 Invariants and thread-safety: the metadata is removed in the same transaction as the
 first data change after it was set, so other processes never see metadata that does not
 describe the data. A bucket's pending write transaction belongs to the thread that
@@ -62,6 +69,7 @@ import msgpack  # type: ignore[import-untyped, unused-ignore]
 
 from gic_runtime.changelog.records import Op
 from gic_runtime.errors import ConfigurationError, StateError
+from gic_runtime.state import mapped_pages
 from gic_runtime.state.stores import BucketMeta
 
 _META_KEY: Final = b"lineage"
@@ -93,6 +101,7 @@ class _BucketEnv:
                 "writable and on a local filesystem"
             ) from exc
         self.path = path
+        self.data_file = str(path.resolve() / "data.mdb")
         self.data: Any = self.env.open_db(b"data")
         self.meta: Any = self.env.open_db(b"meta")
         self.txn: Any = None
@@ -129,6 +138,18 @@ def _release(benv: _BucketEnv) -> None:
                 benv.txn = None
             benv.env.close()
             _REGISTRY.pop(str(benv.path.resolve()), None)
+
+
+def release_mapped_pages() -> mapped_pages.Released:
+    """Unmap this process's pages of every bucket environment it has open, keeping their
+    data (:mod:`gic_runtime.state.mapped_pages`): a worker's resident size then follows
+    what it touched since, not the local copy's size. The executor's task core calls it
+    after every task."""
+    with _REGISTRY_LOCK:
+        if _REGISTRY_PID[0] != os.getpid():
+            return mapped_pages.Released(supported=True)
+        files = {benv.data_file for benv in _REGISTRY.values()}
+    return mapped_pages.release(files)
 
 
 def _check_free_space(path: Path) -> None:

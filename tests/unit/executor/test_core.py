@@ -25,6 +25,7 @@ from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.errors import FencedError, StateError
 from gic_runtime.executor import heap
 from gic_runtime.executor.core import TaskContext, expected_states, run_task
+from gic_runtime.state import mapped_pages
 
 BATCH1 = [f"k{i}" for i in range(40)]
 BATCH2 = [f"k{i}" for i in range(20, 60)] + ["k0", "k0"]
@@ -186,3 +187,16 @@ def test_a_task_in_a_reused_worker_leaves_its_survivors_frozen(
         assert len(gc.get_objects()) < gc.get_freeze_count() // 10
     finally:
         gc.unfreeze()  # give the test process's objects back to the collector
+
+
+def test_a_task_leaves_no_page_of_the_local_copy_mapped(make_barrier: MakeBarrier) -> None:
+    """The worker's resident size follows what a task touches, not the local copy: the
+    task core unmaps the copy's pages after each task (the data stays cached)."""
+    barrier = make_barrier(1)
+    acks = run_batch(barrier, BATCH1)
+    files = {str(p.resolve()) for p in Path(barrier.local_dir).rglob("data.mdb")}
+    assert len(files) == barrier.num_buckets
+    assert mapped_pages.resident_bytes(files) == 0
+    acks2 = run_batch(make_barrier(2, expected=states_of(acks)), BATCH2)
+    assert _total(acks2, "restored") == 0  # the next batch reuses the copy all the same
+    assert counts_from_storage(states_of(acks2)) == expected_counts(BATCH1, BATCH2)

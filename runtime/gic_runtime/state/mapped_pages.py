@@ -1,0 +1,127 @@
+"""Unmapping the pages of shared file mappings a process touched, keeping their data.
+
+The executor-local state lives in memory-mapped files (:mod:`gic_runtime.state.lmdb_store`).
+Every page a worker reads or writes stays mapped into that worker until the process ends
+or the kernel reclaims it: after enough batches each worker maps most of the local
+copy, and its resident size (VmRSS, what a pod's monitoring shows) follows the state's
+size, twice over with two workers, instead of what a task touches.
+
+:func:`release` drops this process's page-table entries for every mapping of the given
+files (``madvise(MADV_DONTNEED)``). For a shared file mapping that discards nothing: the
+pages stay in the page cache, dirty ones stay dirty there and are written back as
+usual, and the next access maps the same page again (a minor fault, no disk read while
+the page is cached). The kernel can then reclaim those pages like any unmapped file
+cache, without first unmapping them from every worker.
+
+Invariants: only ``MAP_SHARED`` mappings of the named files are touched (a private
+mapping's changes would be lost, so those are skipped); the mappings are found in
+``/proc/self/maps`` at each call, so a file mapped, grown or remapped since is handled;
+where ``/proc/self/maps`` or ``madvise`` is missing (not Linux), nothing happens and the
+result says so.
+
+Thread-safety: any thread may call it, also while other threads read or write the
+mappings (their next access faults the page back in).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["MADV_DONTNEED", "Released", "release", "resident_bytes", "shared_mappings"]
+
+MADV_DONTNEED: Final = 4
+_MAPS: Final = Path("/proc/self/maps")
+_SMAPS: Final = Path("/proc/self/smaps")
+
+
+@dataclass(frozen=True)
+class Released:
+    """What one :func:`release` call did."""
+
+    supported: bool
+    """False: this platform has no ``/proc/self/maps`` or no ``madvise``."""
+    mappings: int = 0
+    """Shared mappings of the named files released."""
+    bytes: int = 0
+    """Their total length (address space, not resident pages)."""
+    failed: int = 0
+    """Mappings ``madvise`` refused (it may have unmapped or changed since read)."""
+
+
+_libc: list[Any] = []
+_libc_lock = threading.Lock()
+
+
+def _madvise() -> Any:
+    """libc's ``madvise`` (None without one)."""
+    with _libc_lock:
+        if not _libc:
+            fn: Any = None
+            try:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+                fn = libc.madvise
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                fn = None
+            _libc.append(fn)
+        return _libc[0]
+
+
+def shared_mappings(paths: Collection[str], maps: str) -> list[tuple[int, int]]:
+    """The ``(start, end)`` of every shared mapping of a file in ``paths`` (absolute,
+    resolved) listed in ``maps`` (the text of ``/proc/<pid>/maps``)."""
+    found: list[tuple[int, int]] = []
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or fields[5] not in paths:
+            continue
+        if not fields[1].endswith("s"):  # private (copy-on-write): never drop its pages
+            continue
+        start, end = fields[0].split("-")
+        found.append((int(start, 16), int(end, 16)))
+    return found
+
+
+def release(paths: Collection[str]) -> Released:
+    """Unmap this process's pages of every shared mapping of the files ``paths``
+    (absolute, resolved), keeping their data (module docstring)."""
+    madvise = _madvise()
+    if madvise is None or not paths:
+        return Released(supported=madvise is not None)
+    try:
+        maps = _MAPS.read_text()
+    except OSError:
+        return Released(supported=False)
+    ranges = shared_mappings(paths, maps)
+    failed = sum(1 for start, end in ranges if madvise(start, end - start, MADV_DONTNEED))
+    return Released(
+        supported=True,
+        mappings=len(ranges) - failed,
+        bytes=sum(end - start for start, end in ranges),
+        failed=failed,
+    )
+
+
+def resident_bytes(paths: Collection[str]) -> int | None:
+    """Bytes of the files ``paths`` (absolute, resolved) resident in this process's
+    mappings of them (the ``Rss`` of ``/proc/self/smaps``); None where that file is
+    missing (not Linux)."""
+    try:
+        smaps = _SMAPS.read_text()
+    except OSError:
+        return None
+    total, counting = 0, False
+    for line in smaps.splitlines():
+        fields = line.split(maxsplit=5)
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header
+            counting = len(fields) == 6 and fields[5] in paths
+        elif counting and fields[:1] == ["Rss:"]:
+            total += int(fields[1]) * 1024
+    return total

@@ -1,0 +1,148 @@
+"""Unmapping the local copy's pages after a task: the data stays, the process's resident
+size of the files goes (gic_runtime.state.mapped_pages, LmdbStore's environments)."""
+
+from __future__ import annotations
+
+import mmap
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gic_runtime.state import mapped_pages
+from gic_runtime.state.lmdb_store import LmdbStore, release_mapped_pages
+
+VALUE = b"v" * 1500
+KEYS = [i.to_bytes(8, "big") for i in range(4000)]  # about 8 MB: many pages a bucket
+
+
+def _data_files(store: LmdbStore, buckets: range) -> set[str]:
+    return {str((store.directory / f"bucket-{b:05d}" / "data.mdb").resolve()) for b in buckets}
+
+
+def _fill(store: LmdbStore, buckets: range) -> None:
+    for bucket in buckets:
+        store.put_many(bucket, [(k, VALUE + bucket.to_bytes(2, "big")) for k in KEYS])
+    store.flush()
+
+
+def _read_all(store: LmdbStore, buckets: range) -> None:
+    for bucket in buckets:
+        assert store.get_many(bucket, KEYS) == [VALUE + bucket.to_bytes(2, "big")] * len(KEYS)
+
+
+def test_released_pages_leave_the_process_and_keep_their_data(tmp_path: Path) -> None:
+    buckets = range(3)
+    store = LmdbStore(tmp_path / "local")
+    try:
+        _fill(store, buckets)
+        _read_all(store, buckets)
+        files = _data_files(store, buckets)
+        before = mapped_pages.resident_bytes(files)
+        assert before is not None and before > 3 * len(KEYS) * len(VALUE) // 2
+
+        released = release_mapped_pages()
+
+        assert released.supported and released.failed == 0
+        assert released.mappings >= len(buckets)
+        assert mapped_pages.resident_bytes(files) == 0
+        _read_all(store, buckets)  # the same data, mapped again from the page cache
+        assert mapped_pages.resident_bytes(files) == before
+    finally:
+        store.close()
+
+
+def test_changes_made_before_a_release_are_not_lost(tmp_path: Path) -> None:
+    """Dirty pages of the writable map move to the page cache, and the next process that
+    opens the directory reads them."""
+    store = LmdbStore(tmp_path / "local")
+    try:
+        _fill(store, range(1))
+        store.put(0, KEYS[7], b"changed")
+        store.flush()
+        release_mapped_pages()
+        store.put(0, KEYS[8], b"after")  # writing into the map again after the release
+        store.flush()
+        release_mapped_pages()
+    finally:
+        store.close()
+    code = (
+        "import sys\n"
+        "from gic_runtime.state.lmdb_store import LmdbStore\n"
+        "s = LmdbStore(sys.argv[1])\n"
+        "k = lambda i: i.to_bytes(8, 'big')\n"
+        "print(s.get(0, k(7)).decode(), s.get(0, k(8)).decode(), s.get(0, k(9))[:5] == b'vvvvv')\n"
+        "s.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "local")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ["changed", "after", "True"]
+
+
+def test_a_private_mapping_of_the_same_file_keeps_its_own_changes(tmp_path: Path) -> None:
+    """Dropping a private (copy-on-write) mapping's pages would discard its changes:
+    only shared mappings are released."""
+    path = tmp_path / "file"
+    path.write_bytes(b"a" * mmap.PAGESIZE * 4)
+    with path.open("r+b") as f, mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE) as private:
+        private[0:5] = b"mine!"
+        released = mapped_pages.release({str(path.resolve())})
+        assert released.mappings == 0
+        assert private[0:5] == b"mine!"
+    assert path.read_bytes()[:5] == b"aaaaa"
+
+
+def test_a_shared_mapping_of_the_same_file_is_released_and_keeps_its_changes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(b"a" * mmap.PAGESIZE * 4)
+    name = str(path.resolve())
+    with path.open("r+b") as f, mmap.mmap(f.fileno(), 0) as shared:
+        shared[0:5] = b"ours!"
+        assert mapped_pages.resident_bytes({name})
+        assert mapped_pages.release({name}).mappings == 1
+        assert mapped_pages.resident_bytes({name}) == 0
+        assert shared[0:5] == b"ours!"
+    assert path.read_bytes()[:5] == b"ours!"
+
+
+def test_nothing_named_nothing_released() -> None:
+    assert mapped_pages.release(set()) == mapped_pages.Released(supported=True)
+
+
+_paths = st.sampled_from(["/d/a/data.mdb", "/d/b/data.mdb", "/d/with space/data.mdb", ""])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**40),
+            st.integers(1, 2**20),
+            st.sampled_from(["rw-s", "r--s", "rw-p", "r--p"]),
+            _paths,
+        ),
+        max_size=12,
+    ),
+    st.sets(_paths, max_size=3),
+)
+def test_exactly_the_shared_mappings_of_the_named_files_are_found(
+    rows: list[tuple[int, int, str, str]], wanted: set[str]
+) -> None:
+    text = "\n".join(
+        f"{start:x}-{start + length:x} {perms} 00000000 08:01 1234                       {path}"
+        for start, length, perms, path in rows
+    )
+    expected = [
+        (start, start + length)
+        for start, length, perms, path in rows
+        if path and path in wanted and perms.endswith("s")
+    ]
+    assert mapped_pages.shared_mappings(wanted, text) == expected
