@@ -204,6 +204,7 @@ class GICSettings(SettingsFields):
                 fetch_threads=self.restore_fetch_threads,
                 window_bytes=self.restore_window_bytes,
             ),
+            unmap_local_state=self.unmap_local_state,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -287,6 +288,7 @@ ACCEPTED: Mapping[str, str] = {
     "restore_parallel": "an integer from 1 to 64",
     "restore_fetch_threads": "an integer from 1 to 64",
     "restore_window_bytes": "a number of bytes, at least 65536",
+    "unmap_local_state": "true or false (also 1/0, yes/no, on/off)",
     "restore_source": "a checkpoint or savepoint URI or path (or unset)",
     "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
     "allow_query_change": "true or false (also 1/0, yes/no, on/off)",

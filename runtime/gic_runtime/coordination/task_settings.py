@@ -27,3 +27,6 @@ class TaskSettings:
     uploader's own retries and hedges run well inside it)."""
     restore: BackgroundRestoreSettings = field(default_factory=BackgroundRestoreSettings)
     """How buckets missing from the executor-local copy are rebuilt from storage."""
+    unmap_local_state: bool = False
+    """Unmap the worker's pages of the executor-local state after each task
+    (:func:`~gic_runtime.state.lmdb_store.release_mapped_pages`)."""

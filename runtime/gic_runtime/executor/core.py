@@ -24,8 +24,8 @@ calling thread:
 6. start due background materializations, unlock, and answer with a
    :class:`~gic_runtime.coordination.barrier.TaskAck`; :func:`run_task` then settles
    the worker: its object heap (:mod:`~gic_runtime.executor.heap`), its C heap
-   (:mod:`~gic_runtime.executor.allocator`) and its mappings of the local copy
-   (:func:`~gic_runtime.state.lmdb_store.release_mapped_pages`).
+   (:mod:`~gic_runtime.executor.allocator`) and, with ``unmap_local_state``, its
+   mappings of the local copy (:func:`~gic_runtime.state.lmdb_store.release_mapped_pages`).
 
 Invariants: correctness never depends on placement -- the local copy is used only
 when its lineage metadata equals the expected state, and any data change removes that
@@ -188,7 +188,8 @@ def run_task(
         raise
     heap.settle()  # PySpark's collection after the task then visits only new objects
     allocator.release()  # the batch's buffers are freed: hand their pages back
-    release_mapped_pages()  # the local copy's pages stay cached, no longer mapped here
+    if barrier.settings.unmap_local_state:
+        release_mapped_pages()  # the local copy's pages stay cached, no longer mapped here
     return ack
 
 

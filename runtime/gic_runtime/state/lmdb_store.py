@@ -40,11 +40,12 @@ at least :data:`MIN_FREE_BYTES` free (:class:`~gic_runtime.errors.StateError` na
 the directory otherwise).
 
 Every page a process reads or writes stays mapped into it until the kernel reclaims it,
-so after enough batches each worker maps most of the local copy. The executor's task
-core calls :func:`release_mapped_pages` after every task: it unmaps this process's
-pages of its environments' data files (:mod:`gic_runtime.state.mapped_pages`; the data
-stays in the page cache and is mapped again on the next access), so a worker's resident
-size follows what it touched since, not the state's size.
+so after enough batches each worker maps most of the local copy. With the setting
+``unmap_local_state`` the executor's task core calls :func:`release_mapped_pages` after
+every task: it unmaps this process's pages of its environments' data files
+(:mod:`gic_runtime.state.mapped_pages`; the data stays in the page cache and is mapped
+again on the next access), so a worker's resident size follows what it touched since,
+not the state's size.
 
 Invariants and thread-safety: the metadata is removed in the same transaction as the
 first data change after it was set, so other processes never see metadata that does not
@@ -144,7 +145,7 @@ def release_mapped_pages() -> mapped_pages.Released:
     """Unmap this process's pages of every bucket environment it has open, keeping their
     data (:mod:`gic_runtime.state.mapped_pages`): a worker's resident size then follows
     what it touched since, not the local copy's size. The executor's task core calls it
-    after every task."""
+    after every task when the job's ``unmap_local_state`` is on."""
     with _REGISTRY_LOCK:
         if _REGISTRY_PID[0] != os.getpid():
             return mapped_pages.Released(supported=True)

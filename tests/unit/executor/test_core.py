@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from executor_helpers import (
     OUTPUT_SCHEMA,
+    QUIET,
     InjectedFailureError,
     counting,
     counts_from_storage,
@@ -189,14 +191,24 @@ def test_a_task_in_a_reused_worker_leaves_its_survivors_frozen(
         gc.unfreeze()  # give the test process's objects back to the collector
 
 
-def test_a_task_leaves_no_page_of_the_local_copy_mapped(make_barrier: MakeBarrier) -> None:
-    """The worker's resident size follows what a task touches, not the local copy: the
-    task core unmaps the copy's pages after each task (the data stays cached)."""
-    barrier = make_barrier(1)
-    acks = run_batch(barrier, BATCH1)
+def _mapped(barrier: Barrier) -> int | None:
+    """Bytes of the local copy's data files resident in this process's mappings."""
     files = {str(p.resolve()) for p in Path(barrier.local_dir).rglob("data.mdb")}
     assert len(files) == barrier.num_buckets
-    assert mapped_pages.resident_bytes(files) == 0
-    acks2 = run_batch(make_barrier(2, expected=states_of(acks)), BATCH2)
+    return mapped_pages.resident_bytes(files)
+
+
+@pytest.mark.parametrize("unmap", [True, False])
+def test_unmap_local_state_leaves_no_page_of_the_local_copy_mapped(
+    make_barrier: MakeBarrier, unmap: bool
+) -> None:
+    """With ``unmap_local_state`` a worker's resident size follows what a task touches,
+    not the local copy: the task core unmaps the copy's pages after each task (the data
+    stays cached). Without it the pages stay mapped."""
+    settings = replace(QUIET, unmap_local_state=unmap)
+    acks = run_batch(make_barrier(1, settings=settings), BATCH1)
+    assert (_mapped(make_barrier(1)) == 0) is unmap
+    acks2 = run_batch(make_barrier(2, expected=states_of(acks), settings=settings), BATCH2)
+    assert (_mapped(make_barrier(2)) == 0) is unmap
     assert _total(acks2, "restored") == 0  # the next batch reuses the copy all the same
     assert counts_from_storage(states_of(acks2)) == expected_counts(BATCH1, BATCH2)
