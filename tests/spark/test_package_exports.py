@@ -6,28 +6,16 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from tests.support.processes import fresh_python
 
 import gic_runtime.spark as package
-
-RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 
 
 def _fresh(code: str) -> dict[str, bool]:
     """Run ``code`` in a fresh interpreter; it prints a JSON object."""
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(RUNTIME), "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    loaded: dict[str, bool] = json.loads(done.stdout)
+    loaded: dict[str, bool] = json.loads(fresh_python(code))
     return loaded
 
 

@@ -5,15 +5,13 @@ and starts no thread doing so."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 from pyspark.sql import SparkSession
+from tests.support.processes import fresh_python
 
 from gic_runtime.spark.session import WORKER_CONF
 
-RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 THREAD_STARTERS = ("numpy", "pyarrow", "pandas")
 
 
@@ -39,12 +37,4 @@ def test_the_daemon_preloads_the_worker_and_starts_no_thread() -> None:
         " 'worker': 'pyspark.worker' in sys.modules,"
         f" 'starters': [m for m in {THREAD_STARTERS!r} if m in sys.modules]}}))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(RUNTIME), "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    assert json.loads(done.stdout) == {"threads": 1, "worker": True, "starters": []}
+    assert json.loads(fresh_python(code)) == {"threads": 1, "worker": True, "starters": []}

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -177,3 +178,23 @@ def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     ``start_new_session=True``); a group that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(process.pid, signum)
+
+
+RUNTIME_SOURCES = Path(__file__).resolve().parents[2] / "runtime"
+
+
+def fresh_python(code: str, *args: str, timeout_s: float = 120) -> str:
+    """Run ``code`` (with ``args`` as ``sys.argv[1:]``) in a fresh interpreter that
+    imports the runtime from its sources and nothing else from this process's
+    environment; returns its standard output (a failure raises with its stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(RUNTIME_SOURCES), "PATH": os.defpath},
+        timeout=timeout_s,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"the child failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout

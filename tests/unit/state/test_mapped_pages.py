@@ -4,12 +4,11 @@ size of the files goes (gic_runtime.state.mapped_pages, LmdbStore's environments
 from __future__ import annotations
 
 import mmap
-import subprocess
-import sys
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.processes import fresh_python
 
 from gic_runtime.state import mapped_pages
 from gic_runtime.state.lmdb_store import LmdbStore, release_mapped_pages
@@ -76,14 +75,7 @@ def test_changes_made_before_a_release_are_not_lost(tmp_path: Path) -> None:
         "print(s.get(0, k(7)).decode(), s.get(0, k(8)).decode(), s.get(0, k(9))[:5] == b'vvvvv')\n"
         "s.close()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "local")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert done.stdout.split() == ["changed", "after", "True"]
+    assert fresh_python(code, str(tmp_path / "local")).split() == ["changed", "after", "True"]
 
 
 def test_a_private_mapping_of_the_same_file_keeps_its_own_changes(tmp_path: Path) -> None:
