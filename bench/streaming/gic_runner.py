@@ -86,6 +86,7 @@ REPORTED_SETTINGS = {
     "max_hedges",
     "control_poll_s",
     "max_batches",
+    "unmap_local_state",
 }
 
 
@@ -231,7 +232,9 @@ def _settings(
         values["local_dir"] = str(local_dir)
     if not options.default_materialization:
         values["materialization_interval_s"] = MATERIALIZATION_INTERVAL_S
-    return GICSettings(**values)
+    # GIC_<SETTING> variables set what the benchmark leaves at the runtime's defaults
+    # (an experiment's override, reported with the run's settings); its own values win
+    return GICSettings.load(**values)
 
 
 @dataclass
