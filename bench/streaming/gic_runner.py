@@ -256,7 +256,7 @@ def run_gic(
     opts = Options(**options)
     total = params.total_batches
     from gic_runtime.spark import GICJob
-    from gic_runtime.spark.session import REQUIRED_CONF, WORKER_CONF
+    from gic_runtime.spark.session import REQUIRED_CONF
 
     local_dir = None if params.cluster else scratch / opts.local_dir
     began = time.perf_counter()
@@ -265,11 +265,8 @@ def run_gic(
         # are checkpointed, which could interrupt Spark before it reports the progress of
         # the last one; the extra batch is not recorded.
         settings = _settings(spec, workload, storage, local_dir, batches=total + 1, options=opts)
-        # GIC's sessions carry both (gic_runtime.spark.session); Spark's queries start
-        # no Python workers, so the daemon setting is GIC's alone
-        conf = {**REQUIRED_CONF, **WORKER_CONF}
         spark = spark_query.spark_session(
-            params, workload, conf, f"bench-{workload.name}-{variant}", scratch=scratch
+            params, workload, REQUIRED_CONF, f"bench-{workload.name}-{variant}", scratch=scratch
         )
         session_ms = (time.perf_counter() - began) * 1000
         sampler = None

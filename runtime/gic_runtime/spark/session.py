@@ -17,15 +17,10 @@ from pyspark.sql import SparkSession
 
 from gic_runtime.logs import show_progress
 
-__all__ = ["REQUIRED_CONF", "SPARK_LOG_ENV", "WORKER_CONF", "local_spark", "submitted_spark"]
+__all__ = ["REQUIRED_CONF", "SPARK_LOG_ENV", "local_spark", "submitted_spark"]
 
 #: Spark settings every GIC job needs (placement must not be rewritten by AQE).
 REQUIRED_CONF = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
-#: Settings of the executors' Python processes, read when the application starts (so
-#: set on the session before its context exists, never through ``spark.conf``): the
-#: daemon that imports ``pyspark.worker`` once before forking workers
-#: (:mod:`gic_runtime.spark.worker_daemon`).
-WORKER_CONF = {"spark.python.daemon.module": "gic_runtime.spark.worker_daemon"}
 #: What :func:`local_spark` adds for a local session.
 _LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -54,7 +49,7 @@ def local_spark(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = SparkConf().setMaster(f"local[{cores}]").setAppName(app_name)
     conf.setAll([*_LOCAL_CONF.items(), ("spark.sql.shuffle.partitions", str(partitions))])
-    conf.setAll([*REQUIRED_CONF.items(), *WORKER_CONF.items()])
+    conf.setAll(list(REQUIRED_CONF.items()))
     log = log_file or os.environ.get(SPARK_LOG_ENV) or None
     if log is not None and SparkContext._gateway is None:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -70,14 +65,13 @@ def local_spark(
 
 def submitted_spark(app_name: str) -> SparkSession:
     """The session of an app started by ``spark-submit``: master, resources and the
-    user's ``--conf`` come from the submission; only :data:`REQUIRED_CONF`,
-    :data:`WORKER_CONF` (over the submission's) and Arrow are added (the operator's
-    driver pods start jobs this way). GIC's progress lines go to stderr, next to
-    Spark's log (:func:`~gic_runtime.logs.show_progress`)."""
+    user's ``--conf`` come from the submission; only :data:`REQUIRED_CONF` and Arrow are
+    added (the operator's driver pods start jobs this way). GIC's progress lines go to
+    stderr, next to Spark's log (:func:`~gic_runtime.logs.show_progress`)."""
     show_progress(sys.stderr)
     builder = SparkSession.builder.appName(app_name).config(
         "spark.sql.execution.arrow.pyspark.enabled", "true"
     )
-    for key, value in {**REQUIRED_CONF, **WORKER_CONF}.items():
+    for key, value in REQUIRED_CONF.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
