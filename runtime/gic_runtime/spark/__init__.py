@@ -7,8 +7,9 @@ the API, :mod:`gic_runtime.spark.driver` for the per-batch protocol and
 The names below are loaded on first use (PEP 562), not when the package is imported:
 an executor's Python worker imports :mod:`gic_runtime.spark.stage` to run a state
 task, and importing a submodule runs this file first. Loading the driver's side here
-(the job API, ``pyspark.sql``, pandas through the state reader) cost each new worker
-about 0.7 s before its first task (docs/architecture.md §13.3). Invariant: nothing
+(the job API, ``pyspark.sql``, pandas through the state reader) doubled what each new
+worker imports before its first task: 0.6-0.7 CPU-seconds against 0.29
+(docs/architecture.md §13.3). Invariant: nothing
 this file imports at module level pulls in the driver's side.
 """
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import threading
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,24 +54,16 @@ class Released:
     """Mappings ``madvise`` refused (it may have unmapped or changed since read)."""
 
 
-_libc: list[Any] = []
-_libc_lock = threading.Lock()
-
-
+@functools.cache
 def _madvise() -> Any:
-    """libc's ``madvise`` (None without one)."""
-    with _libc_lock:
-        if not _libc:
-            fn: Any = None
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-                fn = libc.madvise
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                fn.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                fn = None
-            _libc.append(fn)
-        return _libc[0]
+    """libc's ``madvise`` (None without one), looked up once per process."""
+    try:
+        fn: Any = ctypes.CDLL(ctypes.util.find_library("c") or None).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def shared_mappings(paths: Collection[str], maps: str) -> list[tuple[int, int]]:
