@@ -86,7 +86,7 @@ REPORTED_SETTINGS = {
     "max_hedges",
     "control_poll_s",
     "max_batches",
-    "unmap_local_state",
+    "local_state_mapped_limit",
 }
 
 

@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings
 
 from gic_runtime.checkpoint.manifest import RestoreMode
 from gic_runtime.checkpoint.registry import DEFAULT_RETAINED_CHECKPOINTS
+from gic_runtime.coordination.task_settings import DEFAULT_MAPPED_LIMIT
 from gic_runtime.materialization.scheduler import MaterializationSettings
 
 __all__ = ["SettingsFields"]
@@ -204,14 +205,16 @@ class SettingsFields(BaseSettings):
         "of about three windows and a group the task restores itself of about two, so "
         "about (3 x restore_parallel + 2) x this.",
     )
-    unmap_local_state: bool = Field(
-        False,
-        description="After each task, a worker unmaps its pages of the executor-local "
-        "state (they stay in the page cache and are mapped again on the next access), so "
-        "its resident size follows what a task touches, not the local copy's size. Costs "
-        "mapping pages again every batch: at 1 GB of state 3.2x less resident memory and "
-        "5-8 % fewer rows/s (docs/architecture.md §13.3). Off: pages stay mapped until "
-        "the kernel reclaims them.",
+    local_state_mapped_limit: int = Field(
+        DEFAULT_MAPPED_LIMIT,
+        ge=0,
+        description="Bytes of the executor-local state a worker may keep mapped: after a "
+        "task, a worker whose resident file-backed memory grew by more than this since it "
+        "last unmapped unmaps its pages of the local state (they stay in the page cache "
+        "and are mapped again on the next access), so its resident size is bounded by "
+        "this, not by the state's size. 256 MiB is a few batches' pages at gigabytes of "
+        "state (docs/architecture.md §13.3). 0: never unmap (pages stay mapped until the "
+        "kernel reclaims them).",
     )
     restore_source: str | None = Field(
         None,

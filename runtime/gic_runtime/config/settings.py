@@ -204,7 +204,7 @@ class GICSettings(SettingsFields):
                 fetch_threads=self.restore_fetch_threads,
                 window_bytes=self.restore_window_bytes,
             ),
-            unmap_local_state=self.unmap_local_state,
+            local_state_mapped_limit=self.local_state_mapped_limit,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -288,7 +288,7 @@ ACCEPTED: Mapping[str, str] = {
     "restore_parallel": "an integer from 1 to 64",
     "restore_fetch_threads": "an integer from 1 to 64",
     "restore_window_bytes": "a number of bytes, at least 65536",
-    "unmap_local_state": "true or false (also 1/0, yes/no, on/off)",
+    "local_state_mapped_limit": "a number of bytes, 0 or more (0: never unmap)",
     "restore_source": "a checkpoint or savepoint URI or path (or unset)",
     "restore_mode": "'claim' or 'no-claim' (also Claim, NoClaim; any case)",
     "allow_query_change": "true or false (also 1/0, yes/no, on/off)",

@@ -6,13 +6,18 @@ restore and the checkpoint timeout. Shipped with every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from gic_runtime.changelog.uploader import UploaderSettings
 from gic_runtime.changelog.writer import WriterSettings
 from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.state.background_restore import BackgroundRestoreSettings
 
-__all__ = ["TaskSettings"]
+__all__ = ["DEFAULT_MAPPED_LIMIT", "TaskSettings"]
+
+DEFAULT_MAPPED_LIMIT: Final = 256 * 1024 * 1024
+"""Default of ``local_state_mapped_limit``: a few batches' worth of pages a worker
+touches at gigabytes of state, far below the state itself (docs/architecture.md §13.3)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class TaskSettings:
     uploader's own retries and hedges run well inside it)."""
     restore: BackgroundRestoreSettings = field(default_factory=BackgroundRestoreSettings)
     """How buckets missing from the executor-local copy are rebuilt from storage."""
-    unmap_local_state: bool = False
-    """Unmap the worker's pages of the executor-local state after each task
-    (:func:`~gic_runtime.state.lmdb_store.release_mapped_pages`)."""
+    local_state_mapped_limit: int = DEFAULT_MAPPED_LIMIT
+    """After a task, unmap the worker's pages of the executor-local state once its
+    resident file-backed memory has grown by more than this many bytes since it last did
+    (:func:`~gic_runtime.state.lmdb_store.bound_mapped_pages`); 0: never."""

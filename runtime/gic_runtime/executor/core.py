@@ -24,8 +24,8 @@ calling thread:
 6. start due background materializations, unlock, and answer with a
    :class:`~gic_runtime.coordination.barrier.TaskAck`; :func:`run_task` then settles
    the worker: its object heap (:mod:`~gic_runtime.executor.heap`), its C heap
-   (:mod:`~gic_runtime.executor.allocator`) and, with ``unmap_local_state``, its
-   mappings of the local copy (:func:`~gic_runtime.state.lmdb_store.release_mapped_pages`).
+   (:mod:`~gic_runtime.executor.allocator`) and, beyond ``local_state_mapped_limit``,
+   its mappings of the local copy (:func:`~gic_runtime.state.lmdb_store.bound_mapped_pages`).
 
 Invariants: correctness never depends on placement -- the local copy is used only
 when its lineage metadata equals the expected state, and any data change removes that
@@ -72,7 +72,7 @@ from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.savepoint.canonical_import import restore_from_canonical
 from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
 from gic_runtime.state.background_restore import BackgroundRestoreSettings, RestoreProgress
-from gic_runtime.state.lmdb_store import release_mapped_pages
+from gic_runtime.state.lmdb_store import bound_mapped_pages
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = [
@@ -188,8 +188,8 @@ def run_task(
         raise
     heap.settle()  # PySpark's collection after the task then visits only new objects
     allocator.release()  # the batch's buffers are freed: hand their pages back
-    if barrier.settings.unmap_local_state:
-        release_mapped_pages()  # the local copy's pages stay cached, no longer mapped here
+    # Beyond the limit the local copy's pages stay cached but are no longer mapped here.
+    bound_mapped_pages(barrier.settings.local_state_mapped_limit)
     return ack
 
 

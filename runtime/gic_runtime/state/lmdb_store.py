@@ -40,12 +40,13 @@ at least :data:`MIN_FREE_BYTES` free (:class:`~gic_runtime.errors.StateError` na
 the directory otherwise).
 
 Every page a process reads or writes stays mapped into it until the kernel reclaims it,
-so after enough batches each worker maps most of the local copy. With the setting
-``unmap_local_state`` the executor's task core calls :func:`release_mapped_pages` after
-every task: it unmaps this process's pages of its environments' data files
-(:mod:`gic_runtime.state.mapped_pages`; the data stays in the page cache and is mapped
-again on the next access), so a worker's resident size follows what it touched since,
-not the state's size.
+so after enough batches each worker maps most of the local copy. After every task the
+executor's task core calls :func:`bound_mapped_pages` with the job's
+``local_state_mapped_limit``: once the worker's resident file-backed memory has grown by
+more than that since it last did, it unmaps this process's pages of its environments'
+data files (:func:`release_mapped_pages`, :mod:`gic_runtime.state.mapped_pages`; the
+data stays in the page cache and is mapped again on the next access), so a worker's
+resident size is bounded by the setting, not by the state's size.
 
 Invariants and thread-safety: the metadata is removed in the same transaction as the
 first data change after it was set, so other processes never see metadata that does not
@@ -144,13 +145,35 @@ def _release(benv: _BucketEnv) -> None:
 def release_mapped_pages() -> mapped_pages.Released:
     """Unmap this process's pages of every bucket environment it has open, keeping their
     data (:mod:`gic_runtime.state.mapped_pages`): a worker's resident size then follows
-    what it touched since, not the local copy's size. The executor's task core calls it
-    after every task when the job's ``unmap_local_state`` is on."""
+    what it touched since, not the local copy's size."""
     with _REGISTRY_LOCK:
         if _REGISTRY_PID[0] != os.getpid():
             return mapped_pages.Released(supported=True)
         files = {benv.data_file for benv in _REGISTRY.values()}
     return mapped_pages.release(files)
+
+
+_GATE: list[tuple[int, mapped_pages.GrowthGate]] = []
+"""This process's gate of :func:`bound_mapped_pages`, with the pid it belongs to."""
+
+
+def bound_mapped_pages(limit: int) -> mapped_pages.Released | None:
+    """:func:`release_mapped_pages` when this process's resident file-backed memory has
+    grown by more than ``limit`` bytes since the last time this released (the first
+    time: since zero); None when it has not, or ``limit`` is 0 (no bound). The
+    executor's task core calls it after every task with the job's
+    ``local_state_mapped_limit``; one caller at a time."""
+    if limit <= 0:
+        return None
+    pid = os.getpid()
+    if not _GATE or _GATE[0][0] != pid or _GATE[0][1].limit != limit:
+        _GATE[:] = [(pid, mapped_pages.GrowthGate(limit))]
+    gate = _GATE[0][1]
+    if not gate.should_release():
+        return None
+    released = release_mapped_pages()
+    gate.released()
+    return released
 
 
 def _check_free_space(path: Path) -> None:

@@ -13,6 +13,12 @@ usual, and the next access maps the same page again (a minor fault, no disk read
 the page is cached). The kernel can then reclaim those pages like any unmapped file
 cache, without first unmapping them from every worker.
 
+:class:`GrowthGate` decides when to: it reads the process's resident file-backed memory
+(one short read of ``/proc/self/statm``, unlike :func:`resident_bytes`, which makes the
+kernel write out every mapping's page counts) and opens once that has grown by more than
+a limit since the gate last opened. What a worker maps besides the local state (its
+libraries' code) is mapped once and counted in the level the gate resets to.
+
 Invariants: only ``MAP_SHARED`` mappings of the named files are touched (a private
 mapping's changes would be lost, so those are skipped); the mappings are found in
 ``/proc/self/maps`` at each call, so a file mapped, grown or remapped since is handled;
@@ -28,16 +34,26 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["MADV_DONTNEED", "Released", "release", "resident_bytes", "shared_mappings"]
+__all__ = [
+    "MADV_DONTNEED",
+    "GrowthGate",
+    "Released",
+    "file_resident_bytes",
+    "release",
+    "resident_bytes",
+    "shared_mappings",
+]
 
 MADV_DONTNEED: Final = 4
 _MAPS: Final = Path("/proc/self/maps")
 _SMAPS: Final = Path("/proc/self/smaps")
+_STATM: Final = Path("/proc/self/statm")
 
 
 @dataclass(frozen=True)
@@ -117,3 +133,39 @@ def resident_bytes(paths: Collection[str]) -> int | None:
         elif counting and fields[:1] == ["Rss:"]:
             total += int(fields[1]) * 1024
     return total
+
+
+def file_resident_bytes() -> int | None:
+    """This process's resident file-backed and shared memory (``RssFile + RssShmem``: the
+    third field of ``/proc/self/statm``, in pages); None where that file is missing."""
+    try:
+        fields = _STATM.read_text().split()
+        return int(fields[2]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class GrowthGate:
+    """Opens when this process's resident file-backed memory has grown by more than
+    ``limit`` bytes since the gate last opened (or, the first time, since zero).
+
+    The caller releases its mappings when :meth:`should_release` says so and then calls
+    :meth:`released`, which sets the level growth is counted from to what stays
+    resident. Not thread-safe: one caller (the task thread after each task).
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1 byte, got {limit}")
+        self.limit = limit
+        self._level = 0
+
+    def should_release(self) -> bool:
+        """True when resident file-backed memory exceeds the level by more than the
+        limit (False where it cannot be read)."""
+        now = file_resident_bytes()
+        return now is not None and now - self._level > self.limit
+
+    def released(self) -> None:
+        """Count growth from what is resident now."""
+        self._level = file_resident_bytes() or 0

@@ -198,17 +198,21 @@ def _mapped(barrier: Barrier) -> int | None:
     return mapped_pages.resident_bytes(files)
 
 
-@pytest.mark.parametrize("unmap", [True, False])
-def test_unmap_local_state_leaves_no_page_of_the_local_copy_mapped(
-    make_barrier: MakeBarrier, unmap: bool
+@pytest.mark.parametrize(
+    ("limit", "unmapped"),
+    [(1, True), (0, False), (1 << 40, False)],
+    ids=["every-task", "never", "not-reached"],
+)
+def test_local_state_mapped_limit_bounds_the_pages_of_the_local_copy_a_worker_maps(
+    make_barrier: MakeBarrier, limit: int, unmapped: bool
 ) -> None:
-    """With ``unmap_local_state`` a worker's resident size follows what a task touches,
-    not the local copy: the task core unmaps the copy's pages after each task (the data
-    stays cached). Without it the pages stay mapped."""
-    settings = replace(QUIET, unmap_local_state=unmap)
+    """Past ``local_state_mapped_limit`` of growth a worker unmaps its pages of the local
+    copy after the task (the data stays cached, the next batch still reuses it); below
+    it, or with 0, they stay mapped."""
+    settings = replace(QUIET, local_state_mapped_limit=limit)
     acks = run_batch(make_barrier(1, settings=settings), BATCH1)
-    assert (_mapped(make_barrier(1)) == 0) is unmap
+    assert (_mapped(make_barrier(1)) == 0) is unmapped
     acks2 = run_batch(make_barrier(2, expected=states_of(acks), settings=settings), BATCH2)
-    assert (_mapped(make_barrier(2)) == 0) is unmap
+    assert (_mapped(make_barrier(2)) == 0) is unmapped
     assert _total(acks2, "restored") == 0  # the next batch reuses the copy all the same
     assert counts_from_storage(states_of(acks2)) == expected_counts(BATCH1, BATCH2)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import mmap
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.processes import fresh_python
 
 from gic_runtime.state import mapped_pages
-from gic_runtime.state.lmdb_store import LmdbStore, release_mapped_pages
+from gic_runtime.state.lmdb_store import LmdbStore, bound_mapped_pages, release_mapped_pages
 
 VALUE = b"v" * 1500
 KEYS = [i.to_bytes(8, "big") for i in range(4000)]  # about 8 MB: many pages a bucket
@@ -104,6 +105,52 @@ def test_a_shared_mapping_of_the_same_file_is_released_and_keeps_its_changes(
         assert mapped_pages.resident_bytes({name}) == 0
         assert shared[0:5] == b"ours!"
     assert path.read_bytes()[:5] == b"ours!"
+
+
+_MiB = 1024 * 1024
+
+
+def test_the_gate_opens_once_file_backed_memory_grew_by_the_limit(tmp_path: Path) -> None:
+    """The gate follows the process's resident file-backed memory: pages of a shared file
+    mapping written below the limit keep it shut, past it open it, and after a release
+    growth counts from what stays."""
+    path = tmp_path / "file"
+    with path.open("w+b") as f:
+        f.truncate(160 * _MiB)
+        with mmap.mmap(f.fileno(), 0) as shared:
+            gate = mapped_pages.GrowthGate(64 * _MiB)
+            gate.released()
+            for offset in range(0, 16 * _MiB, mmap.PAGESIZE):
+                shared[offset] = 1
+            assert not gate.should_release()
+            for offset in range(16 * _MiB, 144 * _MiB, mmap.PAGESIZE):
+                shared[offset] = 1
+            assert gate.should_release()
+            assert mapped_pages.release({str(path.resolve())}).mappings == 1
+            gate.released()
+            assert not gate.should_release()
+            assert shared[100 * _MiB] == 1  # the data stayed
+
+
+def test_a_gate_needs_a_positive_limit() -> None:
+    with pytest.raises(ValueError, match="at least 1 byte"):
+        mapped_pages.GrowthGate(0)
+
+
+def test_bound_mapped_pages_releases_only_past_its_limit(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path / "local")
+    try:
+        _fill(store, range(2))
+        files = _data_files(store, range(2))
+        assert bound_mapped_pages(0) is None  # no bound
+        assert bound_mapped_pages(1 << 40) is None  # far from it
+        assert mapped_pages.resident_bytes(files)
+        released = bound_mapped_pages(1)
+        assert released is not None and released.mappings >= 2
+        assert mapped_pages.resident_bytes(files) == 0
+        _read_all(store, range(2))
+    finally:
+        store.close()
 
 
 def test_nothing_named_nothing_released() -> None:
