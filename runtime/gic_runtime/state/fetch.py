@@ -5,8 +5,9 @@ above the snapshot's seq. One segment object (one task's upload of one batch) ho
 sections of many buckets, so reading section by section costs *buckets x sections*
 requests, one after the other. A :class:`RestoreFetcher` instead:
 
-1. takes the *needs* in apply order: bucket by bucket, its snapshot, then the sections
-   its replay reads, in sequence order;
+1. takes the *needs* in apply order: bucket by bucket, the sections its replay reads, in
+   sequence order, and its snapshot (before them when the replay reads more than
+   :attr:`FetchSettings.merge_stored_bytes`);
 2. cuts them into consecutive *windows* of at most ``window_bytes`` fetched bytes (a
    single need larger than that is a window of its own);
 3. inside a window, coalesces the sections of one object into as few ranged reads as
@@ -91,12 +92,28 @@ class FetchSettings:
     ahead: int = 1
     """Windows fetched beyond the one being applied (prefetch)."""
 
+    merge_stored_bytes: int = 16 * _MiB
+    """A bucket whose replay reads at most this many stored bytes has its sections
+    planned before its snapshot, and its changes merged into the snapshot's entries
+    (:mod:`gic_runtime.state.tail_fold`); a longer tail is replayed after the snapshot.
+    With the default materialization a tail stays under one snapshot's size."""
+
+    merge_raw_bytes: int = 64 * _MiB
+    """Most key and value bytes of changes one bucket's merge folds in memory; past it
+    (a tail that expands far beyond its stored size) the restore loads the snapshot,
+    applies what was folded and replays the rest one change at a time."""
+
     def __post_init__(self) -> None:
         if self.threads < 1 or self.window_bytes < 1 or self.max_gap_bytes < 0 or self.ahead < 0:
             raise ConfigurationError(
                 "restore fetching needs threads >= 1, window_bytes >= 1, max_gap_bytes >= 0, "
                 f"ahead >= 0; got {self.threads}, {self.window_bytes}, {self.max_gap_bytes}, "
                 f"{self.ahead}"
+            )
+        if self.merge_stored_bytes < 0 or self.merge_raw_bytes < 0:
+            raise ConfigurationError(
+                "restore merging needs merge_stored_bytes >= 0 and merge_raw_bytes >= 0; got "
+                f"{self.merge_stored_bytes}, {self.merge_raw_bytes}"
             )
 
 
@@ -243,6 +260,10 @@ class RestoreFetcher:
     @property
     def windows(self) -> Sequence[Window]:
         return self._windows
+
+    @property
+    def settings(self) -> FetchSettings:
+        return self._settings
 
     def __enter__(self) -> RestoreFetcher:
         return self

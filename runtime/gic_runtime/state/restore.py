@@ -15,7 +15,10 @@ sections in parallel, coalescing the sections of each segment object into few ra
 reads and holding a bounded number of fetched bytes; the buckets are then applied one
 after the other, in the order given, each exactly as :func:`restore_bucket` alone would.
 A bucket restored before a later bucket fails keeps its restored content and metadata
-(it is a correct copy of its lineage).
+(it is a correct copy of its lineage). A bucket whose tail is short (:func:`merges`) has
+its tail read first and folded per key, then merged into the snapshot's entries as they
+load (:mod:`~gic_runtime.state.tail_fold`): every key written once, by appending, with
+the same result as replaying the tail after the snapshot.
 
 Thread-safety: runs on the thread that owns the buckets in the store; only that thread
 touches the store. Downloads run on the fetcher's pool threads.
@@ -33,6 +36,7 @@ from gic_runtime.errors import CorruptFileError, RestoreError
 from gic_runtime.handles import BucketState
 from gic_runtime.state.fetch import ChangeReader, FetchSettings, Need, RestoreFetcher, SectionNeed
 from gic_runtime.state.stores import BucketMeta, KVStore
+from gic_runtime.state.tail_fold import TailFold
 from gic_runtime.storage.uri import StoreResolver
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "check_state",
     "classify_range",
     "default_reader",
+    "merges",
     "plan_restore",
     "replay_needs",
     "restore_bucket",
@@ -54,6 +59,9 @@ __all__ = [
 ]
 
 _BATCH = 10_000
+_MAX_PREFIX_DELETES = 256
+"""Prefix deletions one bucket's merge folds (each visits every key folded before it);
+a tail with more is replayed after the snapshot from there on."""
 
 
 def default_reader() -> ChangeReader:
@@ -164,29 +172,98 @@ def _replay(state: BucketState, fetcher: RestoreFetcher) -> Iterator[tuple[Op, b
         )
 
 
+def merges(state: BucketState, settings: FetchSettings) -> bool:
+    """Whether the restore of ``state`` folds its changelog tail into its snapshot's
+    entries (:mod:`~gic_runtime.state.tail_fold`) rather than replaying it after the
+    snapshot: when the replay reads at most ``settings.merge_stored_bytes``. The plan
+    then fetches the tail's sections before the snapshot."""
+    if state.seq <= state.base:
+        return False
+    return sum(need.handle.length for need in replay_needs(state)) <= settings.merge_stored_bytes
+
+
+class _Counted:
+    """Entries passed through, counted."""
+
+    def __init__(self, entries: Iterator[tuple[bytes, bytes]]) -> None:
+        self._entries = entries
+        self.count = 0
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        for entry in self._entries:
+            self.count += 1
+            yield entry
+
+
+def _load(store: KVStore, bucket: int, entries: Iterator[tuple[bytes, bytes]]) -> int:
+    """Append ``entries`` (ascending) to the emptied ``bucket``; a damaged snapshot
+    leaves it empty again."""
+    loaded = 0
+    try:
+        while chunk := list(islice(entries, _BATCH)):
+            loaded += store.load_sorted(bucket, chunk)  # the reader checks they ascend
+    except CorruptFileError:
+        store.clear_bucket(bucket)  # nothing of a damaged snapshot stays
+        raise
+    return loaded
+
+
+def _apply_changes(store: KVStore, bucket: int, changes: Iterator[tuple[Op, bytes, bytes]]) -> int:
+    applied = 0
+    while batch := list(islice(changes, _BATCH)):
+        applied += store.apply(bucket, batch)
+    return applied
+
+
 def apply_bucket(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
     """Replace bucket ``state.bucket`` in ``store`` with the state ``state`` describes,
     from ``fetcher`` (planned by :func:`plan_restore` with ``state`` among its states):
-    cleared, snapshot loaded, changelog replayed, metadata set, flushed."""
+    cleared; snapshot loaded and changelog replayed, or (:func:`merges`) the changelog
+    folded and merged into the snapshot's entries as they load; metadata set; flushed."""
     bucket = state.bucket
     store.clear_bucket(bucket)
+    if merges(state, fetcher.settings):
+        return _apply_merged(store, state, fetcher)
     loaded = 0
     if state.snapshot is not None:
-        entries = fetcher.snapshot_entries(state.snapshot)
-        try:
-            while chunk := list(islice(entries, _BATCH)):
-                loaded += store.load_sorted(bucket, chunk)  # the reader checks they ascend
-        except CorruptFileError:
-            store.clear_bucket(bucket)  # nothing of a damaged snapshot stays
-            raise
+        loaded = _load(store, bucket, fetcher.snapshot_entries(state.snapshot))
     replayed = 0
     if state.seq > state.base:
-        changes = _replay(state, fetcher)
-        while batch := list(islice(changes, _BATCH)):
-            replayed += store.apply(bucket, batch)
+        replayed = _apply_changes(store, bucket, _replay(state, fetcher))
     store.set_meta(bucket, BucketMeta(state.seq, state.token))
     store.flush()
     return RestoreStats(bucket, loaded, replayed)
+
+
+def _apply_merged(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -> RestoreStats:
+    """The tail first (planned before the snapshot), folded; then the snapshot's entries
+    merged with it, appended once. A tail whose changes pass ``merge_raw_bytes`` (or that
+    deletes many prefixes, each a pass over the fold) stops folding: the snapshot is
+    loaded, the fold applied as changes, and the rest replayed in order (its sections
+    are read again if their window was released)."""
+    bucket = state.bucket
+    limit = fetcher.settings.merge_raw_bytes
+    fold = TailFold()
+    changes = _replay(state, fetcher)
+    complete = True
+    for op, key, value in changes:
+        fold.add(op, key, value)
+        if fold.raw_bytes > limit or fold.prefix_deletes > _MAX_PREFIX_DELETES:
+            complete = False
+            break
+    base = _Counted(
+        fetcher.snapshot_entries(state.snapshot) if state.snapshot is not None else iter(())
+    )
+    if complete:
+        _load(store, bucket, fold.merge(base))
+        replayed = fold.changes
+    else:
+        _load(store, bucket, iter(base))
+        _apply_changes(store, bucket, fold.changes_to_apply())
+        replayed = fold.changes + _apply_changes(store, bucket, changes)
+    store.set_meta(bucket, BucketMeta(state.seq, state.token))
+    store.flush()
+    return RestoreStats(bucket, base.count, replayed)
 
 
 def restore_buckets(
@@ -227,8 +304,14 @@ def plan_restore(
             raise RestoreError(f"bucket {state.bucket} is given twice in one restore")
         seen.add(state.bucket)
         check_state(state)
+    settings = settings or FetchSettings()
     needs: list[Need] = []
     for state in states:
+        if merges(state, settings):  # the tail is folded before the snapshot streams in
+            needs.extend(replay_needs(state))
+            if state.snapshot is not None:
+                needs.append(state.snapshot)
+            continue
         if state.snapshot is not None:
             needs.append(state.snapshot)
         if state.seq > state.base:
