@@ -60,6 +60,7 @@ directory share environments); never use a store across ``fork``.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -153,8 +154,11 @@ def release_mapped_pages() -> mapped_pages.Released:
     return mapped_pages.release(files)
 
 
-_GATE: list[tuple[int, mapped_pages.GrowthGate]] = []
-"""This process's gate of :func:`bound_mapped_pages`, with the pid it belongs to."""
+@functools.cache
+def _gate(limit: int) -> mapped_pages.GrowthGate:
+    """This process's gate for ``limit`` (a forked child inherits its parent's level,
+    which only moves its first release earlier or later)."""
+    return mapped_pages.GrowthGate(limit)
 
 
 def bound_mapped_pages(limit: int) -> mapped_pages.Released | None:
@@ -165,10 +169,7 @@ def bound_mapped_pages(limit: int) -> mapped_pages.Released | None:
     ``local_state_mapped_limit``; one caller at a time."""
     if limit <= 0:
         return None
-    pid = os.getpid()
-    if not _GATE or _GATE[0][0] != pid or _GATE[0][1].limit != limit:
-        _GATE[:] = [(pid, mapped_pages.GrowthGate(limit))]
-    gate = _GATE[0][1]
+    gate = _gate(limit)
     if not gate.should_release():
         return None
     released = release_mapped_pages()

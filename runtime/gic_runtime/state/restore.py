@@ -182,19 +182,6 @@ def merges(state: BucketState, settings: FetchSettings) -> bool:
     return sum(need.handle.length for need in replay_needs(state)) <= settings.merge_stored_bytes
 
 
-class _Counted:
-    """Entries passed through, counted."""
-
-    def __init__(self, entries: Iterator[tuple[bytes, bytes]]) -> None:
-        self._entries = entries
-        self.count = 0
-
-    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        for entry in self._entries:
-            self.count += 1
-            yield entry
-
-
 def _load(store: KVStore, bucket: int, entries: Iterator[tuple[bytes, bytes]]) -> int:
     """Append ``entries`` (ascending) to the emptied ``bucket``; a damaged snapshot
     leaves it empty again."""
@@ -251,19 +238,17 @@ def _apply_merged(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -
         if fold.raw_bytes > limit or fold.prefix_deletes > _MAX_PREFIX_DELETES:
             complete = False
             break
-    base = _Counted(
-        fetcher.snapshot_entries(state.snapshot) if state.snapshot is not None else iter(())
-    )
+    base = fetcher.snapshot_entries(state.snapshot) if state.snapshot is not None else iter(())
     if complete:
         _load(store, bucket, fold.merge(base))
-        replayed = fold.changes
+        loaded, replayed = fold.base_entries, fold.changes
     else:
-        _load(store, bucket, iter(base))
+        loaded = _load(store, bucket, base)
         _apply_changes(store, bucket, fold.changes_to_apply())
         replayed = fold.changes + _apply_changes(store, bucket, changes)
     store.set_meta(bucket, BucketMeta(state.seq, state.token))
     store.flush()
-    return RestoreStats(bucket, base.count, replayed)
+    return RestoreStats(bucket, loaded, replayed)
 
 
 def restore_buckets(

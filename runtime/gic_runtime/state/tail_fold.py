@@ -40,7 +40,7 @@ _EXTEND: Final = 2
 class TailFold:
     """Changes folded per key, in the order given (see the module docstring)."""
 
-    __slots__ = ("_final", "_prefixes", "changes", "prefix_deletes", "raw_bytes")
+    __slots__ = ("_final", "_prefixes", "base_entries", "changes", "prefix_deletes", "raw_bytes")
 
     def __init__(self) -> None:
         self._final: dict[bytes, tuple[int, bytes]] = {}
@@ -51,6 +51,8 @@ class TailFold:
         """Key and value bytes of the changes folded."""
         self.prefix_deletes = 0
         """``DELETE_PREFIX`` changes folded (each visits every key folded before it)."""
+        self.base_entries = 0
+        """Entries of the base the last :meth:`merge` read."""
 
     def __len__(self) -> int:
         """Distinct keys the changes named (prefix deletions aside)."""
@@ -94,7 +96,9 @@ class TailFold:
         keys = sorted(final)
         prefixes = self._prefixes
         i, n = 0, len(keys)
+        read = 0
         for key, value in base:
+            read += 1
             while i < n and keys[i] < key:
                 name = keys[i]
                 i += 1
@@ -110,6 +114,7 @@ class TailFold:
                     yield key, value + tail
             elif not (prefixes and key.startswith(prefixes)):
                 yield key, value
+        self.base_entries = read
         while i < n:
             name = keys[i]
             i += 1

@@ -46,6 +46,7 @@ def test_merging_the_fold_into_the_base_equals_replaying_the_changes(
     assert fold.changes == len(changes)
     assert fold.raw_bytes == sum(len(k) + len(v) for _, k, v in changes)
     assert fold.prefix_deletes == sum(op is Op.DELETE_PREFIX for op, _, _ in changes)
+    assert fold.base_entries == len(base)
 
 
 @given(_BASES, _CHANGES, _CHANGES)
