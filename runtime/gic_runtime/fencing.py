@@ -6,12 +6,14 @@
     <root>/jobs/<job_id>/epochs/epoch-<epoch:012d>.start    write-once start record (GICB)
 
 Claiming epoch ``E`` is creating its marker with create-if-absent, so two launches can
-never hold the same epoch. A driver holding ``E`` checks its :class:`Fence` before each
-batch, before it writes a manifest and again after the manifest landed
+never hold the same epoch. A driver holding ``E`` checks its :class:`Fence` once during
+each batch (a check started with the batch, beside its stage, that stands for the check
+before the manifest write) and again after the manifest landed
 (:class:`~gic_runtime.driver.timeline.CheckpointTimeline`): as soon as any marker
 above ``E`` exists, it has been superseded, raises :class:`~gic_runtime.errors.FencedError`
 and stops -- after a manifest write, before registering, publishing or deleting
-anything for it.
+anything for it. Only the check after the write is needed for correctness (below); the
+one before it only spares a superseded driver a manifest that cannot count.
 
 A check before a write cannot stop the write from landing later (a paused process, a PUT
 retried after a timeout). So a claim also records where the new launch starts: after
@@ -52,6 +54,8 @@ Thread-safety: stateless functions; a :class:`Fence` is immutable and may be sha
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from gic_runtime.checkpoint.catalog import newest_counting_checkpoint
@@ -300,3 +304,21 @@ class Fence:
                 f"{highest}; this driver stops without writing further checkpoints (a newer "
                 "launch of the job owns it now)"
             )
+
+    def check_in_background(self) -> Future[None]:
+        """Start :meth:`check` on a thread of its own; the future's ``result()`` waits
+        for it and raises what it raised (:class:`FencedError` when superseded). Its LIST
+        overlaps whatever the caller does meanwhile; a future nobody waits for is
+        harmless (the thread ends with its one request)."""
+        future: Future[None] = Future()
+
+        def run() -> None:
+            try:
+                self.check()
+            except BaseException as exc:  # handed to whoever waits for the result
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+
+        threading.Thread(target=run, name=f"gic-fence-{self.job_id}", daemon=True).start()
+        return future

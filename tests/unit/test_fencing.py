@@ -62,6 +62,27 @@ def test_a_superseded_driver_is_fenced(storage: StorageRoot) -> None:
     )
 
 
+def test_a_check_in_the_background_lists_on_its_own_thread_and_hands_over_its_outcome(
+    storage: StorageRoot,
+) -> None:
+    listed_on: list[str] = []
+
+    class Watched(DelegatingStore):
+        def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+            listed_on.append(threading.current_thread().name)
+            return super().list(prefix)
+
+    watched = storage_root(Watched(storage.store))
+    fence = Fence(watched.resolver, watched.root, JOB, claim(storage, "old"))
+    assert fence.check_in_background().result(timeout=30) is None
+    assert listed_on == ["gic-fence-job-a"]
+    claim(storage, "new")
+    superseded = fence.check_in_background()
+    with pytest.raises(FencedError, match="superseded by epoch 2"):
+        superseded.result(timeout=30)
+    assert isinstance(superseded.exception(), FencedError)  # kept for every caller
+
+
 def test_given_epoch_must_be_above_every_claim(storage: StorageRoot) -> None:
     assert claim(storage, "operator-launch-5", epoch=5) == 5
     with pytest.raises(FencedError, match=r"cannot claim epoch 4 .* epoch 5 was already claimed"):

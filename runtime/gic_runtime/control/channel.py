@@ -104,6 +104,11 @@ class ControlState:
     savepoints: tuple[SavepointRequest, ...]
     stop: StopRequest | None
 
+    @property
+    def empty(self) -> bool:
+        """Nothing is pending."""
+        return not self.savepoints and self.stop is None
+
 
 @dataclass(frozen=True, slots=True)
 class ControlEntry:

@@ -21,7 +21,8 @@ Invariants:
 * Only manifests that count are a start point or retained: a manifest superseded by a
   newer launch's claim (:mod:`gic_runtime.checkpoint.claims`) is ignored here; the
   sweep deletes what only it references.
-* :meth:`commit` checks the fence right before the manifest write and again after it
+* :meth:`commit` checks the fence before the manifest write (right before it, or a
+  check the caller started after the previous manifest landed) and again after it
   landed; a driver superseded in between raises :class:`~gic_runtime.errors.FencedError`
   with the manifest written but never registered: nothing is subsumed or deleted for
   it, and the caller must not publish its output (it may not count).
@@ -39,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,10 +230,14 @@ class CheckpointTimeline:
         sink: Mapping[str, Any] | None = None,
         query: Mapping[str, Any] | None = None,
         event_time: EventTimeProgress = NO_PROGRESS,
+        fence_checked: Future[None] | None = None,
     ) -> tuple[StoredManifest, Callable[[], DeletionReport]]:
         """Write manifest ``checkpoint_id`` (create-if-absent) and register it;
         ``query`` is the fingerprint of the query that wrote it (:mod:`gic_runtime.query`),
         ``event_time`` how far the job's event time had come (its watermark).
+        ``fence_checked``, a fence check (:meth:`~gic_runtime.fencing.Fence.check_in_background`)
+        started after the previous manifest of this timeline landed, stands for the
+        check before the write: its result is awaited instead of another LIST.
 
         Returns the stored manifest and a function that waits for the background
         deletions this commit caused (callers on the critical path need not call it).
@@ -259,7 +265,10 @@ class CheckpointTimeline:
                 )
             lineage = dataclasses.replace(lineage, released=lineage.released or not still)
             draft = dataclasses.replace(draft, restored_from=lineage)
-        self.fence.check()
+        if fence_checked is None:
+            self.fence.check()
+        else:
+            fence_checked.result()
         stored = self._write(manifest_uri(self.root, self.job_id, checkpoint_id), draft)
         self.fence.check()  # landed after a newer launch claimed the job: may not count
         self._lineage = lineage

@@ -9,13 +9,14 @@ first batch (Spark's checkpoint directory, the output's claim, republishing, sta
 the orphan sweep). A driver therefore always has its timeline, fence and telemetry; a
 start that fails records why in the job's status record and no driver exists.
 
-:meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N: check
-fencing (a batch at or below the last checkpoint is a replay: publish its output if
-needed, touch no state); build the barrier (expected lineage = the previous
+:meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N: a batch
+at or below the last checkpoint is a replay (check fencing, publish its output if
+needed, touch no state); else build the barrier (expected lineage = the previous
 checkpoint's bucket states); run the stateful stage once on executors pinned to their
 local copies (:mod:`gic_runtime.spark.locality`) and merge one ack per task
 (:mod:`gic_runtime.spark.batch_acks`); write manifest N once, fenced before and after
-(a superseded driver stops before publishing or deleting anything); publish N's output
+(the check before it runs beside the stage; a superseded driver stops before
+publishing or deleting anything); publish N's output
 (:mod:`gic_runtime.spark.batch_output`), subsume old checkpoints, let the timeline sweep
 what failed task attempts left every ``orphan_sweep_interval_s``
 (:meth:`~gic_runtime.driver.timeline.CheckpointTimeline.live_sweep`), and report metrics
@@ -29,7 +30,8 @@ batches, or with the running batch abandoned (replayed by the next launch) once
 :meth:`Driver.clean_up`, so a stopped job holds only what its retained checkpoints name.
 
 Thread-safety: ``foreach_batch`` (Spark's callback thread) and ``serve_control`` (the
-query's control loop) serialize on one lock; everything else is for the owner thread.
+query's control loop) serialize on one lock, which ``serve_control`` takes only to act
+(its reads of storage run beside a batch); everything else is for the owner thread.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from gic_runtime.control import ControlChannel
 from gic_runtime.control.auth import ControlKey, RequestGuard
 from gic_runtime.coordination.barrier import Barrier, TaskAck
 from gic_runtime.driver.timeline import CheckpointTimeline
+from gic_runtime.errors import FencedError
 from gic_runtime.event_time import NO_PROGRESS, EventTimeProgress, EventTimeSpec
 from gic_runtime.processing import Processor
 from gic_runtime.query import QueryFingerprint
@@ -171,11 +174,13 @@ class Driver:
             if self._stop_reason is not None:
                 return
             timeline = self.timeline
-            self.fence.check()
             if self._last_id is not None and batch_id <= self._last_id:
+                self.fence.check()
                 self._replay(batch_id)
                 return
             started = time.perf_counter()
+            # Beside the stage; it stands for the check before the manifest write.
+            fence_checked = self.fence.check_in_background()
             self_contained = timeline.must_be_self_contained or self.settings.full_snapshots
             barrier = self._barrier(
                 self.fence.epoch,
@@ -189,7 +194,13 @@ class Driver:
             fresh = self._last_id is None and not self._expected and self._canonical is None
             if fresh and self.initial is not None:
                 df = with_initial(df, self.initial)  # a job without state: its first batch
-            acks = self._run_stage(df, barrier)
+            try:
+                acks = self._run_stage(df, barrier)
+            except Exception as exc:
+                fenced = fence_checked.exception()
+                if isinstance(fenced, FencedError):  # superseded: that is the news
+                    raise fenced from exc
+                raise
             crashpoints.hit("after_acks", batch_id)
             states = merge_acks(acks, barrier)
             engine = checkpoint_dir.capture(self.spark_dir, batch_id)
@@ -200,7 +211,13 @@ class Driver:
             if self.event_time is not None:
                 progress = progress.advance(max_event_time(acks), self.event_time.delay_us)
             stored, _ = timeline.commit(
-                batch_id, states, engine=engine, sink=sink_info, query=query, event_time=progress
+                batch_id,
+                states,
+                engine=engine,
+                sink=sink_info,
+                query=query,
+                event_time=progress,
+                fence_checked=fence_checked,
             )
             self._progress = progress
             manifest_ms = (time.perf_counter() - manifest_started) * 1000
@@ -266,14 +283,24 @@ class Driver:
 
     def serve_control(self) -> str | None:
         """Serve pending savepoint/stop requests from the latest checkpoint (between
-        batches); returns the stop reason once the query should stop. While a batch runs
-        it waits for it ``control_poll_s`` at most, then returns ``None``."""
+        batches); returns the stop reason once the query should stop. Raises
+        :class:`~gic_runtime.errors.FencedError` once a newer launch claimed the job.
+
+        The fence check and the look for pending requests only read storage, so they
+        run without the lock: a batch never waits for their requests. The lock is taken
+        only when a request is pending or an idle driver's status record is due for its
+        heartbeat; while a batch runs it waits for it ``control_poll_s`` at most, then
+        returns ``None``."""
+        if self._stop_reason is not None:
+            return self._stop_reason
+        self.fence.check()
+        if self.control.poll().empty and not self.telemetry.heartbeat_due():
+            return None
         if not self._lock.acquire(timeout=self.settings.control_poll_s):
             return None
         try:
             if self._stop_reason is not None:
                 return self._stop_reason
-            self.fence.check()
             self.telemetry.heartbeat()
             self._stop_reason = serve_pending(
                 self.resolver, self.timeline, self.control, self.telemetry, self._guard

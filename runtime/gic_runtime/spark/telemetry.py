@@ -14,7 +14,8 @@ process: :meth:`Telemetry.stopped` once the launch reports, :func:`record_failur
 before. Neither replaces the record of a newer epoch: a superseded driver's failure is
 not the job's news.
 
-Thread-safety: called under the driver's lock (or after the query stopped).
+Thread-safety: called under the driver's lock (or after the query stopped), except
+:meth:`Telemetry.heartbeat_due`, which only reads.
 """
 
 from __future__ import annotations
@@ -174,9 +175,14 @@ class Telemetry:
             last_sweep=sweep,
         )
 
+    def heartbeat_due(self) -> bool:
+        """Whether the status record is older than :data:`HEARTBEAT_S` (a hint that may
+        be read without the driver's lock: a batch only makes it younger)."""
+        return time.time() - self.status.updated_at >= HEARTBEAT_S
+
     def heartbeat(self) -> None:
         """Refresh the status record when it is older than :data:`HEARTBEAT_S`."""
-        if time.time() - self.status.updated_at >= HEARTBEAT_S:
+        if self.heartbeat_due():
             self._write()
 
     def savepoint(self, request: ControlRequest, outcome: Outcome) -> None:

@@ -270,6 +270,48 @@ def test_a_manifest_landing_between_marker_and_listing_counts_and_its_writer_sto
     zombie.close()
 
 
+def test_a_fence_check_started_during_the_batch_stands_for_the_one_before_the_write(
+    env: StorageRoot,
+) -> None:
+    """``commit(fence_checked=...)`` awaits a check started earlier (the driver starts it
+    beside the batch's stage) instead of listing the epochs again: one LIST per commit
+    on the critical path, the one after the write. A driver superseded after that check
+    passed writes its manifest, which does not count, and stops before registering it;
+    one superseded before the check writes nothing."""
+    claim_epoch(env.resolver, env.root, JOB, epoch=1, claimed_by="d1")
+    listed_by: list[str] = []
+
+    def count_lists() -> None:
+        listed_by.append(threading.current_thread().name)
+
+    hooked = storage_root(HookedStore(env.store, on_list=count_lists))
+    timeline = CheckpointTimeline(
+        hooked.resolver, hooked.root, JOB, epoch=1, num_buckets=1, retain=1
+    )
+    first = (segment(env, 1, 0),)
+    checked = timeline.fence.check_in_background()
+    checked.result()
+    listed_by.clear()
+    timeline.commit(0, chain(first), fence_checked=checked)
+    assert listed_by == [threading.current_thread().name]  # only the check after the write
+
+    checked = timeline.fence.check_in_background()
+    checked.result()  # passed; then a newer launch claims the job
+    claim_epoch(env.resolver, env.root, JOB, epoch=2, claimed_by="d2")
+    with pytest.raises(FencedError, match="superseded by epoch 2"):
+        timeline.commit(1, chain((*first, segment(env, 1, 1))), fence_checked=checked)
+    assert exists(env, manifest_uri(env.root, JOB, 1))  # landed, but does not count
+    latest = find_latest_checkpoint(env.resolver, env.root, JOB)
+    assert latest is not None and latest.stored.checkpoint_id == 0
+    assert [s.checkpoint_id for s in timeline.retained()] == [0]
+
+    late = timeline.fence.check_in_background()  # started after the claim: fails
+    with pytest.raises(FencedError, match="superseded by epoch 2"):
+        timeline.commit(2, chain((*first, segment(env, 1, 2))), fence_checked=late)
+    assert not exists(env, manifest_uri(env.root, JOB, 2))
+    timeline.close()
+
+
 def test_the_sweep_keeps_a_superseded_manifest_file_and_deletes_what_only_it_references(
     env: StorageRoot,
 ) -> None:
