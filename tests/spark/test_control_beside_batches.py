@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from gic_runtime.control import ControlChannel
 from gic_runtime.errors import FencedError
 from gic_runtime.fencing import claim_epoch
-from gic_runtime.spark import GICJob, count, start_driver
+from gic_runtime.spark import Driver, GICJob, count, start_driver
 
 from .test_word_count import run_wc, settings, words_of
 from .words import write_text_batches
@@ -62,31 +62,39 @@ def on_another_thread(call: Callable[[], T]) -> T:
         return pool.submit(call).result(timeout=60)
 
 
-def test_the_control_loop_never_makes_a_batch_wait_for_its_reads(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    src, out = tmp_path / "in", tmp_path / "out"
-    write_text_batches(src, 1)
+def driver_of(spark: SparkSession, tmp_path: Path, src: Path) -> tuple[Driver, CountingLock]:
+    """A started driver of the word count over ``src`` whose lock counts its takers."""
     s = settings(tmp_path, control_poll_s=0.2)
-    run_wc(spark, s, src, out)  # a checkpoint to serve requests from
     job = GICJob(spark, s)
     stream = job.keyed(words_of(spark, src), key="word").aggregate(count=count())
-    query = stream.to_parquet(str(out))
+    query = stream.to_parquet(str(tmp_path / "out"))
     driver = start_driver(spark, s, "word", query.processor, query.sink, resolver=job.resolver)
     lock = CountingLock()
     driver._lock = lock  # type: ignore[assignment]
+    return driver, lock
+
+
+def test_the_control_loop_never_makes_a_batch_wait_for_its_reads(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    src = tmp_path / "in"
+    write_text_batches(src, 1)
+    s = settings(tmp_path, control_poll_s=0.2)
+    run_wc(spark, s, src, tmp_path / "out")  # a checkpoint to serve requests from
+    driver, lock = driver_of(spark, tmp_path, src)
+    channel = ControlChannel(driver.resolver, s.storage, s.job_id)
     try:
         with lock.held_by_a_batch():
             # Nothing pending: the fence and the requests were read, the lock never tried.
             assert on_another_thread(driver.serve_control) is None
             assert lock.tries == 0
             # A pending stop waits for the batch (control_poll_s at most) ...
-            stop = ControlChannel(job.resolver, s.storage, s.job_id).request_stop()
+            stop = channel.request_stop()
             assert on_another_thread(driver.serve_control) is None
             assert lock.tries == 1
         # ... and is served between batches.
         assert driver.serve_control() == f"stopped by request {stop.request_id}"
-        assert ControlChannel(job.resolver, s.storage, s.job_id).poll().empty
+        assert channel.poll().empty
     finally:
         driver.close()
 
@@ -94,17 +102,11 @@ def test_the_control_loop_never_makes_a_batch_wait_for_its_reads(
 def test_a_superseded_driver_learns_it_while_a_batch_runs(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    src, out = tmp_path / "in", tmp_path / "out"
+    src = tmp_path / "in"
     write_text_batches(src, 1)
-    s = settings(tmp_path, control_poll_s=0.2)
-    job = GICJob(spark, s)
-    stream = job.keyed(words_of(spark, src), key="word").aggregate(count=count())
-    query = stream.to_parquet(str(out))
-    driver = start_driver(spark, s, "word", query.processor, query.sink, resolver=job.resolver)
-    lock = CountingLock()
-    driver._lock = lock  # type: ignore[assignment]
+    driver, lock = driver_of(spark, tmp_path, src)
     try:
-        claim_epoch(job.resolver, s.storage, s.job_id, claimed_by="a newer launch")
+        claim_epoch(driver.resolver, driver.root, driver.job_id, claimed_by="a newer launch")
         with lock.held_by_a_batch(), pytest.raises(FencedError, match="superseded by epoch"):
             on_another_thread(driver.serve_control)
         assert lock.tries == 0
