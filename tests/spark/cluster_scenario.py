@@ -20,6 +20,7 @@ K+1 (which runs without it) the driver waits until it has registered.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -142,7 +143,10 @@ def main() -> int:
     )
     parser.add_argument("--first-file", type=int, default=0, help="index of the first new file")
     parser.add_argument(
-        "--restore", choices=["background", "eager"], default="background", help="restore mode"
+        "--restore",
+        choices=["background", "eager", "ahead"],
+        default="background",
+        help="restore mode (ahead: restore_at_start, a job of its own beside the start)",
     )
     parser.add_argument(
         "--wipe-local", action="store_true", help="start with empty executor-local directories"
@@ -175,6 +179,7 @@ def main() -> int:
         num_buckets=16,
         control_poll_s=0.1,
         orphan_sweep_interval_s=0.5,
+        restore_at_start=args.restore == "ahead",
         restore_background=args.restore == "background",
         # the first batch after the restart touches every bucket: restore it in the
         # background all the same, so the test covers that path end to end
@@ -202,7 +207,10 @@ def main() -> int:
     query = job.keyed(words, key="word").process_batches(
         make_counter(marker, args.kill_batch), OUTPUT
     )
-    summary = query.to_parquet(str(out)).run(trigger="available-now", on_batch=on_batch)
+    gic_query = query.to_parquet(str(out))
+    summary = gic_query.run(trigger="available-now", on_batch=on_batch)
+    ahead = gic_query.driver.restore_ahead if gic_query.driver is not None else None
+    ahead_result = ahead.wait(60) if ahead is not None else None
     local_root = args.local_root or scratch
     local_dirs = sorted(str(p) for p in local_root.rglob("gic-local/wc-cluster/state"))
     resolver = StoreResolver()
@@ -230,6 +238,7 @@ def main() -> int:
         "killed": killed,
         "unreferenced_segments": sorted(segments - referenced),
         "mid_batch_killed": Path(marker).exists() if marker else False,
+        "restore_ahead": None if ahead_result is None else dataclasses.asdict(ahead_result),
     }
     spark.stop()
     (base / "result.json").write_text(json.dumps(result, indent=1))

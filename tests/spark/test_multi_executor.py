@@ -110,11 +110,11 @@ def test_a_restart_on_empty_local_directories_restores_in_the_background_exactly
     tmp_path: Path,
 ) -> None:
     """Four batches, then a restart (a new driver and new executors) on empty executor
-    directories with the background restore, then another with the eager one: each
-    publishes exactly the reference counts, so the background path and the eager path
-    rebuild the same state."""
+    directories with the background restore, then another with the eager one, then one
+    restoring ahead of the first batch (a job of its own, pinned like the tasks): each
+    publishes exactly the reference counts, so the three paths rebuild the same state."""
     run_scenario(tmp_path, batches=4)
-    for first, mode in ((4, "background"), (8, "eager")):
+    for first, mode in ((4, "background"), (8, "eager"), (12, "ahead")):
         result = run_scenario(
             tmp_path, "--restore", mode, "--wipe-local", "--first-file", str(first), batches=4
         )
@@ -122,6 +122,13 @@ def test_a_restart_on_empty_local_directories_restores_in_the_background_exactly
         batches = result["batches"]
         assert [b["batch_id"] for b in batches] == list(range(first, first + 4))
         head = batches[0]
+        if mode == "ahead":
+            ahead = result["restore_ahead"]
+            assert ahead["error"] is None and ahead["restored"] > 0, ahead
+            # a task the scheduler ran on the other executor restores there itself
+            assert head["local_hits"] > 0, head
+            continue
+        assert result["restore_ahead"] is None
         assert head["restored"] > 0 and head["local_hits"] == 0, (mode, head)
         if mode == "eager":
             assert all(b["restore_pending"] == 0 and b["restore_bytes"] == 0 for b in batches)

@@ -175,6 +175,13 @@ class SettingsFields(BaseSettings):
         "(restoring one nobody started itself). Off: every bucket of a task's range is "
         "rebuilt before its processing starts.",
     )
+    restore_at_start: bool = Field(
+        True,
+        description="When a job starts from a checkpoint, restore the executors' local "
+        "copies in a Spark job of its own, submitted before the query starts, so the "
+        "restore runs beside the query's start and first stage instead of inside the "
+        "first batch's stateful stage. Off: each task restores its buckets itself.",
+    )
     restore_eager_when_all_touched: bool = Field(
         True,
         description="With the background restore: a task whose input touches every bucket "

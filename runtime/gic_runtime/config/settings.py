@@ -284,6 +284,7 @@ ACCEPTED: Mapping[str, str] = {
     "full_snapshots": "true or false (also 1/0, yes/no, on/off)",
     "checkpoint_timeout_s": "a positive number of seconds",
     "restore_background": "true or false (also 1/0, yes/no, on/off)",
+    "restore_at_start": "true or false (also 1/0, yes/no, on/off)",
     "restore_eager_when_all_touched": "true or false (also 1/0, yes/no, on/off)",
     "restore_parallel": "an integer from 1 to 64",
     "restore_fetch_threads": "an integer from 1 to 64",

@@ -83,6 +83,7 @@ __all__ = [
     "execute",
     "expected_states",
     "local_stats",
+    "restore_ahead",
     "restore_lineage",
     "run_task",
     "wait_local_materializations",
@@ -191,6 +192,52 @@ def run_task(
     # Beyond the limit the local copy's pages stay cached but are no longer mapped here.
     bound_mapped_pages(barrier.settings.local_state_mapped_limit)
     return ack
+
+
+def restore_ahead(barrier: Barrier, task_index: int) -> RestoreSummary:
+    """Bring task ``task_index``'s buckets on this executor to ``barrier``'s expected
+    lineage ahead of the batch that needs them (the restore a start runs beside the
+    query's first batch, docs/architecture.md §6.2), on this process's cached entry, as
+    step 2 of :func:`execute` does, with the eager plan.
+
+    Writes only the executor's local copy, under the range's bucket locks: the batch's
+    task for the range, on this process or another, finds each bucket complete with
+    the expected ``(seq, token)`` and reuses it (or, when it took the locks first, this
+    finds its work done). Uploads, acks and state changes are the batch's alone. After
+    a failure the entry is dropped and its locks released, as :func:`run_task` does."""
+    entry = entry_for(barrier, task_index)
+    owned = barrier.bucket_range(task_index)
+    try:
+        if entry.backend.bucket_range != owned:
+            raise StateError(
+                f"task {task_index} of the barrier owns buckets [{owned.start}, "
+                f"{owned.stop}), the entry [{entry.backend.bucket_range.start}, "
+                f"{entry.backend.bucket_range.stop})"
+            )
+        locks = entry.take_locks()
+        try:
+            with entry.lock:
+                summary = restore_lineage(
+                    entry.backend,
+                    entry.resolver,
+                    barrier.expected_for(task_index),
+                    barrier.canonical_source,
+                )
+        except BaseException:
+            try:
+                entry.backend.close_restore()
+            finally:
+                _flush_after_failure(entry)
+                locks.release()
+            raise
+        entry.hold_locks(locks)
+    except BaseException:
+        discard(entry)
+        raise
+    heap.settle()
+    allocator.release()
+    bound_mapped_pages(barrier.settings.local_state_mapped_limit)
+    return summary
 
 
 def execute(

@@ -7,7 +7,9 @@ before the streaming query starts: it refuses checkpoints a different query wrot
 checkpoint timeline (own latest checkpoint, else the restore source) and takes it to the
 first batch (Spark's checkpoint directory, the output's claim, republishing, staging,
 the orphan sweep). A driver therefore always has its timeline, fence and telemetry; a
-start that fails records why in the job's status record and no driver exists.
+start that fails records why in the job's status record and no driver exists. Right
+before the query starts, :meth:`Driver.start_restore_ahead` submits the restore of the
+executors' local copies beside it (:mod:`gic_runtime.spark.restore_ahead`).
 
 :meth:`Driver.foreach_batch` is the query's ``foreachBatch`` hook. For batch N: a batch
 at or below the last checkpoint is a replay (check fencing, publish its output if
@@ -65,6 +67,7 @@ from gic_runtime.spark.initial_state import InitialInput, with_initial
 from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_local_master
 from gic_runtime.spark.placement import partition_keys
 from gic_runtime.spark.reports import BatchReport, StartInfo
+from gic_runtime.spark.restore_ahead import RestoreAhead
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.storage.uri import StoreResolver
 
@@ -141,6 +144,7 @@ class Driver:
         self._expected = dict(manifest.buckets) if manifest is not None else {}
         self._canonical = timeline.start.canonical_uri
         self._last_id = manifest.checkpoint_id if manifest is not None else start_info.resumed_after
+        self.restore_ahead: RestoreAhead | None = None
 
     # --- start ----------------------------------------------------------------------
 
@@ -152,6 +156,26 @@ class Driver:
         if self.settings.local_dir or is_local_master(self.spark.sparkContext.master or ""):
             return self.settings.resolved_local_dir
         return ""
+
+    def start_restore_ahead(self) -> RestoreAhead | None:
+        """With ``restore_at_start`` and a lineage to restore (the start manifest's
+        bucket states), submit the restore of the executors' local copies as a Spark job
+        of its own (:mod:`gic_runtime.spark.restore_ahead`), before the query starts;
+        ``None`` when there is nothing to restore or the setting is off."""
+        if not self.settings.restore_at_start or not self._expected or self._canonical:
+            return None
+        with self._lock:
+            barrier = self._barrier(self.fence.epoch, self._last_id or 0, expected=self._expected)
+            ahead = RestoreAhead(self.spark, barrier, self.job_id)
+            try:
+                ahead.start(self.placement)
+            except Exception as exc:  # the first batch restores what it needs itself
+                _log.warning(
+                    "job %s: could not restore ahead of the first batch: %s", self.job_id, exc
+                )
+                return None
+            self.restore_ahead = ahead
+        return ahead
 
     # --- per batch ------------------------------------------------------------------
 
@@ -367,6 +391,8 @@ class Driver:
         """Record the final status and stop background work; after a clean stop
         (``error`` is None, the query has stopped, no batch was abandoned) first remove
         what the attempt would leave unreferenced (:meth:`clean_up`)."""
+        if self.restore_ahead is not None:
+            self.restore_ahead.cancel()
         if error is None and self._abandoned is None:
             self.clean_up()
         # An abandoned batch may still be finishing (its query's stop timed out): wait

@@ -187,6 +187,7 @@ class GICQuery:
             summary.stop_reason = SIGTERM_REASON
             return summary
         try:
+            driver.start_restore_ahead()  # beside the query's start, not before it
             bound_query_stop(self.stream.job.spark)
             query = writer.start()
         except BaseException as exc:

@@ -15,11 +15,14 @@ processor; it imports nothing from the driver.
 
 :func:`make_drain` is the stage a clean stop runs once after the query: partition ``i``
 waits until the background snapshots of task ``i``'s buckets on its executor finished.
+:func:`make_restore_ahead` is the stage a start runs beside the query's first batch:
+partition ``i`` restores task ``i``'s buckets on its executor.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
@@ -29,7 +32,7 @@ from gic_runtime import crashpoints, errors
 from gic_runtime.coordination.barrier import Barrier
 from gic_runtime.errors import GICError, StateError
 from gic_runtime.event_time import BatchTime, EventTimeSpec
-from gic_runtime.executor.core import TaskContext, run_task
+from gic_runtime.executor.core import TaskContext, restore_ahead, run_task
 from gic_runtime.executor.state_stack import local_paths
 from gic_runtime.materialization.background import wait_for_markers
 from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
@@ -154,6 +157,56 @@ def make_drain(
         )
 
     return drain
+
+
+RESTORE_AHEAD_SCHEMA = "task int, local_hits int, restored int, empty int, seconds double"
+
+
+def make_restore_ahead(
+    barrier: Barrier,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function that brings task ``i``'s buckets on the executor
+    running partition ``i`` to ``barrier``'s expected lineage
+    (:func:`~gic_runtime.executor.core.restore_ahead`) and yields one row: ``i``, its
+    buckets reused, restored and empty, and the seconds it took. Run beside the query's
+    first batch, with partition ``i`` placed like state task ``i``; it writes only the
+    executor's local copy."""
+
+    def restore(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext as SparkTaskContext
+
+        for _ in batches:
+            pass
+        spark_ctx = SparkTaskContext.get()
+        if spark_ctx is None:  # pragma: no cover - always set inside a Spark task
+            raise StateError("the restore-ahead stage must run inside a Spark task")
+        index = spark_ctx.partitionId()
+        began = time.perf_counter()
+        hits = restored = empty = 0
+        if 0 <= index < barrier.num_tasks:
+            summary = restore_ahead(barrier, index)
+            hits, restored = len(summary.local_hits), len(summary.restored)
+            empty = len(summary.empty)
+        yield pa.RecordBatch.from_pydict(
+            {
+                "task": [index],
+                "local_hits": [hits],
+                "restored": [restored],
+                "empty": [empty],
+                "seconds": [time.perf_counter() - began],
+            },
+            schema=pa.schema(
+                [
+                    ("task", pa.int32()),
+                    ("local_hits", pa.int32()),
+                    ("restored", pa.int32()),
+                    ("empty", pa.int32()),
+                    ("seconds", pa.float64()),
+                ]
+            ),
+        )
+
+    return restore
 
 
 _TASK_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")

@@ -1,0 +1,84 @@
+"""The restore beside a start (docs/architecture.md §6.2) on real Spark (``local[2]``).
+
+A word count runs two batches, then starts again on an empty executor directory, once
+with ``restore_at_start`` and once without. With it, a Spark job of its own rebuilds
+every non-empty bucket before the first batch's tasks take their locks, so the first
+batch finds each of them local and restores none; without it, the first batch restores
+them itself. Both publish exactly the reference counts.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from gic_runtime.errors import RestoreError
+from gic_runtime.spark.restore_ahead import RestoreAhead
+
+from .test_savepoints import job_settings, word_count
+from .test_word_count import sink_batches
+from .words import reference_counts, write_text_batches
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_start_restores_the_local_copies_beside_the_query_exactly_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    root, src, out = tmp_path / "store", tmp_path / "in", tmp_path / "out"
+    write_text_batches(src, 2)
+    first = word_count(spark, job_settings(root, "wc", tmp_path / "local-0"), src, out)
+    assert first.run(trigger="available-now").batches
+    assert first.driver is not None and first.driver.restore_ahead is None  # nothing to restore
+
+    for start, ahead in ((2, True), (4, False)):
+        write_text_batches(src, 2, start=start)
+        local = tmp_path / f"local-{start}"  # empty: a restart on new executors
+        s = job_settings(root, "wc", local, restore_at_start=ahead)
+        query = word_count(spark, s, src, out)
+        summary = query.run(trigger="available-now")
+        batches = summary.batches
+        assert [b.batch_id for b in batches] == [start, start + 1]
+        driver = query.driver
+        assert driver is not None
+        head = batches[0]
+        if ahead:
+            assert isinstance(driver.restore_ahead, RestoreAhead)
+            result = driver.restore_ahead.wait(60)
+            assert result is not None and result.error is None, result
+            assert result.tasks == driver.num_tasks
+            assert result.restored > 0 and result.local_hits == 0
+            # every bucket the restore rebuilt is a local hit of the first batch
+            assert head.restored == 0 and head.local_hits == result.restored, head
+        else:
+            assert driver.restore_ahead is None
+            assert head.restored > 0 and head.local_hits == 0, head
+        shutil.rmtree(local)
+
+    assert sink_batches(out) == dict(enumerate(reference_counts(src, 6)))
+
+
+def test_a_restore_ahead_that_fails_leaves_the_batch_to_report_the_error(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A snapshot the checkpoint needs is gone: the restore ahead fails quietly (logged),
+    and the first batch fails with the error that names the missing file."""
+    root, src, out = tmp_path / "store", tmp_path / "in", tmp_path / "out"
+    write_text_batches(src, 2)
+    s = job_settings(root, "wc", tmp_path / "local-0", full_snapshots=True)
+    assert word_count(spark, s, src, out).run(trigger="available-now").batches
+    snapshots = sorted(root.rglob("*.snap"))
+    assert snapshots
+    for snap in snapshots:
+        snap.unlink()
+    write_text_batches(src, 1, start=2)
+    query = word_count(spark, job_settings(root, "wc", tmp_path / "local-1"), src, out)
+    with pytest.raises(RestoreError, match=r"snapshot .* is missing"):
+        query.run(trigger="available-now")
+    driver = query.driver
+    assert driver is not None and driver.restore_ahead is not None
+    result = driver.restore_ahead.wait(60)
+    assert result is not None and result.error is not None and "missing" in result.error
