@@ -129,6 +129,18 @@ def first_seen(buckets: pa.ChunkedArray) -> list[int]:
 DRAIN_SCHEMA = "task int, in_flight int"
 
 
+def _partition_of(batches: Iterable[pa.RecordBatch], stage: str) -> int:
+    """The partition a one-row-per-task side stage runs (its input read to the end)."""
+    from pyspark import TaskContext as SparkTaskContext
+
+    for _ in batches:
+        pass
+    spark_ctx = SparkTaskContext.get()
+    if spark_ctx is None:  # pragma: no cover - always set inside a Spark task
+        raise StateError(f"{stage} must run inside a Spark task")
+    return int(spark_ctx.partitionId())
+
+
 def make_drain(
     barrier: Barrier, timeout: float
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -139,14 +151,7 @@ def make_drain(
     ``i``."""
 
     def drain(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext as SparkTaskContext
-
-        for _ in batches:
-            pass
-        spark_ctx = SparkTaskContext.get()
-        if spark_ctx is None:  # pragma: no cover - always set inside a Spark task
-            raise StateError("the drain stage must run inside a Spark task")
-        index = spark_ctx.partitionId()
+        index = _partition_of(batches, "the drain stage")
         busy: list[int] = []
         if 0 <= index < barrier.num_tasks:
             directory = local_paths(barrier).materialized
@@ -173,14 +178,7 @@ def make_restore_ahead(
     executor's local copy."""
 
     def restore(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext as SparkTaskContext
-
-        for _ in batches:
-            pass
-        spark_ctx = SparkTaskContext.get()
-        if spark_ctx is None:  # pragma: no cover - always set inside a Spark task
-            raise StateError("the restore-ahead stage must run inside a Spark task")
-        index = spark_ctx.partitionId()
+        index = _partition_of(batches, "the restore-ahead stage")
         began = time.perf_counter()
         hits = restored = empty = 0
         if 0 <= index < barrier.num_tasks:
