@@ -75,7 +75,6 @@ class RestoreAhead:
         self._job_id = job_id
         self._group = f"gic-restore-ahead-{job_id}-{barrier.epoch}"
         self._done = threading.Event()
-        self._submitted = threading.Event()
         self._result: RestoreAheadResult | None = None
         self._thread: threading.Thread | None = None
 
@@ -93,7 +92,7 @@ class RestoreAhead:
         tracker = self._spark.sparkContext.statusTracker()
         deadline = time.monotonic() + _SUBMIT_WAIT_S
         while not self._done.is_set() and time.monotonic() < deadline:
-            if self._submitted.is_set() and tracker.getJobIdsForGroup(self._group):
+            if tracker.getJobIdsForGroup(self._group):
                 return
             time.sleep(_SUBMIT_POLL_S)
 
@@ -105,7 +104,6 @@ class RestoreAhead:
                 self._group,
                 f"GIC: restore the local state of job {self._job_id} ahead of its first batch",
             )
-            self._submitted.set()
             rows = stage.collect()
         except Exception as exc:  # the batch restores what it needs itself
             self._result = RestoreAheadResult(
@@ -136,7 +134,6 @@ class RestoreAhead:
                 result.empty,
             )
         finally:
-            self._submitted.set()
             self._done.set()
 
     def result(self) -> RestoreAheadResult | None:
