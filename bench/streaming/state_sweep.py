@@ -86,13 +86,20 @@ KEY_BYTES = 8
 COUNT_BYTES = 8
 MB = 1_000_000
 WARMUP_AFTER_LOAD = 3
-MEASURED = 32
-"""Measured batches: a whole materialization cycle at the runtime's defaults (the
-sweep's buckets gain two sections a batch at 1 GB and 4 GB, a task's changelog of a
-batch spanning several preemptive uploads, so one is snapshotted at least every
-``max_sections`` / 2 = 32 batches), so every bucket's background snapshot falls in the
-window at least once and the rows/s carry its cost at the rate it comes, whichever batch
-a wave falls on."""
+MEASURED = 64
+"""Measured batches: at least one whole materialization cycle at the runtime's defaults,
+so the rows/s carry the background snapshots' cost at the rate it comes, whichever batch
+a wave falls on. A bucket is snapshotted again once its changelog since its snapshot
+reaches the snapshot's size (``changelog_ratio`` 1.0) or ``max_sections`` handles, and
+with uniformly updated keys every bucket gets there in the same batch. At 1 GB the
+changelog of a batch falls as the running maxima settle (12.6 MB in the fourth measured
+batch, 6.5 MB sixty batches later): the first wave after the load fell on batches 47-49
+and none followed in the 35 batches after it. A window of 32 batches (3-35 after the
+load) held that wave and counted it at about twice its rate: GIC alone ran 28,272 rows/s
+over 32 batches and 33,656 over 64 with the same single wave (architecture §12). At
+4 GB a task's changelog of a batch spans two preemptive uploads, every bucket gains two
+sections a batch, and the section limit brings the wave every ``max_sections`` / 2
+batches."""
 RESTART_BATCHES = 8
 STEADY_FACTOR = 1.25
 """A batch is back at its steady duration when it takes at most this times the steady

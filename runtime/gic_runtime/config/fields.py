@@ -100,8 +100,8 @@ class SettingsFields(BaseSettings):
         description="Changelog sections since its last snapshot that make a bucket due "
         "whatever the interval. Bounds restore requests (about one object read per section "
         "of the busiest bucket) and manifest size (every section is a row of every "
-        "manifest); a bucket gaining one section per checkpoint is snapshotted at most "
-        "about once per 64 checkpoints (a batch whose changelog spans several preemptive "
+        "manifest); a bucket gaining one section per checkpoint is snapshotted at least "
+        "about once per 128 checkpoints (a batch whose changelog spans several preemptive "
         "uploads adds a section per upload).",
     )
     materialization_changelog_ratio: float = Field(

@@ -63,17 +63,20 @@ class MaterializationSettings:
     taken); one keeps the upload bandwidth left for changelog segments, which are on the
     checkpoint's critical path."""
 
-    max_sections: int = 64
+    max_sections: int = 128
     """Changelog handles since its base that make a bucket due whatever its interval.
     Restore reads about one object per handle of the busiest bucket plus one snapshot per
     bucket (coalesced per object), and every handle is a row of every manifest (about 25
-    bytes in v2): 64 keeps a task's restore to a few dozen reads and a manifest of 128
-    buckets under 250 KB. A bucket gains a section per segment upload that carries its
-    changes, so one per checkpoint when a task's changelog of a batch fits one upload,
-    but more when it spans several preemptive uploads: two per batch at 13 MB a task
-    in the ``state_sweep``, where 32 snapshotted the whole 4 GB state every 16 batches
-    (2.8x the changelog's bytes) although the byte ratio allowed 40. With one section a
-    checkpoint a bucket is snapshotted at least once per 64 checkpoints."""
+    bytes in v2): 128 keeps a task's restore to about a hundred reads, 16 at a time, and
+    a manifest of 128 buckets under 450 KB. A bucket gains a section per segment upload
+    that carries its changes, so one per checkpoint when a task's changelog of a batch
+    fits one upload, but more when it spans several preemptive uploads: two per batch in
+    the ``state_sweep`` at 4 GB, where 32 snapshotted the whole state every 16 batches
+    (2.8x the changelog's bytes) and 64 every 32 (86 MB uploaded per checkpoint against
+    21 MB of changelog); at 128 the interval brings its snapshots instead (54 MB per
+    checkpoint over the same 64 batches, 11 % more rows/s, a restart replaying a longer
+    tail: first batch 30.5 against 27.0 s; docs/architecture.md §7). With one section a
+    checkpoint a bucket is snapshotted at least once per 128 checkpoints."""
 
     changelog_ratio: float = 1.0
     """Changelog bytes since its base, as a multiple of its snapshot's size, that make a
