@@ -16,7 +16,11 @@ directory is attributed to one batch:
 Hadoop's local-filesystem checksum sidecars (``.<name>.crc``) are counted apart: object
 stores do not get them. The attribution is only complete if nothing was deleted during
 the run, so callers must keep every version (Spark: ``minBatchesToRetain`` above the
-number of batches) and check it with :func:`logs_complete`.
+number of batches) and check it with :func:`logs_complete` (:func:`missing_log_entries`
+names what is gone). On S3 the attribution is also only as complete as the listing:
+:func:`s3_log_check` lists again when a listing lacks log entries and, if they stay
+missing, lists the log directories apart to tell a listing the server cut short from
+deleted files.
 
 :func:`attribute` reads a local directory; :func:`attribute_entries` does the same for any
 listing of ``(relative path, size, modification time)``, e.g. an S3 prefix
@@ -142,8 +146,69 @@ def attribute_entries(
 
 def logs_complete_entries(paths: Iterable[str], batch_ids: Sequence[int]) -> bool:
     """:func:`logs_complete` over a listing of relative paths."""
+    return not missing_log_entries(paths, batch_ids)
+
+
+def missing_log_entries(paths: Iterable[str], batch_ids: Sequence[int]) -> list[str]:
+    """The ``offsets/<N>`` and ``commits/<N>`` of ``batch_ids`` absent from ``paths`` (a
+    listing of relative paths), offsets first, each in batch order."""
     present = set(paths)
-    return all(f"{log}/{b}" in present for log in LOG_DIRS for b in batch_ids)
+    return [f"{log}/{b}" for log in LOG_DIRS for b in batch_ids if f"{log}/{b}" not in present]
+
+
+LISTING_ATTEMPTS = 3
+"""Full listings of an S3 checkpoint :func:`s3_log_check` takes before it gives up."""
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    """What :func:`s3_log_check` found: the listing to attribute bytes from (the last
+    one taken), the log entries missing from it, and those of them that a listing of
+    ``offsets/`` and ``commits/`` alone does find (the full listing left them out)."""
+
+    listing: list[Entry]
+    missing: list[str]
+    listed_apart: list[str]
+    attempts: int
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def problem(self, variant: str, retain: str) -> str:
+        """Why the run's bytes cannot be attributed (call only when not complete)."""
+        shown = ", ".join(self.missing[:6]) + (" ..." if len(self.missing) > 6 else "")
+        if self.listed_apart:
+            return (
+                f"the S3 listing of {variant}'s checkpoint left out {len(self.missing)} log "
+                f"entries ({shown}) in each of {self.attempts} listings, though a listing of "
+                f"{' and '.join(f'{log}/' for log in LOG_DIRS)} alone finds "
+                f"{len(self.listed_apart)} of them: the S3 server returned incomplete "
+                "listings, so the run's bytes cannot be attributed"
+            )
+        return (
+            f"Spark deleted checkpoint files during the run of {variant}: {shown} are gone; "
+            f"raise {retain}"
+        )
+
+
+def s3_log_check(list_prefix: Callable[[str], list[Entry]], batch_ids: Sequence[int]) -> LogCheck:
+    """List an S3 checkpoint whole (``list_prefix("")``; paths relative to it) until the
+    listing holds every log entry of ``batch_ids``, at most :data:`LISTING_ATTEMPTS`
+    times; when entries stay missing, list each log directory apart
+    (``list_prefix("offsets")``, paths relative to the checkpoint) to tell a listing the
+    server cut short from files that are gone."""
+    listing: list[Entry] = []
+    missing: list[str] = []
+    attempts = 0
+    while attempts < LISTING_ATTEMPTS:
+        attempts += 1
+        listing = list_prefix("")
+        missing = missing_log_entries((e.path for e in listing), batch_ids)
+        if not missing:
+            return LogCheck(listing, [], [], attempts)
+    apart = {e.path for log in LOG_DIRS for e in list_prefix(log)}
+    return LogCheck(listing, missing, [m for m in missing if m in apart], attempts)
 
 
 def _walk(root: Path) -> Iterator[tuple[str, int]]:

@@ -194,23 +194,40 @@ def each_batch_alone(spec: WorkloadSpec) -> Callable[[DataFrame, int], None]:
 
 
 def _added_bytes(
-    checkpoint: str, on_s3: bool, progress: Sequence[Mapping[str, Any]]
-) -> tuple[list[checkpoint_bytes.BatchBytes], bool]:
-    """Bytes each batch added to the checkpoint, and whether no log file was deleted."""
+    checkpoint: str, on_s3: bool, progress: Sequence[Mapping[str, Any]], variant: str
+) -> tuple[list[checkpoint_bytes.BatchBytes], str | None]:
+    """Bytes each batch added to the checkpoint, and why they cannot be trusted (None:
+    every batch's offsets and commits log entries were found, so nothing was deleted;
+    on S3 also that the listing the bytes come from was complete)."""
     ids = [int(p["batchId"]) for p in progress]
     windows = [
         checkpoint_bytes.BatchWindow(b, spark_query.end_ns(p))
         for b, p in zip(ids, progress, strict=True)
     ]
+    problem: str | None = None
     if on_s3:
         bucket, _, prefix = checkpoint.removeprefix("s3a://").partition("/")
-        listing = list(s3a.entries(bucket, prefix))
-        added = checkpoint_bytes.attribute_entries(listing, windows)
-        complete = checkpoint_bytes.logs_complete_entries((e.path for e in listing), ids)
+
+        def list_prefix(sub: str) -> list[checkpoint_bytes.Entry]:
+            found = s3a.entries(bucket, f"{prefix.rstrip('/')}/{sub}" if sub else prefix)
+            return [dataclasses.replace(e, path=f"{sub}/{e.path}") if sub else e for e in found]
+
+        check = checkpoint_bytes.s3_log_check(list_prefix, ids)
+        added = checkpoint_bytes.attribute_entries(check.listing, windows)
+        if not check.complete:
+            problem = check.problem(variant, RETAIN)
     else:
         added = checkpoint_bytes.attribute(Path(checkpoint), windows)
-        complete = checkpoint_bytes.logs_complete(Path(checkpoint), ids)
-    return [added[b] for b in ids], complete
+        missing = checkpoint_bytes.missing_log_entries(
+            (e.path for e in checkpoint_bytes.local_entries(Path(checkpoint))), ids
+        )
+        if missing:
+            problem = (
+                f"Spark deleted checkpoint files during the run of {variant}: "
+                f"{', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''} are gone; "
+                f"raise {RETAIN}"
+            )
+    return [added[b] for b in ids], problem
 
 
 def with_stored(record: BatchRecord, sample: checkpoint_bytes.StoredSample | None) -> BatchRecord:
@@ -303,11 +320,10 @@ def run_spark_store(
     if spark_retention:
         added, complete = [checkpoint_bytes.BatchBytes() for _ in progress], False
     else:
-        added, complete = _added_bytes(checkpoint, on_s3, progress)
-        if not complete:
-            raise BenchmarkError(
-                f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
-            )
+        added, problem = _added_bytes(checkpoint, on_s3, progress, variant)
+        if problem is not None:
+            raise BenchmarkError(problem)
+        complete = True
     records = [
         with_stored(_record(p, b, slots), samples.get(int(p["batchId"])))
         for p, b in zip(progress, added, strict=True)
@@ -409,11 +425,10 @@ def run_appending(
         fingerprint = spark_query.output_fingerprint(spark, out, total)
     finally:
         spark_query.stop_session(spark, params)
-    added, complete = _added_bytes(str(checkpoint), False, progress)
-    if strict and not complete:
-        raise BenchmarkError(
-            f"Spark deleted checkpoint files during the run of {variant}; raise {RETAIN}"
-        )
+    added, problem = _added_bytes(str(checkpoint), False, progress, variant)
+    if strict and problem is not None:
+        raise BenchmarkError(problem)
+    complete = problem is None
     records = [_record(p, b, slots) for p, b in zip(progress, added, strict=True)]
     return RunResult.of_batches(
         variant,

@@ -226,6 +226,53 @@ def test_s3_listing_converts_keys_and_times() -> None:
     assert entry.mtime_ns == int(when.timestamp() * 1e9)
 
 
+def _entries(*paths: str) -> list[checkpoint_bytes.Entry]:
+    return [checkpoint_bytes.Entry(p, 1, 0) for p in paths]
+
+
+def test_missing_log_entries_are_named_in_batch_order() -> None:
+    paths = ["offsets/0", "offsets/2", "commits/0", "commits/1", "state/0/1/1.zip"]
+    assert checkpoint_bytes.missing_log_entries(paths, [0, 1, 2]) == ["offsets/1", "commits/2"]
+    assert checkpoint_bytes.missing_log_entries(paths, [0]) == []
+
+
+def test_s3_log_check_lists_again_when_a_listing_is_cut_short() -> None:
+    whole = _entries("offsets/0", "offsets/1", "commits/0", "commits/1", "state/0/0/1.zip")
+    listings = [whole[:3], whole]  # the first listing ends early, the second is whole
+    calls: list[str] = []
+
+    def list_prefix(sub: str) -> list[checkpoint_bytes.Entry]:
+        calls.append(sub)
+        return listings.pop(0)
+
+    check = checkpoint_bytes.s3_log_check(list_prefix, [0, 1])
+    assert check.complete and check.attempts == 2 and check.listing == whole
+    assert calls == ["", ""]
+
+
+def test_s3_log_check_tells_a_short_listing_from_deleted_files() -> None:
+    cut = _entries("offsets/0", "commits/0", "state/0/0/1.zip")  # every listing ends early
+
+    def short(sub: str) -> list[checkpoint_bytes.Entry]:
+        if sub == "":
+            return cut
+        return _entries(f"{sub}/0", f"{sub}/1")  # the log directories listed apart
+
+    check = checkpoint_bytes.s3_log_check(short, [0, 1])
+    assert not check.complete
+    assert check.attempts == checkpoint_bytes.LISTING_ATTEMPTS
+    assert check.missing == check.listed_apart == ["offsets/1", "commits/1"]
+    assert "incomplete listings" in check.problem("spark_x", "spark.retain")
+
+    def deleted(sub: str) -> list[checkpoint_bytes.Entry]:
+        return cut if sub == "" else _entries(f"{sub}/0")
+
+    gone = checkpoint_bytes.s3_log_check(deleted, [0, 1])
+    assert gone.missing == ["offsets/1", "commits/1"] and gone.listed_apart == []
+    message = gone.problem("spark_x", "spark.retain")
+    assert "offsets/1, commits/1 are gone" in message and "raise spark.retain" in message
+
+
 def test_directory_totals_and_background_samples(tmp_path: Path) -> None:
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "x").write_bytes(b"1" * 10)
