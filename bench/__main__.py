@@ -17,6 +17,7 @@ BENCHMARKS = (
     "dstl_hedging",
     "checkpoint_cost",
     "state_throughput",
+    "selective_read",
     "w1_keyed_count",
     "w2_event_log",
     "w3_sessions",

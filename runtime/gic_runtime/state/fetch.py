@@ -52,7 +52,7 @@ from gic_runtime.changelog.reader import section_records
 from gic_runtime.changelog.records import ChangeRecord
 from gic_runtime.errors import ConfigurationError, ObjectNotFoundError, RestoreError
 from gic_runtime.handles import ChangelogHandle, SnapshotHandle
-from gic_runtime.state.snapshot import read_snapshot
+from gic_runtime.state.snapshot import SnapshotBody, read_snapshot_body
 from gic_runtime.storage.uri import StoreResolver
 
 _MiB: Final = 1024 * 1024
@@ -246,7 +246,7 @@ class RestoreFetcher:
             self._window_of.update(dict.fromkeys(window.snapshots, index))
             for read in window.reads:
                 self._window_of.update((n.handle, index) for n in read.sections)
-        self._snapshots: dict[SnapshotHandle, Future[Iterator[tuple[bytes, bytes]]]] = {}
+        self._snapshots: dict[SnapshotHandle, Future[SnapshotBody]] = {}
         self._spans: dict[ChangelogHandle, tuple[Future[bytes], RangedRead]] = {}
         self._records: dict[ChangelogHandle, Future[list[ChangeRecord]]] = {}
         self._submitted = 0  # windows [0, _submitted) were submitted
@@ -293,12 +293,17 @@ class RestoreFetcher:
 
     def snapshot_entries(self, handle: SnapshotHandle) -> Iterator[tuple[bytes, bytes]]:
         """The validated entries of snapshot ``handle`` (see ``read_snapshot``)."""
+        return self.snapshot_body(handle).entries()
+
+    def snapshot_body(self, handle: SnapshotHandle) -> SnapshotBody:
+        """Snapshot ``handle`` validated and decompressed (see ``read_snapshot_body``):
+        its entries, or chosen ones, are read from it."""
         if self._advance(handle):
             future = self._snapshots.get(handle)
             if future is not None:
                 return future.result()
         self.reads += 1
-        return read_snapshot(self._resolver, handle)
+        return read_snapshot_body(self._resolver, handle)
 
     def section(self, need: SectionNeed) -> Sequence[ChangeRecord]:
         """The records of ``need``'s section (at least ``[lower, upper)`` of it when an
@@ -360,7 +365,7 @@ class RestoreFetcher:
             )
         pool = self._pool
         for snap in window.snapshots:
-            self._snapshots[snap] = pool.submit(read_snapshot, self._resolver, snap)
+            self._snapshots[snap] = pool.submit(read_snapshot_body, self._resolver, snap)
             self.reads += 1
         for read in window.reads:
             if self._reader is None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -129,12 +129,39 @@ def _frames(
     return count, raw, frames
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotBody:
+    """A validated snapshot file's header and its raw (decompressed) body: the entries
+    are read from it with :meth:`entries`, or only some of them with :meth:`select`;
+    either checks the framing and the key order as it goes."""
+
+    info: SnapshotInfo
+    body: bytes
+    uri: str
+
+    def entries(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every entry, keys ascending."""
+        return _entries(self.body, self.info.entries, self.uri)
+
+    def select(self, keys: Container[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """The entries whose key is in ``keys``, keys ascending. Reads every entry's
+        framing and key as :meth:`entries` does (a damaged file raises the same errors),
+        but copies only the chosen values."""
+        return _entries(self.body, self.info.entries, self.uri, keys)
+
+
 def parse_snapshot(data: bytes, *, uri: str) -> tuple[SnapshotInfo, Iterator[tuple[bytes, bytes]]]:
     """Validate a snapshot file; return its header and an iterator over its entries.
 
     Header, checksums and length are checked before this returns; the iterator checks
     the entry framing as it goes.
     """
+    snapshot = open_snapshot(data, uri=uri)
+    return snapshot.info, snapshot.entries()
+
+
+def open_snapshot(data: bytes, *, uri: str) -> SnapshotBody:
+    """Validate a snapshot file (header, checksums, length) and decompress its body."""
     version, flags = check_header(data, MAGIC, frozenset(_KNOWN_FLAGS), uri=uri)
     if len(data) < PREAMBLE_SIZE:
         raise CorruptFileError(
@@ -166,7 +193,7 @@ def parse_snapshot(data: bytes, *, uri: str) -> tuple[SnapshotInfo, Iterator[tup
     elif flags & FLAG_ZSTD:
         body = _unzstd(body, uri)
     info = SnapshotInfo(bucket, seq, count, bool(flags & (FLAG_ZLIB | FLAG_ZSTD)))
-    return info, _entries(body, count, uri)
+    return SnapshotBody(info, body, uri)
 
 
 MAX_BODY_BYTES: Final = 4 * 1024**3
@@ -230,9 +257,12 @@ def _unzstd(body: bytes, uri: str) -> bytes:
     return raw
 
 
-def _entries(body: bytes, count: int, uri: str) -> Iterator[tuple[bytes, bytes]]:
-    """The entries of ``body``, checked as they go: framing, and keys strictly ascending
-    (what every writer produces and a restore relies on to append them in order)."""
+def _entries(
+    body: bytes, count: int, uri: str, keys: Container[bytes] | None = None
+) -> Iterator[tuple[bytes, bytes]]:
+    """The entries of ``body`` (only those whose key is in ``keys``, when given),
+    checked as they go: framing, and keys strictly ascending (what every writer produces
+    and a restore relies on to append them in order)."""
     pos = 0
     size = len(body)
     unpack = _ENTRY.unpack_from
@@ -252,7 +282,8 @@ def _entries(body: bytes, count: int, uri: str) -> Iterator[tuple[bytes, bytes]]
                 uri=uri,
             )
         previous = key
-        yield key, body[pos + klen : end]
+        if keys is None or key in keys:
+            yield key, body[pos + klen : end]
         pos = end
     if pos != size:
         raise CorruptFileError(
@@ -286,6 +317,12 @@ def read_snapshot(resolver: StoreResolver, handle: SnapshotHandle) -> Iterator[t
 
     Also checks the file against the handle (size, whole-file checksum, bucket, seq).
     """
+    return read_snapshot_body(resolver, handle).entries()
+
+
+def read_snapshot_body(resolver: StoreResolver, handle: SnapshotHandle) -> SnapshotBody:
+    """Download and validate the snapshot ``handle`` names, checked against the handle as
+    :func:`read_snapshot` does; its entries are read from the result."""
     store, key = resolver.resolve(handle.uri)
     try:
         data = store.get(key)
@@ -299,11 +336,12 @@ def read_snapshot(resolver: StoreResolver, handle: SnapshotHandle) -> Iterator[t
             f"snapshot is {len(data)} bytes but its handle says {handle.size}", uri=handle.uri
         )
     verify_crc(data, handle.crc, what="snapshot file", uri=handle.uri)
-    info, entries = parse_snapshot(data, uri=handle.uri)
+    snapshot = open_snapshot(data, uri=handle.uri)
+    info = snapshot.info
     if (info.bucket, info.seq) != (handle.bucket, handle.seq):
         raise CorruptFileError(
             f"snapshot holds bucket {info.bucket} at seq {info.seq}, but its handle names "
             f"bucket {handle.bucket} at seq {handle.seq}",
             uri=handle.uri,
         )
-    return entries
+    return snapshot
