@@ -9,7 +9,7 @@ Thread-safety: stateless; safe from any thread (the resolver is thread-safe).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 
 from gic_runtime.changelog.records import ChangeRecord
 from gic_runtime.changelog.segment import decode_section
@@ -18,9 +18,12 @@ from gic_runtime.handles import ChangelogHandle
 from gic_runtime.storage.uri import StoreResolver
 
 
-def section_records(handle: ChangelogHandle, data: bytes | memoryview) -> list[ChangeRecord]:
+def section_records(
+    handle: ChangelogHandle, data: bytes | memoryview, keep: Container[bytes] | None = None
+) -> list[ChangeRecord]:
     """Every record of the section ``handle`` names, from ``data`` = the bytes read at
-    ``[offset, offset + length)`` of the handle's object, validated against the handle.
+    ``[offset, offset + length)`` of the handle's object, validated against the handle
+    (with ``keep``, only the records of those keys and the prefix deletions).
 
     Raises :class:`~gic_runtime.errors.CorruptFileError` (naming the URI) when ``data``
     is short (the object ends early), damaged (checksum, framing) or does not match the
@@ -32,7 +35,7 @@ def section_records(handle: ChangelogHandle, data: bytes | memoryview) -> list[C
             f"the object holds only {len(data)} there (truncated object?)",
             uri=handle.uri,
         )
-    _bucket, _from, records = decode_section(data, uri=handle.uri, expect=handle)
+    _bucket, _from, records = decode_section(data, uri=handle.uri, expect=handle, keep=keep)
     return records
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -241,12 +241,15 @@ def decode_section(
     *,
     uri: str | None,
     expect: ChangelogHandle | None = None,
+    keep: Container[bytes] | None = None,
 ) -> tuple[int, int, list[ChangeRecord]]:
     """Validate and decode one section occupying all of ``data``.
 
     Returns ``(bucket, from_seq, records)``. With ``expect``, the section must match the
-    handle (bucket, sequence range, length, payload CRC). Raises
-    :class:`CorruptFileError` for anything damaged or inconsistent, never partial data.
+    handle (bucket, sequence range, length, payload CRC). With ``keep``, only the records
+    of those keys and the prefix deletions are returned, each with its own ``seq`` (the
+    others are validated all the same). Raises :class:`CorruptFileError` for anything
+    damaged or inconsistent, never partial data.
     """
     view = memoryview(data)
     head = _parse_section_header(view, uri=uri)
@@ -275,6 +278,8 @@ def decode_section(
             uri=uri,
         )
     raw = _decompress(head, payload, uri=uri)
+    if keep is not None:
+        return head.bucket, head.from_seq, _decode_kept(raw, head, keep, uri=uri)
     return head.bucket, head.from_seq, _decode_records(raw, head, uri=uri)
 
 
@@ -317,6 +322,33 @@ def _decode_records(
         pos += vlen
         out.append(ChangeRecord(seq, _OPS[op], key, value))
         seq += 1
+    if pos != end:
+        raise CorruptFileError(f"{end - pos} stray bytes after the last record", uri=uri)
+    return out
+
+
+def _decode_kept(
+    raw: memoryview, head: _SectionHeader, keep: Container[bytes], *, uri: str | None
+) -> list[ChangeRecord]:
+    """:func:`_decode_records` returning only the records of ``keep``'s keys and the
+    prefix deletions: every record's framing and op are checked, only those are copied."""
+    out: list[ChangeRecord] = []
+    unpack = RECORD_HEADER.unpack_from
+    rec_size = RECORD_HEADER.size
+    prefix = int(Op.DELETE_PREFIX)
+    pos, end = 0, len(raw)
+    for seq in range(head.from_seq, head.from_seq + head.count):
+        if pos + rec_size > end:
+            raise CorruptFileError(f"record {seq} is truncated", uri=uri)
+        op, klen, vlen = unpack(raw, pos)
+        k0 = pos + rec_size
+        v0 = k0 + klen
+        pos = v0 + vlen
+        if pos > end or op not in _OPS:
+            raise CorruptFileError(f"record {seq} is malformed (op {op})", uri=uri)
+        key = bytes(raw[k0:v0])
+        if op == prefix or key in keep:
+            out.append(ChangeRecord(seq, _OPS[op], key, bytes(raw[v0:pos])))
     if pos != end:
         raise CorruptFileError(f"{end - pos} stray bytes after the last record", uri=uri)
     return out

@@ -43,13 +43,13 @@ reader, if any, which must therefore be thread-safe; they never touch the state 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from gic_runtime.changelog.reader import section_records
-from gic_runtime.changelog.records import ChangeRecord
+from gic_runtime.changelog.records import ChangeRecord, Op
 from gic_runtime.errors import ConfigurationError, ObjectNotFoundError, RestoreError
 from gic_runtime.handles import ChangelogHandle, SnapshotHandle
 from gic_runtime.state.snapshot import SnapshotBody, read_snapshot_body
@@ -305,20 +305,24 @@ class RestoreFetcher:
         self.reads += 1
         return read_snapshot_body(self._resolver, handle)
 
-    def section(self, need: SectionNeed) -> Sequence[ChangeRecord]:
+    def section(
+        self, need: SectionNeed, keep: Container[bytes] | None = None
+    ) -> Sequence[ChangeRecord]:
         """The records of ``need``'s section (at least ``[lower, upper)`` of it when an
-        injected reader serves it; the whole validated section otherwise)."""
+        injected reader serves it; the whole validated section otherwise); with
+        ``keep``, only those of its keys and the prefix deletions."""
         h = need.handle
         try:
             if self._advance(h):
                 if (span := self._spans.get(h)) is not None:
                     future, read = span
                     lo = h.offset - read.start
-                    return section_records(h, memoryview(future.result())[lo : lo + h.length])
+                    view = memoryview(future.result())[lo : lo + h.length]
+                    return section_records(h, view, keep)
                 if (records := self._records.get(h)) is not None:
-                    return records.result()
+                    return _kept(records.result(), keep)
             self.reads += 1
-            return self._read_one(need)
+            return _kept(self._read_one(need), keep)
         except ObjectNotFoundError as exc:
             raise RestoreError(
                 f"bucket {h.bucket}: changelog segment {h.uri} holding changes "
@@ -390,3 +394,10 @@ class RestoreFetcher:
             return list(self._reader(self._resolver, h, from_seq=need.lower, to_seq=need.upper))
         store, key = self._resolver.resolve(h.uri)
         return section_records(h, store.get(key, start=h.offset, length=h.length))
+
+
+def _kept(records: Sequence[ChangeRecord], keep: Container[bytes] | None) -> Sequence[ChangeRecord]:
+    """``records`` of ``keep``'s keys and the prefix deletions (all without ``keep``)."""
+    if keep is None:
+        return records
+    return [r for r in records if r.op is Op.DELETE_PREFIX or r.key in keep]

@@ -4,8 +4,9 @@
 A restore rebuilds a whole bucket: every snapshot entry becomes a Python object and is
 written to the local store, whatever the next batch needs. A batch after a restart needs
 a few keys of each bucket (the sweep's 4 GB restart: 390 of 15,500 a bucket), and
-:func:`select_keys` reads just those: the bucket's changelog tail folded for the chosen
-keys only (:class:`~gic_runtime.state.tail_fold.TailFold` with ``keep``), the snapshot's
+:func:`select_keys` reads just those: the bucket's changelog tail decoded and folded for
+the chosen keys only (:class:`~gic_runtime.state.tail_fold.TailFold` with ``keep``; the
+other records' framing is checked, nothing of them copied), the snapshot's
 entries scanned with only the chosen values copied
 (:meth:`~gic_runtime.state.snapshot.SnapshotBody.select`), the two merged. It downloads
 what a restore downloads and writes nothing.
@@ -33,7 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from gic_runtime.errors import RestoreError
 from gic_runtime.handles import BucketState
 from gic_runtime.state.fetch import FetchSettings, Need, RestoreFetcher
-from gic_runtime.state.restore import check_state, replay_changes, replay_needs
+from gic_runtime.state.restore import check_state, replay_needs
 from gic_runtime.state.tail_fold import TailFold
 from gic_runtime.storage.uri import StoreResolver
 
@@ -76,14 +77,31 @@ def select_planned(
         wanted = frozenset(keys.get(state.bucket, ()))
         fold = TailFold(keep=wanted)
         if state.seq > state.base:
-            for op, key, value in replay_changes(state, fetcher):
-                fold.add(op, key, value)
+            _fold_tail(state, wanted, fetcher, fold)
         if state.snapshot is not None:
             base = fetcher.snapshot_body(state.snapshot).select(wanted)
             out[state.bucket] = dict(fold.merge(base))
         else:
             out[state.bucket] = dict(fold.merge(()))
     return out
+
+
+def _fold_tail(
+    state: BucketState, wanted: frozenset[bytes], fetcher: RestoreFetcher, fold: TailFold
+) -> None:
+    """Fold the changes ``[base, seq)`` of ``state`` to ``wanted``'s keys (and the prefix
+    deletions), in order, each once: the changes
+    :func:`~gic_runtime.state.restore.replay_changes` yields, filtered.
+    The sections are decoded keeping only those records, so the per-record check of a
+    replay (consecutive seqs) becomes a per-section one: :func:`check_state` found the
+    handles covering ``[base, seq)`` without gaps, and each section was checked against
+    its handle's range and count when decoded."""
+    expected, seq = state.base, state.seq
+    for need in replay_needs(state):
+        for record in fetcher.section(need, wanted):
+            if expected <= record.seq < seq:
+                fold.add(record.op, record.key, record.value)
+        expected = max(expected, min(need.handle.to_seq, seq))
 
 
 def select_keys(

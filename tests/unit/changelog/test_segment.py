@@ -197,3 +197,41 @@ class TestVersions:
             decode_section(b"XX" + b"\x00" * 60, uri=URI)
         with pytest.raises(CorruptFileError, match="not a GICL file"):
             list(iter_sections(b"PK\x03\x04" + b"\x00" * 40, uri=URI))
+
+
+_KEPT_CHANGES = st.lists(
+    st.tuples(
+        st.sampled_from(list(Op)),
+        st.sampled_from([b"a", b"ab", b"b", b"c"]),
+        st.binary(max_size=5),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(_KEPT_CHANGES, st.sets(st.sampled_from([b"a", b"ab", b"b", b"c", b"zz"])))
+def test_a_section_decoded_for_some_keys_keeps_theirs_and_every_prefix_deletion(
+    changes: list[tuple[Op, bytes, bytes]], keep: set[bytes]
+) -> None:
+    builder = SegmentBuilder(min_compress_bytes=16)
+    builder.add_records(3, 40, [ChangeRecord(40 + i, *c) for i, c in enumerate(changes)])
+    data, (info,) = builder.build()
+    section = data[info.offset : info.offset + info.length]
+    handle = info.handle("file:///seg")
+    _, _, everything = decode_section(section, uri="file:///seg", expect=handle)
+    _, _, kept = decode_section(section, uri="file:///seg", expect=handle, keep=keep)
+    assert kept == [r for r in everything if r.op is Op.DELETE_PREFIX or r.key in keep]
+
+
+def test_a_record_of_another_key_is_still_checked() -> None:
+    raw, count = encode_records([(Op.PUT, b"mine", b"1"), (Op.PUT, b"other", b"2")])
+    bad = bytearray(raw)
+    bad[len(encode_records([(Op.PUT, b"mine", b"1")])[0])] = 99  # the second record's op
+    builder = SegmentBuilder(codec=Codec.NONE)
+    info = builder.add_section(0, 0, count, bytes(bad))
+    data, _ = builder.build()
+    section = data[info.offset : info.offset + info.length]
+    with pytest.raises(CorruptFileError, match=r"record 1 is malformed \(op 99\)"):
+        decode_section(section, uri="file:///seg", keep={b"mine"})
