@@ -177,8 +177,8 @@ class LogCheck:
 
     def problem(self, variant: str, retain: str) -> str:
         """Why the run's bytes cannot be attributed (call only when not complete)."""
-        shown = ", ".join(self.missing[:6]) + (" ..." if len(self.missing) > 6 else "")
         if self.listed_apart:
+            shown = _shown(self.missing)
             return (
                 f"the S3 listing of {variant}'s checkpoint left out {len(self.missing)} log "
                 f"entries ({shown}) in each of {self.attempts} listings, though a listing of "
@@ -186,10 +186,20 @@ class LogCheck:
                 f"{len(self.listed_apart)} of them: the S3 server returned incomplete "
                 "listings, so the run's bytes cannot be attributed"
             )
-        return (
-            f"Spark deleted checkpoint files during the run of {variant}: {shown} are gone; "
-            f"raise {retain}"
-        )
+        return deleted_message(variant, self.missing, retain)
+
+
+def deleted_message(variant: str, missing: Sequence[str], retain: str) -> str:
+    """The error for log entries ``missing`` because Spark deleted them during the run."""
+    return (
+        f"Spark deleted checkpoint files during the run of {variant}: {_shown(missing)} are "
+        f"gone; raise {retain}"
+    )
+
+
+def _shown(missing: Sequence[str]) -> str:
+    """The first few of ``missing``, for a message."""
+    return ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
 
 
 def s3_log_check(list_prefix: Callable[[str], list[Entry]], batch_ids: Sequence[int]) -> LogCheck:

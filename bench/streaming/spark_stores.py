@@ -217,16 +217,11 @@ def _added_bytes(
         if not check.complete:
             problem = check.problem(variant, RETAIN)
     else:
-        added = checkpoint_bytes.attribute(Path(checkpoint), windows)
-        missing = checkpoint_bytes.missing_log_entries(
-            (e.path for e in checkpoint_bytes.local_entries(Path(checkpoint))), ids
-        )
+        listing = list(checkpoint_bytes.local_entries(Path(checkpoint)))
+        added = checkpoint_bytes.attribute_entries(listing, windows)
+        missing = checkpoint_bytes.missing_log_entries((e.path for e in listing), ids)
         if missing:
-            problem = (
-                f"Spark deleted checkpoint files during the run of {variant}: "
-                f"{', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''} are gone; "
-                f"raise {RETAIN}"
-            )
+            problem = checkpoint_bytes.deleted_message(variant, missing, RETAIN)
     return [added[b] for b in ids], problem
 
 
