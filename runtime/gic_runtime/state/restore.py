@@ -51,7 +51,6 @@ __all__ = [
     "default_reader",
     "merges",
     "plan_restore",
-    "replay_changes",
     "replay_needs",
     "restore_bucket",
     "restore_buckets",
@@ -147,11 +146,8 @@ def replay_needs(state: BucketState) -> list[SectionNeed]:
     return out
 
 
-def replay_changes(
-    state: BucketState, fetcher: RestoreFetcher
-) -> Iterator[tuple[Op, bytes, bytes]]:
-    """The changes ``[base, seq)`` of ``state`` in order, each exactly once, from
-    ``fetcher`` (a missing range raises :class:`RestoreError`)."""
+def _replay(state: BucketState, fetcher: RestoreFetcher) -> Iterator[tuple[Op, bytes, bytes]]:
+    """The changes ``[base, seq)`` of ``state`` in order, each exactly once."""
     expected = state.base
     for handle in state.changelog:
         if handle.to_seq <= expected or expected >= state.seq:
@@ -220,7 +216,7 @@ def apply_bucket(store: KVStore, state: BucketState, fetcher: RestoreFetcher) ->
         loaded = _load(store, bucket, fetcher.snapshot_entries(state.snapshot))
     replayed = 0
     if state.seq > state.base:
-        replayed = _apply_changes(store, bucket, replay_changes(state, fetcher))
+        replayed = _apply_changes(store, bucket, _replay(state, fetcher))
     store.set_meta(bucket, BucketMeta(state.seq, state.token))
     store.flush()
     return RestoreStats(bucket, loaded, replayed)
@@ -235,7 +231,7 @@ def _apply_merged(store: KVStore, state: BucketState, fetcher: RestoreFetcher) -
     bucket = state.bucket
     limit = fetcher.settings.merge_raw_bytes
     fold = TailFold()
-    changes = replay_changes(state, fetcher)
+    changes = _replay(state, fetcher)
     complete = True
     for op, key, value in changes:
         fold.add(op, key, value)

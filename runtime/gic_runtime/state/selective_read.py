@@ -4,9 +4,9 @@
 A restore rebuilds a whole bucket: every snapshot entry becomes a Python object and is
 written to the local store, whatever the next batch needs. A batch after a restart needs
 a few keys of each bucket (the sweep's 4 GB restart: 390 of 15,500 a bucket), and
-:func:`select_keys` reads just those: the bucket's changelog tail decoded and folded for
-the chosen keys only (:class:`~gic_runtime.state.tail_fold.TailFold` with ``keep``; the
-other records' framing is checked, nothing of them copied), the snapshot's
+:func:`select_keys` reads just those: the bucket's changelog tail decoded for the chosen
+keys only (the other records' framing is checked, nothing of them copied) and folded
+(:class:`~gic_runtime.state.tail_fold.TailFold`), the snapshot's
 entries scanned with only the chosen values copied
 (:meth:`~gic_runtime.state.snapshot.SnapshotBody.select`), the two merged. It downloads
 what a restore downloads and writes nothing.
@@ -75,7 +75,7 @@ def select_planned(
     out: dict[int, dict[bytes, bytes]] = {}
     for state in states:
         wanted = frozenset(keys.get(state.bucket, ()))
-        fold = TailFold(keep=wanted)
+        fold = TailFold()
         if state.seq > state.base:
             _fold_tail(state, wanted, fetcher, fold)
         if state.snapshot is not None:
@@ -90,8 +90,7 @@ def _fold_tail(
     state: BucketState, wanted: frozenset[bytes], fetcher: RestoreFetcher, fold: TailFold
 ) -> None:
     """Fold the changes ``[base, seq)`` of ``state`` to ``wanted``'s keys (and the prefix
-    deletions), in order, each once: the changes
-    :func:`~gic_runtime.state.restore.replay_changes` yields, filtered.
+    deletions), in order, each once: a restore's replay of the bucket, filtered.
     The sections are decoded keeping only those records, so the per-record check of a
     replay (consecutive seqs) becomes a per-section one: :func:`check_state` found the
     handles covering ``[base, seq)`` without gaps, and each section was checked against

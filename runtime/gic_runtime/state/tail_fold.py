@@ -15,17 +15,17 @@ order, ``list(fold(C).merge(sorted(B)))`` equals the sorted items of ``B`` after
 applying ``C`` in order as :meth:`~gic_runtime.state.stores.KVStore.apply` does; the
 merge yields each key once, in strictly ascending order, provided the base does.
 :attr:`TailFold.raw_bytes` counts the key and value bytes of every change folded, an upper
-bound of what the fold holds, so a caller can stop folding at a bound. A fold given
-``keep`` holds only the changes of those keys (prefix deletions always): its merge with
-a base of kept keys only yields, for every kept key, what the whole fold's merge with the
-whole base yields for it (:mod:`~gic_runtime.state.selective_read`).
+bound of what the fold holds, so a caller can stop folding at a bound. Folding only the
+changes of some keys (and every prefix deletion) and merging a base of those keys only
+yields, for each of them, what the whole fold's merge with the whole base yields
+(:mod:`~gic_runtime.state.selective_read` relies on it).
 
 Thread-safety: an instance belongs to the thread that folds and merges it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from gic_runtime.changelog.records import Op
@@ -41,22 +41,12 @@ _EXTEND: Final = 2
 
 
 class TailFold:
-    """Changes folded per key, in the order given (see the module docstring); with
-    ``keep``, only the changes of those keys and every prefix deletion."""
+    """Changes folded per key, in the order given (see the module docstring)."""
 
-    __slots__ = (
-        "_final",
-        "_keep",
-        "_prefixes",
-        "base_entries",
-        "changes",
-        "prefix_deletes",
-        "raw_bytes",
-    )
+    __slots__ = ("_final", "_prefixes", "base_entries", "changes", "prefix_deletes", "raw_bytes")
 
-    def __init__(self, keep: Container[bytes] | None = None) -> None:
+    def __init__(self) -> None:
         self._final: dict[bytes, tuple[int, bytes]] = {}
-        self._keep = keep
         self._prefixes: tuple[bytes, ...] = ()
         self.changes = 0
         """Changes folded."""
@@ -76,8 +66,6 @@ class TailFold:
         final = self._final
         self.changes += 1
         self.raw_bytes += len(key) + len(value)
-        if self._keep is not None and op is not Op.DELETE_PREFIX and key not in self._keep:
-            return
         if op is Op.PUT:
             final[key] = (_SET, value)
         elif op is Op.DELETE:
