@@ -186,6 +186,7 @@ def record(
         "manifest_bytes": float(manifest_bytes),
         "local_hits": float(report.local_hits),
         "restored": float(report.restored),
+        "selected": float(report.selected),
         "empty": float(report.empty),
         "materializations_adopted": float(report.materializations_adopted),
         "rows_out": float(report.rows_out),

@@ -449,6 +449,7 @@ def restart_figures(restarted: RunResult, steady_ms: float) -> dict[str, Any]:
         "back_to_steady_ms": back_to_steady_ms(first, durations, steady_ms),
         "batch_ms": durations,
         "restored_buckets": parts.get("restored"),
+        "selected_buckets": parts.get("selected"),
         "local_hits": parts.get("local_hits"),
         "rss_peak_bytes": restarted.notes.get("rss_peak_bytes"),
     }

@@ -42,7 +42,7 @@ from words import write_text_batches
 
 from gic_runtime.checkpoint.catalog import load_retained
 from gic_runtime.config import GICSettings
-from gic_runtime.processing import StateAccess
+from gic_runtime.processing import StateAccess, count
 from gic_runtime.spark import BatchReport, GICJob
 from gic_runtime.storage.uri import StoreResolver
 
@@ -144,9 +144,10 @@ def main() -> int:
     parser.add_argument("--first-file", type=int, default=0, help="index of the first new file")
     parser.add_argument(
         "--restore",
-        choices=["background", "eager", "ahead"],
+        choices=["background", "eager", "ahead", "select"],
         default="background",
-        help="restore mode (ahead: restore_at_start, a job of its own beside the start)",
+        help="restore mode (ahead: restore_at_start, a job of its own beside the start; "
+        "select: an aggregate whose first batch runs on the keys it names)",
     )
     parser.add_argument(
         "--wipe-local", action="store_true", help="start with empty executor-local directories"
@@ -179,8 +180,8 @@ def main() -> int:
         num_buckets=16,
         control_poll_s=0.1,
         orphan_sweep_interval_s=0.5,
-        restore_at_start=args.restore == "ahead",
-        restore_background=args.restore == "background",
+        restore_at_start=args.restore in ("ahead", "select"),
+        restore_background=args.restore in ("background", "select"),
         # the first batch after the restart touches every bucket: restore it in the
         # background all the same, so the test covers that path end to end
         restore_eager_when_all_touched=False,
@@ -204,9 +205,11 @@ def main() -> int:
     job = GICJob(spark, settings)
     lines = spark.readStream.option("maxFilesPerTrigger", 1).text(str(src))
     words = lines.select(F.explode(F.split("value", " ")).alias("word")).where("word != ''")
-    query = job.keyed(words, key="word").process_batches(
-        make_counter(marker, args.kill_batch), OUTPUT
-    )
+    keyed = job.keyed(words, key="word")
+    if args.restore == "select":  # GIC's aggregate names its keys: same output
+        query = keyed.aggregate(count=count())
+    else:
+        query = keyed.process_batches(make_counter(marker, args.kill_batch), OUTPUT)
     gic_query = query.to_parquet(str(out))
     summary = gic_query.run(trigger="available-now", on_batch=on_batch)
     ahead = gic_query.driver.restore_ahead if gic_query.driver is not None else None
@@ -231,6 +234,7 @@ def main() -> int:
                 "orphans_deleted": b.orphans_deleted,
                 "restore_pending": b.restore_pending,
                 "restore_bytes": b.restore_bytes,
+                "selected": b.selected,
             }
             for b in summary.batches
         ],

@@ -130,6 +130,7 @@ def test_a_restart_on_empty_local_directories_restores_in_the_background_exactly
             continue
         assert result["restore_ahead"] is None
         assert head["restored"] > 0 and head["local_hits"] == 0, (mode, head)
+        assert head["selected"] == 0, (mode, head)
         if mode == "eager":
             assert all(b["restore_pending"] == 0 and b["restore_bytes"] == 0 for b in batches)
         else:
@@ -137,3 +138,27 @@ def test_a_restart_on_empty_local_directories_restores_in_the_background_exactly
         # ... and settled: no bucket waits for its restore at the end
         assert batches[-1]["restore_pending"] == 0, (mode, batches)
         assert batches[-1]["restored"] == 0, (mode, batches)
+
+
+def test_a_restart_runs_its_first_batch_on_the_keys_it_names_on_both_executors(
+    tmp_path: Path,
+) -> None:
+    """An aggregate (whose batches name their state keys) runs four batches, then
+    restarts on empty executor directories with the defaults: no restore ahead, the
+    first batch's tasks run on the keys they name, read from storage, on both
+    executors, the buckets are restored behind it, and the output is exactly the
+    reference counts."""
+    run_scenario(tmp_path, "--restore", "select", batches=4)
+    result = run_scenario(
+        tmp_path, "--restore", "select", "--wipe-local", "--first-file", "4", batches=4
+    )
+    assert_exactly_once(tmp_path, 8)
+    assert result["restore_ahead"] is None
+    head, *rest = result["batches"]
+    assert head["executors"] == 2 and head["pinned"], head
+    assert head["selected"] > 0 and head["restored"] == head["selected"], head
+    assert head["local_hits"] == 0, head
+    assert all(b["selected"] == 0 for b in rest), rest
+    # restored to the first batch's lineage: the last batch reuses every local copy
+    assert rest[-1]["restored"] == 0 and rest[-1]["restore_pending"] == 0, rest
+    assert rest[-1]["local_hits"] == head["selected"], rest

@@ -1,10 +1,13 @@
-"""The restore beside a start (docs/architecture.md §6.2) on real Spark (``local[2]``).
+"""The restore beside a start (docs/architecture.md §6.2) and the first batch on the
+keys it names (§6.3) on real Spark (``local[2]``).
 
-A word count runs two batches, then starts again on an empty executor directory, once
-with ``restore_at_start`` and once without. With it, a Spark job of its own rebuilds
-every non-empty bucket before the first batch's tasks take their locks, so the first
-batch finds each of them local and restores none; without it, the first batch restores
-them itself. Both publish exactly the reference counts.
+A word count runs two batches, then starts again on an empty executor directory: with
+``restore_at_start`` (and the first batch's selection off), a Spark job of its own
+rebuilds every non-empty bucket before the first batch's tasks take their locks, so the
+first batch finds each of them local and restores none; with neither, the first batch
+restores them itself; by default the aggregate's first batch reads just the counts of
+its words from storage, runs on them, and its buckets are restored behind it (no
+restore ahead). All publish exactly the reference counts.
 """
 
 from __future__ import annotations
@@ -34,10 +37,14 @@ def test_a_start_restores_the_local_copies_beside_the_query_exactly_once(
     assert first.run(trigger="available-now").batches
     assert first.driver is not None and first.driver.restore_ahead is None  # nothing to restore
 
-    for start, ahead in ((2, True), (4, False)):
+    for start, mode in ((2, "ahead"), (4, "in-batch"), (6, "select")):
         write_text_batches(src, 2, start=start)
         local = tmp_path / f"local-{start}"  # empty: a restart on new executors
-        s = job_settings(root, "wc", local, restore_at_start=ahead)
+        ahead = mode == "ahead"
+        if mode == "select":
+            s = job_settings(root, "wc", local)  # the defaults
+        else:
+            s = job_settings(root, "wc", local, restore_at_start=ahead, restore_select_keys=False)
         query = word_count(spark, s, src, out)
         summary = query.run(trigger="available-now")
         batches = summary.batches
@@ -53,12 +60,18 @@ def test_a_start_restores_the_local_copies_beside_the_query_exactly_once(
             assert result.restored > 0 and result.local_hits == 0
             # every bucket the restore rebuilt is a local hit of the first batch
             assert head.restored == 0 and head.local_hits == result.restored, head
-        else:
+        elif mode == "in-batch":
             assert driver.restore_ahead is None
-            assert head.restored > 0 and head.local_hits == 0, head
+            assert head.restored > 0 and head.local_hits == 0 and head.selected == 0, head
+        else:
+            assert driver.first_batch_selects and driver.restore_ahead is None
+            assert head.selected > 0 and head.restored == head.selected, head
+            assert head.local_hits == 0, head
+            after = batches[1]  # restored behind the first batch, to its lineage
+            assert after.selected == 0 and after.restored <= head.selected, after
         shutil.rmtree(local)
 
-    assert sink_batches(out) == dict(enumerate(reference_counts(src, 6)))
+    assert sink_batches(out) == dict(enumerate(reference_counts(src, 8)))
 
 
 def test_a_restore_ahead_that_fails_leaves_the_batch_to_report_the_error(
@@ -75,10 +88,16 @@ def test_a_restore_ahead_that_fails_leaves_the_batch_to_report_the_error(
     for snap in snapshots:
         snap.unlink()
     write_text_batches(src, 1, start=2)
-    query = word_count(spark, job_settings(root, "wc", tmp_path / "local-1"), src, out)
+    s = job_settings(root, "wc", tmp_path / "local-1", restore_select_keys=False)
+    query = word_count(spark, s, src, out)
     with pytest.raises(RestoreError, match=r"snapshot .* is missing"):
         query.run(trigger="available-now")
     driver = query.driver
     assert driver is not None and driver.restore_ahead is not None
     result = driver.restore_ahead.wait(60)
     assert result is not None and result.error is not None and "missing" in result.error
+    # reading the first batch's keys instead reports the same error
+    query = word_count(spark, job_settings(root, "wc", tmp_path / "local-2"), src, out)
+    with pytest.raises(RestoreError, match=r"snapshot .* is missing"):
+        query.run(trigger="available-now")
+    assert query.driver is not None and query.driver.restore_ahead is None

@@ -571,7 +571,7 @@ GOLDEN_TASK_ACK = """{"checkpoint_id": 7, "epoch": 2, "job_id": "job-a", "output
 "local_hits": 1, "materializations_adopted": 1, "materializations_started": 2,
 "max_event_time_us": 1700000000000000, "pid": 42, "process_s": 0.5,
 "replayed": 2, "restore_bytes": 0, "restore_pending": 0, "restored": 1, "rows_in": 5,
-"rows_out": 4, "snapshot_bytes": 0,
+"rows_out": 4, "selected": 0, "snapshot_bytes": 0,
 "timers_fired": 7,
 "total_s": 1.0}, "task_index": 1, "version": 1}""".replace("STATE", GOLDEN_BUCKET_STATE)
 

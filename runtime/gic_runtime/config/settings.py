@@ -200,6 +200,7 @@ class GICSettings(SettingsFields):
             restore=BackgroundRestoreSettings(
                 background=self.restore_background,
                 eager_when_all_touched=self.restore_eager_when_all_touched,
+                select_keys=self.restore_select_keys,
                 parallel=self.restore_parallel,
                 fetch_threads=self.restore_fetch_threads,
                 window_bytes=self.restore_window_bytes,
@@ -286,6 +287,7 @@ ACCEPTED: Mapping[str, str] = {
     "restore_background": "true or false (also 1/0, yes/no, on/off)",
     "restore_at_start": "true or false (also 1/0, yes/no, on/off)",
     "restore_eager_when_all_touched": "true or false (also 1/0, yes/no, on/off)",
+    "restore_select_keys": "true or false (also 1/0, yes/no, on/off)",
     "restore_parallel": "an integer from 1 to 64",
     "restore_fetch_threads": "an integer from 1 to 64",
     "restore_window_bytes": "a number of bytes, at least 65536",

@@ -210,6 +210,10 @@ class TaskStats:
     """Buckets still being restored in the background when the task acked (their
     restore goes on after the task; the next task of the range waits for those it
     touches)."""
+    selected: Int = 0
+    """Buckets the task ran on from the state keys its batch named, read from storage
+    without restoring them (counted in ``restored`` too: they are restored right after
+    the task, in the background)."""
     restore_bytes: Int = 0
     """Stored bytes (snapshots, changelog sections) of buckets the background restore
     completed while the task ran."""

@@ -14,13 +14,17 @@ calling thread:
    canonical savepoint, or reuse the executor-local copy when its ``(seq, token)``
    matches and restore from storage otherwise, in the background by default
    (:mod:`~gic_runtime.state.background_restore`: the processing starts at once and
-   waits only for the buckets it touches);
+   waits only for the buckets it touches) -- or, when the task names every state key
+   its batch reads (``select``) and no restore runs, read just those keys from storage
+   and serve the batch from them (docs/architecture.md §6.3);
 3. adopt background snapshots that fit the lineage
    (:mod:`~gic_runtime.materialization.background`);
 4. run the callback and stage its output tables as one Parquet file
    (:mod:`~gic_runtime.executor.staging`);
 5. (self-contained barriers: snapshot every non-empty bucket first) make every change
    durable, then record the new lineage in the local copy so any worker may reuse it;
+   buckets served from selected keys are then restored to that lineage in the
+   background (their local copies have no metadata until each is);
 6. start due background materializations, unlock, and answer with a
    :class:`~gic_runtime.coordination.barrier.TaskAck`; :func:`run_task` then settles
    the worker: its object heap (:mod:`~gic_runtime.executor.heap`), its C heap
@@ -70,7 +74,7 @@ from gic_runtime.materialization.background import (
 )
 from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.savepoint.canonical_import import restore_from_canonical
-from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary
+from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary, StateKeys
 from gic_runtime.state.background_restore import BackgroundRestoreSettings, RestoreProgress
 from gic_runtime.state.lmdb_store import bound_mapped_pages
 from gic_runtime.storage.uri import StoreResolver
@@ -173,16 +177,25 @@ def run_task(
     *,
     output_schema: pa.Schema | None = None,
     touched: Sequence[int] = (),
+    select: StateKeys | None = None,
 ) -> TaskAck:
     """Run task ``task_index`` of ``barrier`` on this process's cached entry for its
     range (:func:`execute`) and return its ack; after a failure the entry is dropped, so
     the next task builds a fresh one. ``output_schema`` (a ``pyarrow.Schema``) fixes the
     staged file's columns; ``touched`` names the buckets the task's input touches, in
-    input order (a background restore restores them first)."""
+    input order (a background restore restores them first); ``select`` names every
+    state key ``process`` reads, when it can (buckets to rebuild are then served from
+    those keys, step 2)."""
     entry = entry_for(barrier, task_index)
     try:
         ack = execute(
-            entry, barrier, task_index, process, output_schema=output_schema, touched=touched
+            entry,
+            barrier,
+            task_index,
+            process,
+            output_schema=output_schema,
+            touched=touched,
+            select=select,
         )
     except BaseException:
         discard(entry)
@@ -248,10 +261,11 @@ def execute(
     *,
     output_schema: pa.Schema | None = None,
     touched: Sequence[int] = (),
+    select: StateKeys | None = None,
 ) -> TaskAck:
     """The task core (see the module docstring): run task ``task_index`` of ``barrier``
     on ``entry``, whose backend must own exactly the task's buckets, and return its ack.
-    ``touched``: see :func:`run_task`."""
+    ``touched`` and ``select``: see :func:`run_task`."""
     began = time.perf_counter()
     owned = barrier.bucket_range(task_index)
     if entry.backend.bucket_range != owned:
@@ -270,6 +284,7 @@ def execute(
                 output_schema=output_schema,
                 began=began,
                 touched=touched,
+                select=select,
             )
     except BaseException:
         try:
@@ -290,14 +305,18 @@ def restore_lineage(
     background: BackgroundRestoreSettings | None = None,
     *,
     touched: Sequence[int] = (),
+    select: StateKeys | None = None,
 ) -> RestoreSummary:
     """Bring every bucket of ``backend`` to the expected lineage (step 2): import the
     canonical savepoint at ``canonical_source`` into a fresh lineage, or restore to
     ``expected`` (a bucket whose local copy carries the expected ``(seq, token)`` is
     reused without reading storage; the others are rebuilt in the background when
-    ``background`` says so, the ``touched`` ones first, else before this returns)."""
+    ``background`` says so, the ``touched`` ones first, else before this returns; or
+    served from the keys ``select`` names, :meth:`KeyedStateBackend.restore`)."""
     if canonical_source is None:
-        return backend.restore(expected, resolver, background=background, priority=touched)
+        return backend.restore(
+            expected, resolver, background=background, priority=touched, select=select
+        )
     backend.close_restore()
     restore_from_canonical(backend, canonical_source, resolver)
     imported = tuple(b for b in backend.bucket_range if backend.seq(b) > 0)
@@ -325,6 +344,7 @@ def _run_locked(
     output_schema: pa.Schema | None,
     began: float,
     touched: Sequence[int] = (),
+    select: StateKeys | None = None,
 ) -> TaskAck:
     backend, resolver, settings = entry.backend, entry.resolver, barrier.settings
     bytes_before = entry.uploader.bytes_submitted
@@ -346,8 +366,21 @@ def _run_locked(
     running = backend.restorer
     before = running.progress() if running is not None else None
     summary = restore_lineage(
-        backend, resolver, expected, barrier.canonical_source, settings.restore, touched=touched
+        backend,
+        resolver,
+        expected,
+        barrier.canonical_source,
+        settings.restore,
+        touched=touched,
+        select=None if barrier.self_contained else select,
     )
+    if summary.selected:
+        _log.info(
+            "checkpoint %d: buckets %s run on the state keys the batch named, read "
+            "without restoring them; they are restored once its checkpoint is durable",
+            barrier.checkpoint_id,
+            _ranges(summary.selected),
+        )
     if backend.restorer is not running:
         before = None  # a new background restore: count all of its progress
     start_seq = {b: s.seq for b, s in expected.items()}
@@ -390,6 +423,7 @@ def _run_locked(
             "storage endpoint's health"
         ) from exc
     backend.mark_persisted(states)
+    backend.restore_selected(states, resolver, settings.restore)
     backend.take_unreferenced_snapshots()  # never deleted here: see materialization.background
     durable = time.perf_counter()
 
@@ -405,10 +439,11 @@ def _run_locked(
         changelog_bytes=entry.uploader.bytes_submitted - bytes_before,
         snapshot_bytes=sum(h.size for h in snapshots),
         local_hits=len(summary.local_hits),
-        restored=len(summary.restored),
+        restored=len(summary.restored) + len(summary.selected),
         empty=len(summary.empty),
         replayed=summary.replayed + replayed,
         restore_pending=len(backend.restore_outstanding()),
+        selected=len(summary.selected),
         restore_bytes=restore_bytes,
         materializations_adopted=len(adopted),
         materializations_started=started,
@@ -431,6 +466,19 @@ def _run_locked(
         outputs=outputs,
         stats=stats,
     )
+
+
+def _ranges(buckets: Sequence[int]) -> str:
+    """``buckets`` (ascending) as ``[a, b)`` runs, for logs."""
+    runs: list[str] = []
+    start = prev = buckets[0]
+    for bucket in buckets[1:]:
+        if bucket != prev + 1:
+            runs.append(f"[{start}, {prev + 1})")
+            start = bucket
+        prev = bucket
+    runs.append(f"[{start}, {prev + 1})")
+    return ", ".join(runs)
 
 
 def _restore_delta(

@@ -14,7 +14,8 @@ key in all batches so far (nulls ignored: a key whose values were all null keeps
 held, or a sum that gained zero, costs neither a store write nor a changelog record
 (:meth:`~gic_runtime.state.states.ValueState.set_changed`); the output holds one row per
 key of the batch with the new values; keys are never null. Aggregate names never clash
-with the key column.
+with the key column. :meth:`AggregateProcessor.state_keys` names every state key a batch
+reads before it runs (a batch after a start then reads just those from storage).
 
 Not thread-safe: a processor runs on the task thread that owns the backend.
 """
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gic_runtime.errors import ConfigurationError, StateError
 from gic_runtime.event_time import BatchTime
@@ -127,6 +129,37 @@ class AggregateProcessor:
     ) -> Iterator[pa.Table]:
         """Nothing to fire."""
         return iter(())
+
+    def state_keys(
+        self, table: pa.Table, backend: KeyedStateBackend, buckets: Buckets = None
+    ) -> dict[int, list[bytes]]:
+        """Per bucket, the store key of every aggregate's state of every key of
+        ``table``: all that :meth:`__call__` reads on it
+        (:class:`~gic_runtime.processing.processors.NamesStateKeys`)."""
+        check_keys(table, self.key_column)
+        if table.num_rows == 0:
+            return {}
+        if buckets is None:
+            keys = pc.unique(table.column(self.key_column)).to_pylist()
+            key_buckets: list[int] | None = None
+        else:
+            if len(buckets) != table.num_rows:
+                raise StateError(f"{len(buckets)} buckets given for {table.num_rows} rows")
+            bucket_name = _free_name(table, "__gic_bucket")
+            grouped = (
+                table.select([self.key_column])
+                .append_column(bucket_name, buckets)
+                .group_by(self.key_column, use_threads=False)
+                .aggregate([(bucket_name, "min")])
+            )
+            keys = grouped.column(self.key_column).to_pylist()
+            key_buckets = grouped.column(f"{bucket_name}_min").to_pylist()
+        out: dict[int, list[bytes]] = {}
+        for name in self.aggregations:
+            located = backend.value_state(f"agg:{name}").locate_many(keys, key_buckets)
+            for bucket, start, stop in located.runs:
+                out.setdefault(bucket, []).extend(located.store_keys[start:stop])
+        return out
 
     def __call__(
         self,

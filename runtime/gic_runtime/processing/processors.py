@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -54,6 +54,7 @@ __all__ = [
     "Buckets",
     "KeyFunction",
     "KeyOutput",
+    "NamesStateKeys",
     "PerKeyProcessor",
     "Processor",
     "TimerFunction",
@@ -124,6 +125,21 @@ class Processor(Protocol):
         self, backend: KeyedStateBackend, time: BatchTime, fired: FiredCounter = None
     ) -> Iterator[pa.Table]:
         """Fire the task's due timers at ``time`` and yield the handler's output."""
+        ...
+
+
+@runtime_checkable
+class NamesStateKeys(Protocol):
+    """A processor that can name, before it runs on a table, every state key it will
+    read there (then a batch after a start need not wait for its buckets' restore:
+    docs/architecture.md §6.3). Only a processor without timers and without a time to
+    live may claim it: firing timers and expiring entries scan state."""
+
+    def state_keys(
+        self, table: pa.Table, backend: KeyedStateBackend, buckets: Buckets = None
+    ) -> dict[int, list[bytes]]:
+        """Per bucket, the store keys :meth:`Processor.__call__` reads on ``table``
+        (more is allowed, fewer is a bug that fails the batch)."""
         ...
 
 

@@ -158,5 +158,6 @@ def batch_report(
         timers_fired=sum(s.timers_fired for s in stats),
         expired=sum(s.expired for s in stats),
         restore_pending=sum(s.restore_pending for s in stats),
+        selected=sum(s.selected for s in stats),
         restore_bytes=sum(s.restore_bytes for s in stats),
     )

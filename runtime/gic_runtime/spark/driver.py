@@ -68,6 +68,7 @@ from gic_runtime.spark.locality import PlacementReport, StickyPlacement, is_loca
 from gic_runtime.spark.placement import partition_keys
 from gic_runtime.spark.reports import BatchReport, StartInfo
 from gic_runtime.spark.restore_ahead import RestoreAhead
+from gic_runtime.spark.stage import selects_keys
 from gic_runtime.spark.telemetry import Telemetry
 from gic_runtime.storage.uri import StoreResolver
 
@@ -161,8 +162,19 @@ class Driver:
         """With ``restore_at_start`` and a lineage to restore (the start manifest's
         bucket states), submit the restore of the executors' local copies as a Spark job
         of its own (:mod:`gic_runtime.spark.restore_ahead`), before the query starts;
-        ``None`` when there is nothing to restore or the setting is off."""
+        ``None`` when there is nothing to restore or the setting is off, or when the
+        first batch reads the state keys it needs instead (``restore_select_keys`` with
+        a processor that names them: :func:`~gic_runtime.spark.stage.selects_keys`;
+        docs/architecture.md §6.3): a restore ahead would take the buckets' locks and make
+        that batch wait for all of them."""
         if not self.settings.restore_at_start or not self._expected or self._canonical:
+            return None
+        if self.first_batch_selects:
+            _log.info(
+                "job %s: the first batch reads the state keys it needs; its buckets are "
+                "restored once its checkpoint is durable",
+                self.job_id,
+            )
             return None
         with self._lock:
             barrier = self._barrier(self.fence.epoch, self._last_id or 0, expected=self._expected)
@@ -176,6 +188,14 @@ class Driver:
                 return None
             self.restore_ahead = ahead
         return ahead
+
+    @property
+    def first_batch_selects(self) -> bool:
+        """Whether a batch that finds buckets to rebuild reads just the keys it needs
+        (``restore_select_keys``, the background restore, a processor that names its
+        keys)."""
+        s = self.settings
+        return s.restore_select_keys and s.restore_background and selects_keys(self.processor)
 
     # --- per batch ------------------------------------------------------------------
 

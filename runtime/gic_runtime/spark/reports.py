@@ -69,6 +69,9 @@ class BatchReport:
     buckets the batch did not touch; the restore goes on after the batch)."""
     restore_bytes: int = 0
     """Stored bytes of buckets the background restore completed during this batch."""
+    selected: int = 0
+    """Buckets the batch ran on from the state keys it named, read from storage without
+    restoring them (also in ``restored``: restored in the background after the batch)."""
 
     @property
     def local_hit_ratio(self) -> float:

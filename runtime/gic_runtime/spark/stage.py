@@ -35,10 +35,11 @@ from gic_runtime.event_time import BatchTime, EventTimeSpec
 from gic_runtime.executor.core import TaskContext, restore_ahead, run_task
 from gic_runtime.executor.state_stack import local_paths
 from gic_runtime.materialization.background import wait_for_markers
-from gic_runtime.processing import Processor, bucket_column_ok, drop_columns
+from gic_runtime.processing import NamesStateKeys, Processor, bucket_column_ok, drop_columns
 from gic_runtime.processing.initial_state import InitialState
 from gic_runtime.processing.late_rows import split_late
 from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
+from gic_runtime.state.backend import KeyedStateBackend, StateKeys
 
 ACK_SCHEMA = "ack binary"
 
@@ -110,13 +111,53 @@ def make_stage(
             crashpoints.hit("in_task", barrier.checkpoint_id)
 
         ack = run_task(
-            barrier, index, process, output_schema=processor.output_schema, touched=touched
+            barrier,
+            index,
+            process,
+            output_schema=processor.output_schema,
+            touched=touched,
+            select=_state_keys(processor, table, buckets, initial_rows),
         )
         yield pa.RecordBatch.from_pydict(
             {"ack": [ack.to_bytes()]}, schema=pa.schema([("ack", pa.binary())])
         )
 
     return stage
+
+
+def selects_keys(processor: Processor, initial: InitialState | None = None) -> bool:
+    """Whether ``processor``'s batches can name every state key they read
+    (:class:`~gic_runtime.processing.NamesStateKeys`, no timers, no time to live, no
+    initial state to apply): a batch after a start then reads just those keys instead
+    of waiting for its buckets' restore (docs/architecture.md §6.3)."""
+    return (
+        isinstance(processor, NamesStateKeys)
+        and not processor.has_timers
+        and not processor.sweeps_ttl
+        and initial is None
+    )
+
+
+def _state_keys(
+    processor: Processor,
+    table: pa.Table | None,
+    buckets: pa.ChunkedArray | None,
+    initial_rows: pa.Table | None,
+) -> StateKeys | None:
+    """What the task core reads instead of restoring, for a task with rows whose
+    processor :func:`selects_keys` (the rows a late-row filter drops are named too:
+    more keys than read is allowed)."""
+    if table is None or not table.num_rows or initial_rows is not None:
+        return None
+    if not selects_keys(processor):
+        return None
+    assert isinstance(processor, NamesStateKeys)
+    names = processor
+
+    def select(backend: KeyedStateBackend) -> dict[int, list[bytes]]:
+        return names.state_keys(table, backend, buckets)
+
+    return select
 
 
 def first_seen(buckets: pa.ChunkedArray) -> list[int]:

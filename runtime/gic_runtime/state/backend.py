@@ -12,7 +12,11 @@ Per bucket it tracks the lineage a checkpoint needs:
 Invariants:
 
 * The store's bucket content always equals the result of the changes ``[0, seq)`` (store
-  first, then changelog; if either raises, the task fails and restores).
+  first, then changelog; if either raises, the task fails and restores) for every
+  bucket a task reads; a bucket served from selected keys for one batch
+  (:meth:`restore` with ``select``) holds there what the changes ``[0, seq)`` leave for
+  its named keys, while its local copy, unwritten and without matching metadata, waits
+  for :meth:`restore_selected` to rebuild it.
 * A :class:`~gic_runtime.handles.BucketState` from :meth:`checkpoint` satisfies its own
   invariant: snapshot + handles cover ``[base, seq)``.
 * The writer is truncated below a snapshot's seq only when a *completed* checkpoint that
@@ -33,7 +37,7 @@ gated :attr:`store` keeps every other thread off it until it is complete.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,10 +61,23 @@ from gic_runtime.state.restore import (
     restore_buckets,
 )
 from gic_runtime.state.routing import BUCKET_SPOT_CHECKS, check_routed_buckets, route_key
+from gic_runtime.state.selected_store import SelectedBuckets
+from gic_runtime.state.selective_read import select_keys
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
 from gic_runtime.storage.uri import StoreResolver
 
-__all__ = ["BUCKET_SPOT_CHECKS", "KeyedStateBackend", "MaterializationView", "RestoreSummary"]
+__all__ = [
+    "BUCKET_SPOT_CHECKS",
+    "KeyedStateBackend",
+    "MaterializationView",
+    "RestoreSummary",
+    "StateKeys",
+]
+
+StateKeys = Callable[["KeyedStateBackend"], Mapping[int, Collection[bytes]]]
+"""Every state key a batch will read, per bucket (store keys, as
+:class:`~gic_runtime.state.states.ValueState` locates them): what
+:meth:`KeyedStateBackend.restore` reads instead of restoring (``select``)."""
 
 
 @dataclass
@@ -131,6 +148,7 @@ class KeyedStateBackend(StateRegistry):
         StateRegistry.__init__(self)
         self._unreferenced: list[SnapshotHandle] = []
         self._restorer: BackgroundRestore | None = None
+        self._selection: SelectedBuckets | None = None
         self._on_restored: list[Callable[[], None]] = []
 
     # --- routing and the dual write ------------------------------------------------------
@@ -350,6 +368,7 @@ class KeyedStateBackend(StateRegistry):
         fetch: FetchSettings | None = None,
         background: BackgroundRestoreSettings | None = None,
         priority: Sequence[int] = (),
+        select: StateKeys | None = None,
     ) -> RestoreSummary:
         """Bring every bucket of the range to the given lineage (buckets absent from
         ``bucket_states`` start empty). A bucket whose local copy already carries the
@@ -367,7 +386,14 @@ class KeyedStateBackend(StateRegistry):
           are restored first. When ``priority`` names every bucket to rebuild (and no
           earlier restore runs), the batch would wait for all of them anyway: they are
           rebuilt eagerly instead, on this thread, before this returns -- the same
-          plan without a restore running beside the processing.
+          plan without a restore running beside the processing;
+        * selected (``select`` given, ``background.select_keys``, no restore running
+          nor carried over, no ``reader``): ``select(self)`` names every state key the
+          batch will read, :func:`~gic_runtime.state.selective_read.select_keys` reads
+          just those from storage, and the buckets to rebuild are served from them
+          (:class:`~gic_runtime.state.selected_store.SelectedBuckets`) until
+          :meth:`restore_selected`, called once the batch's checkpoint is durable,
+          restores them to that checkpoint's lineage in the background.
 
         A background restore still running from an earlier call is kept when every
         bucket it has not finished is expected at the same ``(seq, token)`` (the usual
@@ -379,6 +405,7 @@ class KeyedStateBackend(StateRegistry):
                 f"bucket states for {outside} are outside this backend's buckets "
                 f"[{self._lo}, {self._hi})"
             )
+        self._drop_selection()  # left by a batch that failed: its buckets are rebuilt
         given = [bucket_states.get(b) or BucketState(b, 0) for b in self.bucket_range]
         for bucket, state in zip(self.bucket_range, given, strict=True):
             if state.bucket != bucket:
@@ -400,7 +427,21 @@ class KeyedStateBackend(StateRegistry):
         pending = set(carried)
         hits, empty, rebuild = classify_range(inner, [s for s in given if s.bucket not in pending])
         restored: list[int] = []
+        selected: list[int] = []
         replayed = entries = 0
+        if (
+            rebuild
+            and select is not None
+            and background is not None
+            and in_background
+            and background.select_keys
+            and reader is None
+            and not carried
+            and self._restorer is None
+        ):
+            self._select(rebuild, select, resolver, background)
+            selected = [s.bucket for s in rebuild]
+            rebuild = []
         if (
             background is not None
             and in_background
@@ -430,6 +471,7 @@ class KeyedStateBackend(StateRegistry):
             empty=tuple(empty),
             replayed=replayed,
             snapshot_entries=entries,
+            selected=tuple(selected),
         )
         for state in given:
             bucket = state.bucket
@@ -446,6 +488,57 @@ class KeyedStateBackend(StateRegistry):
                 persisted=state.changelog,
             )
         return summary
+
+    def _select(
+        self,
+        rebuild: Sequence[BucketState],
+        select: StateKeys,
+        resolver: StoreResolver,
+        settings: BackgroundRestoreSettings,
+    ) -> None:
+        """Serve ``rebuild``'s buckets from the keys ``select`` names (see :meth:`restore`)."""
+        named = select(self)
+        buckets = {s.bucket for s in rebuild}
+        outside = sorted(b for b in named if b not in self._tracks)
+        if outside:
+            raise StateError(
+                f"the batch names state keys of buckets {outside[:5]}, outside this "
+                f"backend's buckets [{self._lo}, {self._hi})"
+            )
+        # Named keys of a bucket that needs no rebuild are read from the local copy.
+        wanted = {b: named.get(b, ()) for b in sorted(buckets)}
+        values = select_keys(rebuild, wanted, resolver, settings=settings.run_fetch)
+        selection = SelectedBuckets(wanted, values)
+        self._selection = selection
+        self.store.set_overlay(selection)
+
+    def restore_selected(
+        self,
+        bucket_states: Mapping[int, BucketState],
+        resolver: StoreResolver,
+        settings: BackgroundRestoreSettings,
+    ) -> tuple[int, ...]:
+        """After the checkpoint of a batch that ran on selected keys became durable: stop
+        serving them and restore those buckets to ``bucket_states`` (that checkpoint's
+        lineage, which ends with the batch's changes) in the background; returns the
+        buckets. Their local copies carry no metadata until each is restored."""
+        selection = self._selection
+        if selection is None:
+            return ()
+        self._drop_selection()
+        chosen = sorted(selection.buckets)
+        missing = [b for b in chosen if b not in bucket_states]
+        if missing:
+            raise StateError(f"no checkpointed state for selected buckets {missing[:5]}")
+        if self._restorer is not None:
+            raise StateError("a background restore runs beside a batch on selected keys")
+        self._start_restore([bucket_states[b] for b in chosen], resolver, settings, None, ())
+        return tuple(chosen)
+
+    def _drop_selection(self) -> None:
+        if self._selection is not None:
+            self._selection = None
+            self.store.set_overlay(None)
 
     def _start_restore(
         self,
@@ -485,11 +578,17 @@ class KeyedStateBackend(StateRegistry):
     def restored(self, bucket: int) -> bool:
         """Whether ``bucket``'s local copy is complete (False only while a background
         restore has not finished it)."""
+        selection = self._selection
+        if selection is not None and bucket in selection.buckets:
+            return False
         restorer = self._restorer
         return restorer is None or bucket in restorer.ready or restorer.target(bucket) is None
 
     def restore_pending(self) -> bool:
-        """Whether a background restore still has buckets pending or in progress."""
+        """Whether a background restore still has buckets pending or in progress (or
+        buckets wait for theirs, served from selected keys)."""
+        if self._selection is not None:
+            return True
         restorer = self._restorer
         return restorer is not None and bool(restorer.outstanding())
 
@@ -515,7 +614,9 @@ class KeyedStateBackend(StateRegistry):
 
     def close_restore(self) -> None:
         """Stop a background restore (buckets not started stay without metadata and are
-        rebuilt when next needed) and open the store's gate."""
+        rebuilt when next needed) and open the store's gate; stop serving selected keys
+        (those buckets' local copies were never written: they are rebuilt too)."""
+        self._drop_selection()
         restorer, self._restorer = self._restorer, None
         if restorer is not None:
             restorer.close()

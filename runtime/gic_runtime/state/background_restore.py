@@ -91,6 +91,13 @@ class BackgroundRestoreSettings:
     """A task naming every bucket to rebuild is restored eagerly, before it processes
     (:meth:`~gic_runtime.state.backend.KeyedStateBackend.restore`)."""
 
+    select_keys: bool = True
+    """A task that names every state key its batch reads (GIC's aggregates), on buckets
+    it would have to rebuild with no restore running, reads just those keys from
+    storage and runs at once; the buckets are restored to the lineage its checkpoint
+    produced, in the background, once that checkpoint is durable (docs/architecture.md
+    §6.3)."""
+
     parallel: int = 2
     """Runs at once: a run takes every pending bucket no other run covers, so one run
     usually restores the whole range and a second starts only with buckets a first

@@ -1,4 +1,5 @@
-"""A :class:`~gic_runtime.state.stores.KVStore` whose buckets open only once restored.
+"""A :class:`~gic_runtime.state.stores.KVStore` whose buckets open only once restored,
+or are served for one batch from keys read without restoring them.
 
 The keyed backend reads and writes through a :class:`GatedStore` over its local store.
 While a background restore (:mod:`~gic_runtime.state.background_restore`) runs, every
@@ -8,6 +9,11 @@ materialization view ever sees a bucket half restored, whatever path it takes to
 store. Without a gate every operation is the inner store's own bound method (bound on
 the instance, so an open store costs nothing per call); :meth:`flush` and :meth:`close`
 are never gated.
+
+For one batch after a start, :meth:`set_overlay` may hand some buckets to a
+:class:`~gic_runtime.state.selected_store.SelectedBuckets` (the keys that batch named,
+read from storage): every operation on those buckets goes to it, never to the inner
+store nor the gate; the other buckets are as above.
 
 Thread-safety: :meth:`set_gate` may be called from any thread (rebinding attributes is
 atomic); the operations follow the inner store's rules.
@@ -19,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from gic_runtime.changelog.records import Op
+from gic_runtime.state.selected_store import SelectedBuckets
 from gic_runtime.state.stores import BucketMeta, BucketView, KVStore
 
 __all__ = ["GatedStore"]
@@ -49,12 +56,24 @@ def _gated(gate: Callable[[int], None], op: Callable[..., Any]) -> Callable[...,
     return call
 
 
+def _routed(
+    buckets: frozenset[int], aside: Callable[..., Any], op: Callable[..., Any]
+) -> Callable[..., Any]:
+    def call(bucket: int, *args: Any) -> Any:
+        if bucket in buckets:
+            return aside(bucket, *args)
+        return op(bucket, *args)
+
+    return call
+
+
 class GatedStore:
     """``inner`` with an optional per-bucket gate (see the module docstring)."""
 
     def __init__(self, inner: KVStore) -> None:
         self.inner = inner
         self._gate: Callable[[int], None] | None = None
+        self._overlay: SelectedBuckets | None = None
         self._bind()
 
     @property
@@ -66,11 +85,24 @@ class GatedStore:
         self._gate = gate
         self._bind()
 
+    @property
+    def overlay(self) -> SelectedBuckets | None:
+        return self._overlay
+
+    def set_overlay(self, overlay: SelectedBuckets | None) -> None:
+        """Send every operation on ``overlay.buckets`` to ``overlay`` (``None``: none)."""
+        self._overlay = overlay
+        self._bind()
+
     def _bind(self) -> None:
-        gate = self._gate
+        gate, overlay = self._gate, self._overlay
         for name in _BUCKET_OPS:
             op = getattr(self.inner, name)
-            self.__dict__[name] = op if gate is None else _gated(gate, op)
+            if gate is not None:
+                op = _gated(gate, op)
+            if overlay is not None:
+                op = _routed(overlay.buckets, getattr(overlay, name), op)
+            self.__dict__[name] = op
 
     # The methods below state the protocol for type checkers; the instance attributes
     # bound by _bind take precedence over them.

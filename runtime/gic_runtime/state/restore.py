@@ -83,13 +83,15 @@ class RestoreStats:
 class RestoreSummary:
     """What restoring a bucket range did (:func:`restore_range`): buckets reused from the
     local store (lineage matched), rebuilt from storage, or started empty; changes
-    replayed; snapshot entries loaded."""
+    replayed; snapshot entries loaded; buckets served from selected keys instead."""
 
     local_hits: tuple[int, ...] = ()
     restored: tuple[int, ...] = ()
     empty: tuple[int, ...] = ()
     replayed: int = 0
     snapshot_entries: int = 0
+    selected: tuple[int, ...] = ()
+    """Buckets served from the keys the batch named, restored after it (§6.3)."""
 
 
 def check_coverage(state: BucketState) -> None:

@@ -20,9 +20,11 @@ every file read, with the same errors naming the bucket and the file.
 Memory: the changes of the chosen keys and one bucket's snapshot body at a time (the
 fetcher's windows bound what is read ahead), not the bucket's entries.
 
-Not yet used by the task core: a task still restores every bucket its input touches
-before it processes (§6.1, §6.2). What serving a batch from selected keys needs is in
-docs/architecture.md §6.3.
+The task core uses it for a batch whose processor names the keys it reads and that
+finds buckets to rebuild (:meth:`~gic_runtime.state.backend.KeyedStateBackend.restore`
+with ``select``): the batch runs on
+:class:`~gic_runtime.state.selected_store.SelectedBuckets` and the buckets are restored
+behind it (docs/architecture.md §6.3).
 
 Thread-safety: as a restore, on the calling thread; downloads on the fetcher's threads.
 """
