@@ -15,14 +15,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
 from gic_runtime.errors import RestoreError
+from gic_runtime.spark import GICJob, count
 from gic_runtime.spark.restore_ahead import RestoreAhead
+from gic_runtime.spark.stage import selects_keys
 
 from .test_savepoints import job_settings, word_count
-from .test_word_count import sink_batches
+from .test_word_count import sink_batches, words_of
 from .words import reference_counts, write_text_batches
 
 pytestmark = pytest.mark.slow
@@ -101,3 +104,19 @@ def test_a_restore_ahead_that_fails_leaves_the_batch_to_report_the_error(
     with pytest.raises(RestoreError, match=r"snapshot .* is missing"):
         query.run(trigger="available-now")
     assert query.driver is not None and query.driver.restore_ahead is None
+
+
+def test_which_queries_run_their_first_batch_on_the_keys_they_name(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An aggregate names its keys, also with its output discarded; a function of the
+    user's does not (the stage restores before it runs)."""
+    src = tmp_path / "in"
+    write_text_batches(src, 1)
+    job = GICJob(spark, job_settings(tmp_path / "store", "wc", tmp_path / "local"))
+    keyed = job.keyed(words_of(spark, src), key="word")
+    assert selects_keys(keyed.aggregate(count=count()).discard().processor)
+    assert selects_keys(keyed.aggregate(count=count()).to_parquet(str(tmp_path / "o")).processor)
+    schema = pa.schema([("word", pa.string())])
+    batches = keyed.process_batches(lambda table, states: None, schema)
+    assert not selects_keys(batches.discard().processor)

@@ -32,6 +32,7 @@ from gic_runtime.processing import (
     BatchTimerFunction,
     Buckets,
     KeyFunction,
+    NamesStateKeys,
     PerKeyProcessor,
     Processor,
     TimerFunction,
@@ -44,6 +45,7 @@ from gic_runtime.spark.initial_state import InitialInput, prepare_initial
 from gic_runtime.spark.query_run import GICQuery, JobContext
 from gic_runtime.spark.schemas import arrow_schema, arrow_schema_of
 from gic_runtime.spark.spark_sinks import DiscardSink, ForeachBatchSink
+from gic_runtime.state.backend import KeyedStateBackend
 
 __all__ = ["JobContext", "KeyedStream", "StatefulStream", "to_uri"]
 
@@ -190,6 +192,17 @@ class _Drained:
 
 
 @dataclass(frozen=True)
+class _DrainedNaming(_Drained):
+    """A drained processor that names its state keys as its inner one does."""
+
+    def state_keys(
+        self, table: pa.Table, backend: KeyedStateBackend, buckets: Buckets = None
+    ) -> dict[int, list[bytes]]:
+        assert isinstance(self.inner, NamesStateKeys)
+        return self.inner.state_keys(table, backend, buckets)
+
+
+@dataclass(frozen=True)
 class StatefulStream:
     """A keyed stream with its processor, waiting for a sink."""
 
@@ -229,4 +242,6 @@ class StatefulStream:
 
     def discard(self) -> GICQuery:
         """Keep state only; outputs are computed and dropped."""
-        return GICQuery(self, DiscardSink(), _Drained(self.processor))
+        inner = self.processor
+        drained = _DrainedNaming(inner) if isinstance(inner, NamesStateKeys) else _Drained(inner)
+        return GICQuery(self, DiscardSink(), drained)
