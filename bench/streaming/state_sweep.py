@@ -452,6 +452,7 @@ def restart_figures(restarted: RunResult, steady_ms: float) -> dict[str, Any]:
         "selected_buckets": parts.get("selected"),
         "local_hits": parts.get("local_hits"),
         "rss_peak_bytes": restarted.notes.get("rss_peak_bytes"),
+        "first_batch_parts": dict(parts),
     }
 
 

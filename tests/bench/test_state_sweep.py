@@ -134,6 +134,7 @@ def test_restart_figures_come_from_the_restarted_run() -> None:
     assert figures["back_to_steady_ms"] == 2100.0
     assert figures["restored_buckets"] == 128.0
     assert figures["batch_ms"] == [900.0, 100.0]
+    assert figures["first_batch_parts"]["restored"] == 128.0  # where the first batch went
 
 
 def _run(system: str, rows_per_s: float, p99: float, nbytes: float, rss: float) -> dict[str, Any]:
