@@ -182,6 +182,7 @@ def main() -> int:
         orphan_sweep_interval_s=0.5,
         restore_at_start=args.restore in ("ahead", "select"),
         restore_background=args.restore in ("background", "select"),
+        restore_select_keys=args.restore == "select",
         # the first batch after the restart touches every bucket: restore it in the
         # background all the same, so the test covers that path end to end
         restore_eager_when_all_touched=False,

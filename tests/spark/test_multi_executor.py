@@ -144,10 +144,10 @@ def test_a_restart_runs_its_first_batch_on_the_keys_it_names_on_both_executors(
     tmp_path: Path,
 ) -> None:
     """An aggregate (whose batches name their state keys) runs four batches, then
-    restarts on empty executor directories with the defaults: no restore ahead, the
-    first batch's tasks run on the keys they name, read from storage, on both
-    executors, the buckets are restored behind it, and the output is exactly the
-    reference counts."""
+    restarts on empty executor directories with ``restore_select_keys``: no restore
+    ahead (though ``restore_at_start`` is on), the first batch's tasks run on the keys
+    they name, read from storage, on both executors, the buckets are restored behind
+    it, and the output is exactly the reference counts."""
     run_scenario(tmp_path, "--restore", "select", batches=4)
     result = run_scenario(
         tmp_path, "--restore", "select", "--wipe-local", "--first-file", "4", batches=4

@@ -5,9 +5,9 @@ A word count runs two batches, then starts again on an empty executor directory:
 ``restore_at_start`` (and the first batch's selection off), a Spark job of its own
 rebuilds every non-empty bucket before the first batch's tasks take their locks, so the
 first batch finds each of them local and restores none; with neither, the first batch
-restores them itself; by default the aggregate's first batch reads just the counts of
-its words from storage, runs on them, and its buckets are restored behind it (no
-restore ahead). All publish exactly the reference counts.
+restores them itself; with ``restore_select_keys`` the aggregate's first batch reads
+just the counts of its words from storage, runs on them, and its buckets are restored
+behind it (no restore ahead). All publish exactly the reference counts.
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ def test_a_start_restores_the_local_copies_beside_the_query_exactly_once(
         write_text_batches(src, 2, start=start)
         local = tmp_path / f"local-{start}"  # empty: a restart on new executors
         ahead = mode == "ahead"
-        if mode == "select":
-            s = job_settings(root, "wc", local)  # the defaults
-        else:
-            s = job_settings(root, "wc", local, restore_at_start=ahead, restore_select_keys=False)
+        s = job_settings(
+            root,
+            "wc",
+            local,
+            restore_at_start=mode != "in-batch",  # skipped by a job that selects
+            restore_select_keys=mode == "select",
+        )
         query = word_count(spark, s, src, out)
         summary = query.run(trigger="available-now")
         batches = summary.batches
@@ -91,7 +94,7 @@ def test_a_restore_ahead_that_fails_leaves_the_batch_to_report_the_error(
     for snap in snapshots:
         snap.unlink()
     write_text_batches(src, 1, start=2)
-    s = job_settings(root, "wc", tmp_path / "local-1", restore_select_keys=False)
+    s = job_settings(root, "wc", tmp_path / "local-1")
     query = word_count(spark, s, src, out)
     with pytest.raises(RestoreError, match=r"snapshot .* is missing"):
         query.run(trigger="available-now")
@@ -100,7 +103,8 @@ def test_a_restore_ahead_that_fails_leaves_the_batch_to_report_the_error(
     result = driver.restore_ahead.wait(60)
     assert result is not None and result.error is not None and "missing" in result.error
     # reading the first batch's keys instead reports the same error
-    query = word_count(spark, job_settings(root, "wc", tmp_path / "local-2"), src, out)
+    s = job_settings(root, "wc", tmp_path / "local-2", restore_select_keys=True)
+    query = word_count(spark, s, src, out)
     with pytest.raises(RestoreError, match=r"snapshot .* is missing"):
         query.run(trigger="available-now")
     assert query.driver is not None and query.driver.restore_ahead is None

@@ -183,12 +183,12 @@ class SettingsFields(BaseSettings):
         "first batch's stateful stage. Off: each task restores its buckets itself.",
     )
     restore_select_keys: bool = Field(
-        True,
+        False,
         description="With the background restore: a batch whose processor names every "
         "state key it reads (aggregate) and finds buckets to rebuild reads just those keys "
         "from storage and runs at once; the buckets are restored in the background once "
-        "its checkpoint is durable. Such a job then skips the restore at start. Off: the "
-        "batch waits for the buckets it touches.",
+        "its checkpoint is durable. Such a job then skips the restore at start. Off (the "
+        "default): the batch waits for the buckets it touches.",
     )
     restore_eager_when_all_touched: bool = Field(
         True,

@@ -91,7 +91,7 @@ class BackgroundRestoreSettings:
     """A task naming every bucket to rebuild is restored eagerly, before it processes
     (:meth:`~gic_runtime.state.backend.KeyedStateBackend.restore`)."""
 
-    select_keys: bool = True
+    select_keys: bool = False
     """A task that names every state key its batch reads (GIC's aggregates), on buckets
     it would have to rebuild with no restore running, reads just those keys from
     storage and runs at once; the buckets are restored to the lineage its checkpoint

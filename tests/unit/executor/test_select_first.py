@@ -6,11 +6,13 @@ exact, also when the attempt fails halfway and is retried."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from executor_helpers import (
     OUTPUT_SCHEMA,
+    QUIET,
     STATE,
     InjectedFailureError,
     counting,
@@ -27,8 +29,10 @@ from gic_runtime.errors import StateError
 from gic_runtime.executor.core import close_local_executor, run_task
 from gic_runtime.handles import BucketState
 from gic_runtime.state.backend import KeyedStateBackend
+from gic_runtime.state.background_restore import BackgroundRestoreSettings
 
 MakeBarrier = Callable[..., Barrier]
+SELECTING = replace(QUIET, restore=BackgroundRestoreSettings(select_keys=True))
 
 BATCH1 = [f"k{i}" for i in range(60)]
 BATCH2 = [f"k{i}" for i in range(0, 60, 4)] + ["new-1", "new-2"]
@@ -69,10 +73,14 @@ def _selecting_batch(
 def _restart(
     make_barrier: MakeBarrier, tmp_path: Path, checkpoint_id: int, expected: dict[int, BucketState]
 ) -> Barrier:
-    """A barrier on new, empty executor directories (a start on other executors)."""
+    """A barrier on new, empty executor directories (a start on other executors), with
+    the selection on."""
     close_local_executor(wait=True, timeout=30)
     return make_barrier(
-        checkpoint_id, expected=expected, local_dir=str(tmp_path / f"new-{checkpoint_id}")
+        checkpoint_id,
+        expected=expected,
+        local_dir=str(tmp_path / f"new-{checkpoint_id}"),
+        settings=SELECTING,
     )
 
 
@@ -92,7 +100,10 @@ def test_a_start_runs_on_the_named_keys_and_restores_behind_the_batch(
 
     # the next batch finds the buckets restored to batch 2's lineage (or waits for them)
     acks3 = run_batch(
-        make_barrier(3, expected=states_of(acks2), local_dir=barrier2.local_dir), BATCH3
+        make_barrier(
+            3, expected=states_of(acks2), local_dir=barrier2.local_dir, settings=SELECTING
+        ),
+        BATCH3,
     )
     assert sum(a.stats.selected for a in acks3) == 0
     assert sum(a.stats.restored for a in acks3) == 0  # nothing rebuilt from the start again

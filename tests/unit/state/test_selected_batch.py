@@ -38,7 +38,7 @@ B = 4
 AGGS = {"n": count(), "total": sum_("x"), "hi": max_("x")}
 SCHEMA = pa.schema([("key", pa.string()), ("x", pa.int64())])
 PROCESSOR = AggregateProcessor("key", AGGS, aggregate_schema(SCHEMA.field("key"), AGGS, SCHEMA))
-BACKGROUND = BackgroundRestoreSettings()
+BACKGROUND = BackgroundRestoreSettings(select_keys=True)
 
 Rows = list[tuple[str, int]]
 
@@ -214,7 +214,7 @@ def test_without_the_background_restore_or_with_a_restore_running_nothing_is_sel
         def names(be: KeyedStateBackend) -> Mapping[int, list[bytes]]:
             return PROCESSOR.state_keys(_table(rows), be, _buckets(rows))
 
-        for background in (None, BackgroundRestoreSettings(select_keys=False)):
+        for background in (None, BackgroundRestoreSettings()):  # eager; selection off
             backend = job.backend()
             summary = backend.restore(start, job.resolver, background=background, select=names)
             assert summary.selected == () and summary.restored
