@@ -84,19 +84,29 @@ def _restart(
     )
 
 
+def _restart_after_batch1(make_barrier: MakeBarrier, tmp_path: Path) -> Barrier:
+    """Batch 1 on the first executor directory, then batch 2's barrier on a new one."""
+    acks1 = run_batch(make_barrier(1), BATCH1)
+    return _restart(make_barrier, tmp_path, 2, states_of(acks1))
+
+
+def _assert_exact(acks: list[TaskAck], *batches: Sequence[str]) -> None:
+    """The last batch's output and the checkpointed counts are those of ``batches``."""
+    want = expected_counts(*batches)
+    assert staged_rows(acks) == {k: want[k] for k in batches[-1]}
+    assert counts_from_storage(states_of(acks)) == want
+
+
 def test_a_start_runs_on_the_named_keys_and_restores_behind_the_batch(
     make_barrier: MakeBarrier, tmp_path: Path
 ) -> None:
-    acks1 = run_batch(make_barrier(1), BATCH1)
-    barrier2 = _restart(make_barrier, tmp_path, 2, states_of(acks1))
+    barrier2 = _restart_after_batch1(make_barrier, tmp_path)
     acks2 = _selecting_batch(barrier2, BATCH2)
-    touched = sum(1 for a in acks1 for s in a.states.values() if s.seq)
+    touched = sum(1 for s in barrier2.expected.values() if s.seq)
     assert sum(a.stats.selected for a in acks2) == touched
     assert sum(a.stats.restored for a in acks2) == touched
     assert sum(a.stats.local_hits for a in acks2) == 0
-    want = expected_counts(BATCH1, BATCH2)
-    assert staged_rows(acks2) == {k: want[k] for k in BATCH2}
-    assert counts_from_storage(states_of(acks2)) == want
+    _assert_exact(acks2, BATCH1, BATCH2)
 
     # the next batch finds the buckets restored to batch 2's lineage (or waits for them)
     acks3 = run_batch(
@@ -107,33 +117,26 @@ def test_a_start_runs_on_the_named_keys_and_restores_behind_the_batch(
     )
     assert sum(a.stats.selected for a in acks3) == 0
     assert sum(a.stats.restored for a in acks3) == 0  # nothing rebuilt from the start again
-    want = expected_counts(BATCH1, BATCH2, BATCH3)
-    assert staged_rows(acks3) == {k: want[k] for k in BATCH3}
-    assert counts_from_storage(states_of(acks3)) == want
+    _assert_exact(acks3, BATCH1, BATCH2, BATCH3)
 
 
 def test_a_failed_attempt_on_named_keys_is_retried_exactly(
     make_barrier: MakeBarrier, tmp_path: Path
 ) -> None:
-    acks1 = run_batch(make_barrier(1), BATCH1)
-    barrier2 = _restart(make_barrier, tmp_path, 2, states_of(acks1))
+    barrier2 = _restart_after_batch1(make_barrier, tmp_path)
     with pytest.raises(InjectedFailureError):
         _selecting_batch(barrier2, BATCH2, fail_task=0)
     retry = _selecting_batch(barrier2, BATCH2)
     assert retry[0].stats.selected > 0  # nothing of the failed attempt was kept as state
-    want = expected_counts(BATCH1, BATCH2)
-    assert staged_rows(retry) == {k: want[k] for k in BATCH2}
-    assert counts_from_storage(states_of(retry)) == want
+    _assert_exact(retry, BATCH1, BATCH2)
 
 
 def test_a_batch_that_reads_a_key_it_did_not_name_fails_and_nothing_is_lost(
     make_barrier: MakeBarrier, tmp_path: Path
 ) -> None:
-    acks1 = run_batch(make_barrier(1), BATCH1)
-    barrier2 = _restart(make_barrier, tmp_path, 2, states_of(acks1))
+    barrier2 = _restart_after_batch1(make_barrier, tmp_path)
     with pytest.raises(StateError, match="reads a state key it did not name"):
         _selecting_batch(barrier2, BATCH2, name_too_few=True)
     retry = run_batch(barrier2, BATCH2)  # a task that names nothing restores as before
     assert sum(a.stats.selected for a in retry) == 0
-    want = expected_counts(BATCH1, BATCH2)
-    assert counts_from_storage(states_of(retry)) == want
+    _assert_exact(retry, BATCH1, BATCH2)
