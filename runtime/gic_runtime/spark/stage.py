@@ -125,16 +125,15 @@ def make_stage(
     return stage
 
 
-def selects_keys(processor: Processor, initial: InitialState | None = None) -> bool:
+def selects_keys(processor: Processor) -> bool:
     """Whether ``processor``'s batches can name every state key they read
-    (:class:`~gic_runtime.processing.NamesStateKeys`, no timers, no time to live, no
-    initial state to apply): a batch after a start then reads just those keys instead
-    of waiting for its buckets' restore (docs/architecture.md §6.3)."""
+    (:class:`~gic_runtime.processing.NamesStateKeys`, no timers, no time to live): a
+    batch after a start then reads just those keys instead of waiting for its buckets'
+    restore (docs/architecture.md §6.3; a batch that applies initial state never does)."""
     return (
         isinstance(processor, NamesStateKeys)
         and not processor.has_timers
         and not processor.sweeps_ttl
-        and initial is None
     )
 
 
