@@ -12,6 +12,7 @@ behind it (no restore ahead). All publish exactly the reference counts.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from gic_runtime.errors import RestoreError
-from gic_runtime.spark import GICJob, count
+from gic_runtime.spark import GICJob, count, restore_ahead
 from gic_runtime.spark.restore_ahead import RestoreAhead
 from gic_runtime.spark.stage import selects_keys
 
@@ -32,8 +33,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_start_restores_the_local_copies_beside_the_query_exactly_once(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    monkeypatch.setattr(restore_ahead, "PROGRESS_S", 0.02)  # progress lines in a short run
+    caplog.set_level(logging.INFO, logger=restore_ahead.__name__)
     root, src, out = tmp_path / "store", tmp_path / "in", tmp_path / "out"
     write_text_batches(src, 2)
     first = word_count(spark, job_settings(root, "wc", tmp_path / "local-0"), src, out)
@@ -64,6 +70,11 @@ def test_a_start_restores_the_local_copies_beside_the_query_exactly_once(
             assert result is not None and result.error is None, result
             assert result.tasks == driver.num_tasks
             assert result.restored > 0 and result.local_hits == 0
+            progress = [
+                r.getMessage() for r in caplog.records if "task(s) done after" in r.getMessage()
+            ]  # the driver said how far the restore was while it ran
+            assert progress, caplog.text
+            assert all(f"of {driver.num_tasks} task(s) done" in line for line in progress)
             # every bucket the restore rebuilt is a local hit of the first batch
             assert head.restored == 0 and head.local_hits == result.restored, head
         elif mode == "in-batch":

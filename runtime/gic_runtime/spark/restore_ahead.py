@@ -22,7 +22,10 @@ Invariants:
 * the job is submitted before :meth:`RestoreAhead.start` returns, so with Spark's FIFO
   scheduler its tasks come before any task of the query's first batch;
 * a failure is logged, never raised: the batch then restores what it needs itself
-  and reports any error that matters.
+  and reports any error that matters;
+* while it runs, the driver logs its progress every :data:`PROGRESS_S` seconds (tasks
+  done of the job's tasks, from Spark's status tracker), so a restore of gigabytes is
+  not a silent minute.
 
 Thread-safety: :meth:`RestoreAhead.start` runs on the driver's thread (it pins the
 stage through the driver's placement, which only that thread uses); the job runs on a
@@ -38,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+from pyspark import StatusTracker
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.coordination.barrier import Barrier
@@ -50,6 +54,9 @@ _log = logging.getLogger(__name__)
 _SUBMIT_WAIT_S: Final = 10.0
 """How long :meth:`RestoreAhead.start` waits for Spark to accept the job."""
 _SUBMIT_POLL_S: Final = 0.02
+PROGRESS_S = 10.0
+"""Seconds between the driver's progress lines while the restore runs (read when a
+restore starts)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,13 @@ class RestoreAhead:
 
     def _run(self, stage: DataFrame) -> None:
         began = time.perf_counter()
+        watcher = threading.Thread(
+            target=self._report_progress,
+            args=(began, PROGRESS_S),
+            name=f"gic-restore-ahead-progress-{self._job_id}",
+            daemon=True,
+        )
+        watcher.start()
         try:
             sc = self._spark.sparkContext
             sc.setJobGroup(
@@ -136,6 +150,25 @@ class RestoreAhead:
         finally:
             self._done.set()
 
+    def _report_progress(self, began: float, every_s: float) -> None:
+        """Log the job's tasks done every ``every_s`` seconds until it ends."""
+        tracker = self._spark.sparkContext.statusTracker()
+        while not self._done.wait(every_s):
+            try:
+                done, total = _tasks_done(tracker, self._group)
+            except Exception as exc:  # a stopping context: the result line follows
+                _log.debug("no progress of the restore ahead of job %s: %s", self._job_id, exc)
+                continue
+            if total:
+                _log.info(
+                    "job %s: restoring the local state ahead of the first batch: "
+                    "%d of %d task(s) done after %.0f s",
+                    self._job_id,
+                    done,
+                    total,
+                    time.perf_counter() - began,
+                )
+
     def result(self) -> RestoreAheadResult | None:
         """The outcome once the job ended, else ``None``."""
         return self._result if self._done.is_set() else None
@@ -154,3 +187,16 @@ class RestoreAhead:
             self._spark.sparkContext.cancelJobGroup(self._group)
         except Exception as exc:  # a stopped context has nothing left to cancel
             _log.debug("could not cancel the restore ahead of job %s: %s", self._job_id, exc)
+
+
+def _tasks_done(tracker: StatusTracker, group: str) -> tuple[int, int]:
+    """(tasks completed, tasks) of the stages of the jobs of ``group`` that Spark knows."""
+    done = total = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None:
+                done += stage.numCompletedTasks
+                total += stage.numTasks
+    return done, total
