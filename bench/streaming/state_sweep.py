@@ -101,6 +101,17 @@ over 32 batches and 33,656 over 64 with the same single wave (architecture §12)
 sections a batch, and the section limit brings the wave every ``max_sections`` / 2
 batches."""
 RESTART_BATCHES = 8
+RESTARTS = 3
+"""Restarts of each system after its last round (``GIC_BENCH_RESTARTS``; quick: 1), the
+systems alternated; each starts from the checkpoint the one before left."""
+RESTART_MEASURES = (
+    "to_first_batch_ms",
+    "before_first_batch_ms",
+    "first_batch_ms",
+    "back_to_steady_ms",
+    "rss_peak_bytes",
+)
+"""The figures of a restart that :func:`combine_restarts` reports as median and spread."""
 STEADY_FACTOR = 1.25
 """A batch is back at its steady duration when it takes at most this times the steady
 batch (the median measured batch of the run that was restarted)."""
@@ -261,6 +272,21 @@ def systems_for(
     return [n for n in names if n in wanted] if wanted else names
 
 
+def restarts_from_env(environ: Mapping[str, str] = os.environ) -> int:
+    """Restarts per system (``GIC_BENCH_RESTARTS``, default :data:`RESTARTS`, 1 when
+    quick)."""
+    raw = environ.get("GIC_BENCH_RESTARTS", "").strip()
+    if not raw:
+        return 1 if common.quick_mode(environ) else RESTARTS
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise BenchmarkError(f"GIC_BENCH_RESTARTS={raw!r}: need a whole number of at least 1")
+    return n
+
+
 def batches(spec: WorkloadSpec, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     """Warm-up (load phase included) and measured batches of a round's runs;
     ``GIC_BENCH_WARMUP`` sets the warm-up after the load, ``GIC_BENCH_MEASURED`` the
@@ -405,6 +431,8 @@ class SizeRuns:
         with empty local directories, for :data:`RESTART_BATCHES` batches."""
         scratch = self.last[name]
         options = self.restart_options(name)
+        if "local_dir" in options:  # empty again: a restart before this one filled it
+            shutil.rmtree(scratch / options["local_dir"], ignore_errors=True)
         after = dataclasses.replace(params, warmup=0, measured=RESTART_BATCHES)
         return runner.run_in_subprocess(
             TARGET,
@@ -454,6 +482,32 @@ def restart_figures(restarted: RunResult, steady_ms: float) -> dict[str, Any]:
         "rss_peak_bytes": restarted.notes.get("rss_peak_bytes"),
         "first_batch_parts": dict(parts),
     }
+
+
+def combine_restarts(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The restarts of one system as one figure: the median of each of
+    :data:`RESTART_MEASURES` over the restarts that ran (``spread``: median, min, max, n
+    of each), the median restart's other figures (its batches, its first batch's parts),
+    and every restart's figures under ``runs``. Only failures: the first one's error."""
+    ran = [r for r in runs if "error" not in r]
+    if not ran:
+        return {"error": runs[0]["error"] if runs else "no restart ran", "runs": list(runs)}
+    spread: dict[str, dict[str, float | int]] = {}
+    for measure in RESTART_MEASURES:
+        values = [float(r[measure]) for r in ran if r.get(measure) is not None]
+        if values:
+            spread[measure] = {
+                "median": round(statistics.median(values), 1),
+                "min": min(values),
+                "max": max(values),
+                "n": len(values),
+            }
+    by_first = sorted(ran, key=lambda r: float(r["to_first_batch_ms"]))
+    middle = by_first[(len(by_first) - 1) // 2]
+    combined = {k: v for k, v in middle.items() if k not in RESTART_MEASURES}
+    for measure in RESTART_MEASURES:
+        combined[measure] = spread[measure]["median"] if measure in spread else None
+    return {**combined, "restarts": len(ran), "spread": spread, "runs": list(runs)}
 
 
 # --- measures and goals (pure) ----------------------------------------------------------------
@@ -822,7 +876,9 @@ def plot_series(
                 v = values.get(measure)
                 if v is None or v <= 0:
                     continue
-                point = (x, float(v), float(v), float(v))
+                spread = (values.get("spread") or {}).get(measure) or {}
+                low, high = spread.get("min", v), spread.get("max", v)
+                point = (x, float(v), max(float(low), 0.0), float(high))
             series.setdefault(system, []).append(point)
     return series
 
@@ -850,7 +906,8 @@ def plot(out_dir: Path, sizes: Mapping[str, Mapping[str, Any]]) -> list[Path]:
         ax.set_yscale("log")
         ax.set_xlabel("state size (bytes)")
         ax.set_ylabel(label)
-        ax.set_title(f"{NAME}: {label} (median, min-max over rounds)", fontsize=9)
+        over = "restarts" if PLOTTED[measure][1] == "restart" else "rounds"
+        ax.set_title(f"{NAME}: {label} (median, min-max over {over})", fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
         written.append(common.save_figure(fig, out_dir / f"{NAME}_{measure}.png"))
@@ -861,7 +918,13 @@ def plot(out_dir: Path, sizes: Mapping[str, Mapping[str, Any]]) -> list[Path]:
 
 
 def _run_size(
-    size: StateSize, base: BenchParams, mode: modes.Mode, upstream: str, rounds: int
+    size: StateSize,
+    base: BenchParams,
+    mode: modes.Mode,
+    upstream: str,
+    rounds: int,
+    *,
+    restarts: int,
 ) -> dict[str, Any]:
     started = time.monotonic()
     load_at_start = os.getloadavg()
@@ -891,14 +954,20 @@ def _run_size(
                     for n in names
                     if any(n in r for r in section["rounds"])
                 }
-                for n in names:
-                    if size.reference or n == FLOOR or n not in runs.last or n not in steady:
-                        continue
-                    print(f"-- {NAME} {size.label}: restart {n}", flush=True)
-                    try:
-                        restart[n] = restart_figures(runs.restart(n, params), steady[n])
-                    except BenchmarkError as exc:
-                        restart[n] = {"error": str(exc)}
+                restartable = [
+                    n
+                    for n in names
+                    if not size.reference and n != FLOOR and n in runs.last and n in steady
+                ]
+                figures: dict[str, list[dict[str, Any]]] = {n: [] for n in restartable}
+                for i in range(restarts):
+                    for n in restartable if i % 2 == 0 else restartable[::-1]:
+                        print(f"-- {NAME} {size.label}: restart {i + 1}/{restarts} {n}", flush=True)
+                        try:
+                            figures[n].append(restart_figures(runs.restart(n, params), steady[n]))
+                        except BenchmarkError as exc:
+                            figures[n].append({"error": str(exc)})
+                restart = {n: combine_restarts(f) for n, f in figures.items()}
             section["conditions"] = dict(conditions)
             section["contention"] = modes.contention(mode)
     finally:
@@ -909,6 +978,7 @@ def _run_size(
         "warmup_including_load": warmup,
         "measured": measured,
         "restart": RESTART_BATCHES,
+        "restarts": restarts,
     }
     data["hdfs_rule"] = {
         "fits": hdfs_fits(size, memory_bytes(params.driver_memory)),
@@ -953,7 +1023,10 @@ DEFINITIONS: dict[str, Any] = {
     "to_first_batch_ms": (
         "restart of the last round's run in a fresh process (GIC: empty local "
         "directory; Spark: a new JVM, its state store's local files new): query start "
-        "to the end of its first batch"
+        "to the end of its first batch. Each system restarts GIC_BENCH_RESTARTS times "
+        f"(default {RESTARTS}), the systems alternated, each restart from the checkpoint "
+        "the one before left; restart.<system> holds the medians, spread their median, "
+        "min, max and n, runs every restart's figures"
     ),
     "back_to_steady_ms": (
         f"to_first_batch_ms + the durations of the next batches until one takes at "
@@ -1003,6 +1076,7 @@ def main() -> None:
     base = harness.params_from_env()
     chosen = sizes_from_env()
     rounds = repeats.rounds_from_env(quick=base.quick)
+    restarts = restarts_from_env()
     mode = modes.mode_from_env(os.environ, "GIC_BENCH_SWEEP_MODE")
     out_dir = harness.QUICK_RESULTS if base.quick else common.RESULTS
     started = time.monotonic()
@@ -1010,7 +1084,7 @@ def main() -> None:
     with w1_s3.shared_s3() as upstream:
         for size in chosen:
             print(f"== {NAME} {size.label}: {size.describe()}", flush=True)
-            measured[size.label] = _run_size(size, base, mode, upstream, rounds)
+            measured[size.label] = _run_size(size, base, mode, upstream, rounds, restarts=restarts)
             print(
                 f"== {NAME} {size.label} done in {measured[size.label]['run_s']} s; goals "
                 f"{json.dumps({k: v['met'] for k, v in measured[size.label]['goals'].items()})}",
@@ -1023,6 +1097,7 @@ def main() -> None:
             "sizes_run": list(measured),
             "sizes_kept_from_previous_file": sorted(set(sizes) - set(measured)),
             "rounds": rounds,
+            "restarts": restarts,
             "mode": mode.describe(),
             "latency_ms_per_request": LATENCY_MS,
             "rows_per_batch": workload(SIZES[0], base.quick).rows_per_batch,

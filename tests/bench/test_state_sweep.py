@@ -137,6 +137,73 @@ def test_restart_figures_come_from_the_restarted_run() -> None:
     assert figures["first_batch_parts"]["restored"] == 128.0  # where the first batch went
 
 
+def _restart(first: float, steady: float | None, marker: str) -> dict[str, Any]:
+    return {
+        "steady_batch_ms": 100.0,
+        "to_first_batch_ms": first,
+        "before_first_batch_ms": 10.0,
+        "first_batch_ms": first - 10.0,
+        "back_to_steady_ms": steady,
+        "rss_peak_bytes": 5.0,
+        "batch_ms": [first - 10.0],
+        "first_batch_parts": {"marker": marker},
+    }
+
+
+def test_restarts_combine_as_medians_with_their_spread_and_every_run() -> None:
+    runs = [
+        _restart(3000.0, 3500.0, "a"),
+        {"error": "the restart did not finish"},
+        _restart(1000.0, None, "b"),
+        _restart(2000.0, 2600.0, "c"),
+    ]
+    combined = state_sweep.combine_restarts(runs)
+    assert combined["to_first_batch_ms"] == 2000.0
+    assert combined["spread"]["to_first_batch_ms"] == {
+        "median": 2000.0,
+        "min": 1000.0,
+        "max": 3000.0,
+        "n": 3,
+    }
+    # a restart that never got back to steady has no figure to count
+    assert combined["back_to_steady_ms"] == 3050.0
+    assert combined["spread"]["back_to_steady_ms"]["n"] == 2
+    assert combined["first_batch_parts"] == {"marker": "c"}  # the median restart's
+    assert combined["restarts"] == 3 and combined["runs"] == runs
+    failed = state_sweep.combine_restarts([{"error": "x"}, {"error": "y"}])
+    assert failed["error"] == "x" and len(failed["runs"]) == 2
+
+
+def test_restarts_come_from_the_environment() -> None:
+    assert state_sweep.restarts_from_env({}) == state_sweep.RESTARTS == 3
+    assert state_sweep.restarts_from_env({"GIC_BENCH_QUICK": "1"}) == 1
+    assert state_sweep.restarts_from_env({"GIC_BENCH_RESTARTS": "5"}) == 5
+    for bad in ("0", "two"):
+        with pytest.raises(BenchmarkError, match="GIC_BENCH_RESTARTS"):
+            state_sweep.restarts_from_env({"GIC_BENCH_RESTARTS": bad})
+
+
+def test_every_gic_restart_starts_on_an_empty_local_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = state_sweep.SizeRuns(state_sweep.workload(SIZES[0]), output=False)
+    scratch = tmp_path / "run"
+    runs.last[GIC] = scratch
+    local = scratch / runs.restart_options(GIC)["local_dir"]
+    seen: list[bool] = []
+
+    def fake_run(*_args: Any, **kwargs: Any) -> RunResult:  # the subprocess seam
+        seen.append(local.exists())
+        (kwargs["scratch"] / "local-restart" / "bucket-00000").mkdir(parents=True)
+        return RunResult(GIC, (), (), {})
+
+    monkeypatch.setattr(state_sweep.runner, "run_in_subprocess", fake_run)
+    params = state_sweep.harness.params_from_env({"GIC_BENCH_QUICK": "1"})
+    for _ in range(2):
+        runs.restart(GIC, params)
+    assert seen == [False, False]  # the second restart did not find the first's copy
+
+
 def _run(system: str, rows_per_s: float, p99: float, nbytes: float, rss: float) -> dict[str, Any]:
     gic = system == GIC
     return {
@@ -322,6 +389,11 @@ def test_plot_series_take_medians_and_spreads_per_system() -> None:
     assert series[GIC] == [(float(size.state_bytes), 3001.0, 3000.0, 3002.0)]
     assert state_sweep.plot_series({"10MB": data}, "to_first_batch_ms") == {
         GIC: [(float(size.state_bytes), 9.0, 9.0, 9.0)]
+    }
+    restarted = state_sweep.combine_restarts([_restart(8.0, 9.0, "a"), _restart(12.0, 13.0, "b")])
+    data["restart"] = {GIC: restarted}  # several restarts: their spread
+    assert state_sweep.plot_series({"10MB": data}, "to_first_batch_ms") == {
+        GIC: [(float(size.state_bytes), 10.0, 8.0, 12.0)]
     }
     # a log scale shows no zero: the query without state stores nothing
     data["measures"][FLOOR] = {"stored_bytes": {"median": 0.0, "min": 0.0, "max": 0.0}}
