@@ -23,9 +23,9 @@ Invariants:
   scheduler its tasks come before any task of the query's first batch;
 * a failure is logged, never raised: the batch then restores what it needs itself
   and reports any error that matters;
-* while it runs, the driver logs its progress every :data:`PROGRESS_S` seconds (tasks
-  done of the job's tasks, from Spark's status tracker), so a restore of gigabytes is
-  not a silent minute.
+* while it runs, the driver logs its progress every :data:`PROGRESS_S` seconds: the
+  tasks that restored their range, counted by a Spark accumulator each task adds to
+  as it ends, of the job's tasks; so a restore of gigabytes is not a silent minute.
 
 Thread-safety: :meth:`RestoreAhead.start` runs on the driver's thread (it pins the
 stage through the driver's placement, which only that thread uses); the job runs on a
@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-from pyspark import StatusTracker
+from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
 
 from gic_runtime.coordination.barrier import Barrier
@@ -84,6 +84,7 @@ class RestoreAhead:
         self._done = threading.Event()
         self._result: RestoreAheadResult | None = None
         self._thread: threading.Thread | None = None
+        self._tasks_done: Accumulator[int] | None = None
 
     def start(self, placement: StickyPlacement) -> None:
         """Pin the stage like the state tasks, submit it on a thread of its own, and
@@ -91,7 +92,10 @@ class RestoreAhead:
         n = self._barrier.num_tasks
         df = self._spark.range(0, n, 1, n)  # partition i holds one row, as state task i
         df, _ = placement.pin(df)
-        stage = df.mapInArrow(make_restore_ahead(self._barrier), RESTORE_AHEAD_SCHEMA)
+        self._tasks_done = self._spark.sparkContext.accumulator(0)
+        stage = df.mapInArrow(
+            make_restore_ahead(self._barrier, self._tasks_done), RESTORE_AHEAD_SCHEMA
+        )
         self._thread = threading.Thread(
             target=self._run, args=(stage,), name=f"gic-restore-ahead-{self._job_id}", daemon=True
         )
@@ -151,23 +155,18 @@ class RestoreAhead:
             self._done.set()
 
     def _report_progress(self, began: float, every_s: float) -> None:
-        """Log the job's tasks done every ``every_s`` seconds until it ends."""
-        tracker = self._spark.sparkContext.statusTracker()
+        """Log the tasks done every ``every_s`` seconds until the job ends."""
+        total = self._barrier.num_tasks
         while not self._done.wait(every_s):
-            try:
-                done, total = _tasks_done(tracker, self._group)
-            except Exception as exc:  # a stopping context: the result line follows
-                _log.debug("no progress of the restore ahead of job %s: %s", self._job_id, exc)
-                continue
-            if total:
-                _log.info(
-                    "job %s: restoring the local state ahead of the first batch: "
-                    "%d of %d task(s) done after %.0f s",
-                    self._job_id,
-                    done,
-                    total,
-                    time.perf_counter() - began,
-                )
+            done = self._tasks_done.value if self._tasks_done is not None else 0
+            _log.info(
+                "job %s: restoring the local state ahead of the first batch: "
+                "%d of %d task(s) done after %.0f s",
+                self._job_id,
+                min(done, total),
+                total,
+                time.perf_counter() - began,
+            )
 
     def result(self) -> RestoreAheadResult | None:
         """The outcome once the job ended, else ``None``."""
@@ -187,16 +186,3 @@ class RestoreAhead:
             self._spark.sparkContext.cancelJobGroup(self._group)
         except Exception as exc:  # a stopped context has nothing left to cancel
             _log.debug("could not cancel the restore ahead of job %s: %s", self._job_id, exc)
-
-
-def _tasks_done(tracker: StatusTracker, group: str) -> tuple[int, int]:
-    """(tasks completed, tasks) of the stages of the jobs of ``group`` that Spark knows."""
-    done = total = 0
-    for job_id in tracker.getJobIdsForGroup(group):
-        job = tracker.getJobInfo(job_id)
-        for stage_id in job.stageIds if job is not None else ():
-            stage = tracker.getStageInfo(stage_id)
-            if stage is not None:
-                done += stage.numCompletedTasks
-                total += stage.numTasks
-    return done, total

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +41,9 @@ from gic_runtime.processing.initial_state import InitialState
 from gic_runtime.processing.late_rows import split_late
 from gic_runtime.spark.placement import BUCKET_COLUMN, INTERNAL_COLUMNS
 from gic_runtime.state.backend import KeyedStateBackend, StateKeys
+
+if TYPE_CHECKING:
+    from pyspark import Accumulator
 
 ACK_SCHEMA = "ack binary"
 
@@ -208,14 +212,15 @@ RESTORE_AHEAD_SCHEMA = "task int, local_hits int, restored int, empty int, secon
 
 
 def make_restore_ahead(
-    barrier: Barrier,
+    barrier: Barrier, done: Accumulator[int] | None = None
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function that brings task ``i``'s buckets on the executor
     running partition ``i`` to ``barrier``'s expected lineage
     (:func:`~gic_runtime.executor.core.restore_ahead`) and yields one row: ``i``, its
     buckets reused, restored and empty, and the seconds it took. Run beside the query's
     first batch, with partition ``i`` placed like state task ``i``; it writes only the
-    executor's local copy."""
+    executor's local copy. ``done`` (a Spark accumulator) gains 1 per task that
+    restored its range, which the driver sees as each task ends."""
 
     def restore(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = _partition_of(batches, "the restore-ahead stage")
@@ -225,6 +230,8 @@ def make_restore_ahead(
             summary = restore_ahead(barrier, index)
             hits, restored = len(summary.local_hits), len(summary.restored)
             empty = len(summary.empty)
+            if done is not None:
+                done.add(1)
         yield pa.RecordBatch.from_pydict(
             {
                 "task": [index],
