@@ -492,16 +492,11 @@ def combine_restarts(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ran = [r for r in runs if "error" not in r]
     if not ran:
         return {"error": runs[0]["error"] if runs else "no restart ran", "runs": list(runs)}
-    spread: dict[str, dict[str, float | int]] = {}
+    spread = {}
     for measure in RESTART_MEASURES:
         values = [float(r[measure]) for r in ran if r.get(measure) is not None]
         if values:
-            spread[measure] = {
-                "median": round(statistics.median(values), 1),
-                "min": min(values),
-                "max": max(values),
-                "n": len(values),
-            }
+            spread[measure] = repeats.spread(values)
     by_first = sorted(ran, key=lambda r: float(r["to_first_batch_ms"]))
     middle = by_first[(len(by_first) - 1) // 2]
     combined = {k: v for k, v in middle.items() if k not in RESTART_MEASURES}
@@ -961,7 +956,7 @@ def _run_size(
                 ]
                 figures: dict[str, list[dict[str, Any]]] = {n: [] for n in restartable}
                 for i in range(restarts):
-                    for n in restartable if i % 2 == 0 else restartable[::-1]:
+                    for n in repeats.order(restartable, i):
                         print(f"-- {NAME} {size.label}: restart {i + 1}/{restarts} {n}", flush=True)
                         try:
                             figures[n].append(restart_figures(runs.restart(n, params), steady[n]))
