@@ -14,6 +14,8 @@ Series (``*_total`` are counters):
   ``gic_snapshot_bytes_total``: bytes uploaded for checkpoints, in total and by kind;
 * ``gic_local_hit_ratio``: share of buckets served from the executor-local copy in the
   last checkpoint;
+* ``gic_manifest_bytes``: size of the last checkpoint's manifest (the job's metadata;
+  flat over time when the growth limits hold);
 * ``gic_materializations_total{event=started|adopted}``;
 * ``gic_last_checkpoint_id``, ``gic_last_checkpoint_timestamp_seconds``;
 * ``gic_batches_total``; ``gic_epoch`` (the driver's fencing epoch);
@@ -127,6 +129,12 @@ class DriverMetrics:
             job,
             registry=reg,
         ).labels(job_id)
+        self._manifest_bytes = Gauge(
+            "gic_manifest_bytes",
+            "Bytes of the last checkpoint's manifest.",
+            job,
+            registry=reg,
+        ).labels(job_id)
         self._executors = Gauge(
             "gic_executors",
             "Live executors before the last batch (0 in local mode: one executor).",
@@ -226,15 +234,19 @@ class DriverMetrics:
         changelog_bytes: int = 0,
         snapshot_bytes: int = 0,
         local_hit_ratio: float | None = None,
+        manifest_bytes: int | None = None,
         completed_at: float | None = None,
     ) -> None:
-        """Record a completed checkpoint (``completed_at`` defaults to now)."""
+        """Record a completed checkpoint (``completed_at`` defaults to now;
+        ``manifest_bytes`` None leaves the manifest gauge as it was)."""
         self._duration.observe(_non_negative("gic_checkpoint_duration_seconds", duration_s))
         self._uploaded.inc(_non_negative("bytes_uploaded", bytes_uploaded))
         self._changelog.inc(_non_negative("changelog_bytes", changelog_bytes))
         self._snapshot.inc(_non_negative("snapshot_bytes", snapshot_bytes))
         if local_hit_ratio is not None:
             self._hit_ratio.set(_non_negative("gic_local_hit_ratio", local_hit_ratio))
+        if manifest_bytes is not None:
+            self._manifest_bytes.set(_non_negative("gic_manifest_bytes", manifest_bytes))
         self._last_id.set(_non_negative("gic_last_checkpoint_id", checkpoint_id))
         self._last_ts.set(time.time() if completed_at is None else completed_at)
 

@@ -18,6 +18,7 @@ SERIES = [
     "gic_changelog_bytes_total",
     "gic_snapshot_bytes_total",
     "gic_local_hit_ratio",
+    "gic_manifest_bytes",
     "gic_materializations_total",
     "gic_last_checkpoint_id",
     "gic_last_checkpoint_timestamp_seconds",
@@ -57,6 +58,7 @@ def test_observations_move_the_series() -> None:
         changelog_bytes=200,
         snapshot_bytes=100,
         local_hit_ratio=0.5,
+        manifest_bytes=4096,
         completed_at=1700000000.0,
     )
     m.observe_checkpoint(8, 0.3, bytes_uploaded=10, changelog_bytes=10, completed_at=1700000001.0)
@@ -74,6 +76,7 @@ def test_observations_move_the_series() -> None:
     assert sample(text, f"gic_changelog_bytes_total{{{j}}}") == 210
     assert sample(text, f"gic_snapshot_bytes_total{{{j}}}") == 100
     assert sample(text, f"gic_local_hit_ratio{{{j}}}") == 0.5  # unchanged by None
+    assert sample(text, f"gic_manifest_bytes{{{j}}}") == 4096  # unchanged by None
     assert sample(text, f"gic_last_checkpoint_id{{{j}}}") == 8
     assert sample(text, f"gic_last_checkpoint_timestamp_seconds{{{j}}}") == 1700000001.0
     assert sample(text, f"gic_batches_total{{{j}}}") == 2

@@ -150,7 +150,7 @@ def write_manifest(resolver: StoreResolver, uri: str, manifest: Manifest) -> Sto
         ) from exc
     if manifest.version != FORMAT_VERSION:  # read from an older format, written as today's
         manifest = replace(manifest, version=FORMAT_VERSION)
-    return StoredManifest(uri, manifest)
+    return StoredManifest(uri, manifest, size=len(data))
 
 
 def read_manifest(

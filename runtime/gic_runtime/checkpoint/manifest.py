@@ -201,6 +201,10 @@ class StoredManifest:
 
     uri: str
     manifest: Manifest
+    size: int | None = field(default=None, compare=False)
+    """Bytes of the manifest's encoding where this process wrote it
+    (:func:`~gic_runtime.checkpoint.catalog.write_manifest`); None where it was read or
+    built. Not part of equality: the same manifest read back compares equal."""
 
     @property
     def checkpoint_id(self) -> int:

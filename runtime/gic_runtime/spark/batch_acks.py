@@ -146,6 +146,7 @@ def batch_report(
         materializations_started=sum(s.materializations_started for s in stats),
         self_contained=any(s.snapshot_bytes for s in stats),
         manifest_uri=stored.uri,
+        manifest_bytes=stored.size or 0,
         published_rows=published,
         orphans_deleted=swept.deleted if swept is not None else 0,
         orphan_bytes_deleted=swept.deleted_bytes if swept is not None else 0,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -76,19 +77,51 @@ __all__ = ["GICQuery", "JobContext", "QuerySource", "RunSummary"]
 _log = logging.getLogger(__name__)
 
 
+REPORTS_KEPT = 1000
+"""Batch reports a run keeps (:class:`RecentReports`): its latest ones only."""
+
+
+class RecentReports:
+    """The reports of a run's latest :data:`REPORTS_KEPT` batches and how many batches
+    the run committed.
+
+    Invariant: memory bounded whatever the run's length (a streaming driver runs for
+    weeks; metrics and the status record carry the history)."""
+
+    def __init__(self, keep: int = REPORTS_KEPT) -> None:
+        self.recent: deque[BatchReport] = deque(maxlen=keep)
+        self.count = 0
+
+    def add(self, report: BatchReport) -> None:
+        self.recent.append(report)
+        self.count += 1
+
+
 @dataclass
 class RunSummary:
     """What :meth:`GICQuery.run` did."""
 
     job_id: str
     start: StartInfo
-    batches: list[BatchReport] = field(default_factory=list)
+    reports: RecentReports = field(default_factory=RecentReports)
     stop_reason: str | None = None
     duration_s: float = 0.0
 
     @property
+    def batches(self) -> tuple[BatchReport, ...]:
+        """The reports of the run's latest batches, oldest first (at most
+        :data:`REPORTS_KEPT`; :attr:`batches_run` counts them all)."""
+        return tuple(self.reports.recent)
+
+    @property
+    def batches_run(self) -> int:
+        """Batches the run committed."""
+        return self.reports.count
+
+    @property
     def last_checkpoint(self) -> int | None:
-        return self.batches[-1].batch_id if self.batches else self.start.resumed_after
+        recent = self.reports.recent
+        return recent[-1].batch_id if recent else self.start.resumed_after
 
 
 class GICQuery:
@@ -121,10 +154,10 @@ class GICQuery:
         unless the settings allow it (``allow_query_change``)."""
         job = self.stream.job
         settings = job.settings
-        reports: list[BatchReport] = []
+        reports = RecentReports()
 
         def collect(report: BatchReport) -> None:
-            reports.append(report)
+            reports.add(report)
             _log.info(
                 "batch %d: %d rows in, checkpoint %d committed in %.0f ms, %d bytes "
                 "uploaded, local hits %.0f%%",
@@ -161,7 +194,7 @@ class GICQuery:
         self,
         driver: Driver,
         trigger: str | None,
-        reports: list[BatchReport],
+        reports: RecentReports,
         term: TerminationSignal,
         started: float,
         *,
@@ -222,7 +255,7 @@ class GICQuery:
         _log.info(
             "job %s stopped after %d batch(es) in %.1f s: %s",
             settings.job_id,
-            len(reports),
+            reports.count,
             summary.duration_s,
             summary.stop_reason,
         )

@@ -72,6 +72,9 @@ class BatchReport:
     selected: int = 0
     """Buckets the batch ran on from the state keys it named, read from storage without
     restoring them (also in ``restored``: restored in the background after the batch)."""
+    manifest_bytes: int = 0
+    """Bytes of the manifest this batch wrote (not in ``bytes_uploaded``): the job's
+    metadata per checkpoint, which the growth limits keep bounded."""
 
     @property
     def local_hit_ratio(self) -> float:

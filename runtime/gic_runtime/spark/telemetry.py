@@ -127,6 +127,7 @@ class Telemetry:
             changelog_bytes=report.changelog_bytes,
             snapshot_bytes=report.snapshot_bytes,
             local_hit_ratio=report.local_hit_ratio,
+            manifest_bytes=report.manifest_bytes or None,
         )
         m.observe_placement(executors=report.executors, moved=len(report.moved_ranges))
         m.observe_restore(pending=report.restore_pending, restored_bytes=report.restore_bytes)

@@ -22,6 +22,7 @@ import shutil
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,7 +158,7 @@ def _words(spark: SparkSession, src: Path) -> DataFrame:
     return lines.select(F.explode(F.split("value", " ")).alias("word")).where("word != ''")
 
 
-def _batch_table(title: str, reports: list[BatchReport]) -> Table:
+def _batch_table(title: str, reports: Sequence[BatchReport]) -> Table:
     table = Table(title=title)
     for column in ("batch", "rows", "commit ms", "uploaded", "local hits", "self-contained"):
         table.add_column(column, justify="right")
@@ -275,7 +276,7 @@ def run_demo(base: Path, console: Console | None = None) -> bool:
             out.print(f"  {'[green]ok[/]' if ok else '[red]FAILED[/]'}  {name}")
         words = sum(reference.values())
         out.print(
-            f"\n{words:,} words in 8 files; {len(summary_a.batches) + len(summary_b.batches)} "
+            f"\n{words:,} words in 8 files; {summary_a.batches_run + summary_b.batches_run} "
             f"checkpointed batches over 2 jobs; storage: {paths.storage}"
         )
         out.print(
