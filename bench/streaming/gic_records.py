@@ -1,9 +1,14 @@
 """GIC's batch records: what each checkpoint cost, from the runtime's reports and manifests.
 
-:func:`records` turns, for every micro-batch of a run, the runtime's ``BatchReport``, the
-manifest it committed, Spark's progress of the batch and (optionally) the stateful
-stage's task statistics into :class:`~bench.streaming.records.BatchRecord` values; the
-``*_DEFINITION`` constants say what each field means and go into the result notes.
+:func:`records` turns, for every micro-batch of a run, the runtime's ``BatchReport``, what
+:class:`ManifestTracker` took from the manifest it committed, Spark's progress of the
+batch and (optionally) the stateful stage's task statistics into
+:class:`~bench.streaming.records.BatchRecord` values; the ``*_DEFINITION`` constants say
+what each field means and go into the result notes.
+
+The tracker keeps the latest manifest only: a run's driver memory is part of what the
+benchmarks measure, and holding every batch's manifest (a few hundred KB of objects each
+at 256 buckets) made GIC's driver grow with the run's length.
 :func:`capture_task_stats` collects the task statistics by wrapping
 ``Driver._run_stage`` in this process.
 
@@ -16,10 +21,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 from bench.streaming.records import BatchRecord, BenchmarkError
 
@@ -56,8 +59,8 @@ BYTES_DEFINITION = (
     "uploaded (BatchReport.changelog_bytes, referenced by the manifest or not: with "
     "full_snapshots they are uploaded but not referenced), the snapshots manifest N "
     "references that manifest N-1 did not (synchronous full snapshots and adopted background "
-    "materializations), and manifest N itself (parts.manifest_bytes: the size of the "
-    "manifest file, read right after the batch; on S3 the size of its encoding). Not "
+    "materializations), and manifest N itself (parts.manifest_bytes: "
+    "BatchReport.manifest_bytes, the bytes the driver wrote). Not "
     "counted: the status record rewritten every batch, Spark's offsets and commits logs "
     "(local disk), background snapshots no manifest of the run adopted"
 )
@@ -104,17 +107,6 @@ def capture_task_stats() -> Iterator[dict[int, StageTimes]]:
         setattr(Driver, "_run_stage", wrapped_original)  # noqa: B010
 
 
-def file_size(uri: str) -> int | None:
-    """Size of a ``file://`` object (None for other schemes or a missing file)."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "file":
-        return None
-    try:
-        return Path(unquote(parsed.path)).stat().st_size
-    except OSError:
-        return None
-
-
 def snapshots(stored: StoredManifest | None) -> dict[str, int]:
     """Snapshot URIs a manifest references, with their sizes."""
     if stored is None:
@@ -155,27 +147,53 @@ def _task_parts(stage: StageTimes, commit_ms: float) -> dict[str, float]:
     }
 
 
-def _manifest_bytes(stored: StoredManifest, measured: int | None) -> int:
-    if measured is not None:
-        return measured
-    from gic_runtime.checkpoint.manifest_codec import encode_manifest
+@dataclass(frozen=True)
+class ManifestFacts:
+    """What a batch's record needs of the manifest the batch committed."""
 
-    return len(encode_manifest(stored.manifest, stored.uri))
+    new_snapshot_bytes: int
+    """Bytes of the snapshots it references that the previous batch's manifest did not."""
+    state_snapshot_bytes: int
+    """Bytes of every snapshot it references."""
+    manifest_bytes: int
+    """Bytes of the manifest itself (``BatchReport.manifest_bytes``)."""
+
+
+@dataclass
+class ManifestTracker:
+    """Takes each batch's :class:`ManifestFacts` as the batch lands, in commit order.
+
+    Invariant: holds one manifest, the latest (:attr:`latest`), and one snapshot map,
+    whatever the run's length."""
+
+    facts: dict[int, ManifestFacts] = field(default_factory=dict)
+    latest: StoredManifest | None = None
+    _previous: dict[str, int] = field(default_factory=dict)
+
+    def add(self, report: BatchReport, stored: StoredManifest) -> None:
+        """Record batch ``report.batch_id``, which committed ``stored``."""
+        if report.manifest_bytes <= 0:
+            raise BenchmarkError(f"batch {report.batch_id}: the runtime reported no manifest bytes")
+        current = snapshots(stored)
+        new = sum(n for uri, n in current.items() if uri not in self._previous)
+        self.facts[report.batch_id] = ManifestFacts(
+            new_snapshot_bytes=new,
+            state_snapshot_bytes=sum(current.values()),
+            manifest_bytes=report.manifest_bytes,
+        )
+        self._previous = current
+        self.latest = stored
 
 
 def record(
     report: BatchReport,
-    stored: StoredManifest,
-    previous: StoredManifest | None,
+    facts: ManifestFacts,
     progress: Mapping[str, Any],
     stage: StageTimes | None,
-    *,
-    manifest_file_bytes: int | None = None,
 ) -> BatchRecord:
     """The record of one batch (see the module's definitions)."""
-    known = snapshots(previous)
-    new_snapshots = sum(n for uri, n in snapshots(stored).items() if uri not in known)
-    manifest_bytes = _manifest_bytes(stored, manifest_file_bytes)
+    new_snapshots = facts.new_snapshot_bytes
+    manifest_bytes = facts.manifest_bytes
     durations = progress["durationMs"]
     parts: dict[str, float] = {
         "gic_batch_ms": report.batch_ms,
@@ -193,7 +211,7 @@ def record(
         "timers_fired": float(report.timers_fired),
         "expired": float(report.expired),
         "late_rows": float(report.late_rows),
-        "state_snapshot_bytes": float(sum(snapshots(stored).values())),
+        "state_snapshot_bytes": float(facts.state_snapshot_bytes),
     }
     parts["local_hit_ratio"] = local_hit_ratio(parts) or 0.0
     if stage is not None and stage.stats:
@@ -210,15 +228,15 @@ def record(
 
 def records(
     total: int,
-    batches: Sequence[tuple[BatchReport, StoredManifest]],
+    reports: Sequence[BatchReport],
+    manifests: ManifestTracker,
     progress: Mapping[int, Mapping[str, Any]],
+    *,
     stages: Mapping[int, StageTimes],
     stop_reason: str | None,
-    *,
-    manifest_sizes: Mapping[int, int] | None = None,
 ) -> list[BatchRecord]:
     """Records of ``total`` consecutive batches from the first one the run checkpointed."""
-    by_id = {report.batch_id: (report, stored) for report, stored in batches}
+    by_id = {r.batch_id: r for r in reports if r.batch_id in manifests.facts}
     first = min(by_id, default=0)
     wanted = range(first, first + total)
     missing = [b for b in wanted if b not in by_id or b not in progress]
@@ -228,20 +246,4 @@ def records(
             f"of {first}..{first + total - 1}; the query stopped early "
             f"({stop_reason or 'no stop reason'}; see the system's log)"
         )
-    sizes = manifest_sizes or {}
-    out: list[BatchRecord] = []
-    previous: StoredManifest | None = None
-    for b in wanted:
-        report, stored = by_id[b]
-        out.append(
-            record(
-                report,
-                stored,
-                previous,
-                progress[b],
-                stages.get(b),
-                manifest_file_bytes=sizes.get(b),
-            )
-        )
-        previous = stored
-    return out
+    return [record(by_id[b], manifests.facts[b], progress[b], stages.get(b)) for b in wanted]

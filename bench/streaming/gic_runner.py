@@ -63,7 +63,6 @@ from bench.streaming.workloads import WorkloadSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from gic_runtime.checkpoint.manifest import StoredManifest
     from gic_runtime.config import GICSettings
     from gic_runtime.processing import StateAccess
     from gic_runtime.spark import BatchReport, GICJob, GICQuery, StatefulStream
@@ -239,10 +238,11 @@ def _settings(
 
 @dataclass
 class _Collected:
-    """What the run's callbacks gathered, batch by batch."""
+    """What the run's callbacks gathered, batch by batch (of the manifests, only what
+    the records need: :class:`~bench.streaming.gic_records.ManifestTracker`)."""
 
-    batches: list[tuple[BatchReport, StoredManifest]]
-    manifest_sizes: dict[int, int]
+    reports: list[BatchReport]
+    manifests: gic_records.ManifestTracker
 
 
 def run_gic(
@@ -281,17 +281,15 @@ def run_gic(
             output = scratch / "output"
             query: GICQuery = stream.to_parquet(str(output)) if opts.output else stream.discard()
             restores = gic_timed.RestoreSampler(storage, opts.restore_every)
-            got = _Collected([], {})
+            got = _Collected([], gic_records.ManifestTracker())
 
             def on_batch(report: BatchReport) -> None:
                 driver = query.driver
                 stored = driver.timeline.latest() if driver is not None else None
                 if stored is None or stored.checkpoint_id != report.batch_id:
                     raise BenchmarkError(f"no manifest in memory for batch {report.batch_id}")
-                got.batches.append((report, stored))
-                size = gic_records.file_size(report.manifest_uri)
-                if size is not None:
-                    got.manifest_sizes[report.batch_id] = size
+                got.reports.append(report)
+                got.manifests.add(report, stored)
                 if sampler is not None:
                     sampler.batch_done(report.batch_id)
                 restores.batch_done(report.batch_id, stored)
@@ -314,7 +312,7 @@ def run_gic(
             spark_query.stop_session(spark, params)
             samples = sampler.close() if sampler is not None else {}
     records = gic_records.records(
-        total, got.batches, progress, stages, summary.stop_reason, manifest_sizes=got.manifest_sizes
+        total, got.reports, got.manifests, progress, stages=stages, stop_reason=summary.stop_reason
     )
     records = [
         _with_sample(r, samples.get(r.batch_id), restores.samples.get(r.batch_id, {}))
@@ -329,7 +327,7 @@ def run_gic(
         version=version,
         slots=slots,
     )
-    latest = got.batches[-1][1] if got.batches else None
+    latest = got.manifests.latest
     notes.update(
         mode=params.mode,
         local_dir=str(local_dir) if local_dir else "runtime default (executor-private)",

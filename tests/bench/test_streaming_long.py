@@ -317,4 +317,3 @@ def test_local_hit_ratio_of_a_batch() -> None:
     assert gic_records.local_hit_ratio({"local_hits": 3.0, "restored": 1.0}) == 0.75
     assert gic_records.local_hit_ratio({"local_hits": 0.0, "restored": 0.0}) == 1.0
     assert gic_records.local_hit_ratio({"commit": 1.0}) is None
-    assert gic_records.file_size("s3://bucket/key") is None
