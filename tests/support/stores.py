@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from gic_runtime.errors import TransientStorageError
 from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
@@ -38,6 +38,13 @@ class DelegatingStore:
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         self.inner.put(key, data, if_absent=if_absent)
+
+    def put_file(self, key: str, file: BinaryIO, size: int, *, if_absent: bool = False) -> None:
+        """Read into memory and passed on as :meth:`put`, so a subclass that changes PUTs
+        changes these too."""
+        file.seek(0)
+        data = file.read(size)
+        self.put(key, data, if_absent=if_absent)
 
     def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
         return self.inner.get(key, start=start, length=length)

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -410,7 +411,7 @@ def _run_locked(
     # 5. durability
     snapshots: list[SnapshotHandle] = []
     if barrier.self_contained:
-        snapshots = _materialize_all(backend, resolver, barrier)
+        snapshots = _materialize_all(backend, resolver, barrier, scope.directory)
     future = backend.checkpoint()
     timeout = settings.checkpoint_timeout_s
     try:
@@ -493,10 +494,10 @@ def _restore_delta(
 
 
 def _materialize_all(
-    backend: KeyedStateBackend, resolver: StoreResolver, barrier: Barrier
+    backend: KeyedStateBackend, resolver: StoreResolver, barrier: Barrier, spool_dir: Path
 ) -> list[SnapshotHandle]:
-    """Snapshot every non-empty bucket now, in parallel, into the job's own directory,
-    and make each snapshot the bucket's base."""
+    """Snapshot every non-empty bucket now, in parallel, into the job's own directory
+    (spooled in ``spool_dir``), and make each snapshot the bucket's base."""
     views = [backend.materialization_view(b) for b in backend.bucket_range if backend.seq(b) > 0]
     if not views:
         return []
@@ -510,6 +511,7 @@ def _materialize_all(
             job_id=barrier.job_id,
             epoch=barrier.epoch,
             compress=compress,
+            spool_dir=spool_dir,
         )
 
     try:

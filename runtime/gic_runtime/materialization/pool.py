@@ -294,6 +294,7 @@ def _materialize(
         job_id=scope.job_id,
         epoch=scope.epoch,
         compress=scope.settings.compress,
+        spool_dir=scope.directory,
     )
     record = MaterializationRecord(
         job_id=scope.job_id,

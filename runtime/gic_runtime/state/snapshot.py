@@ -26,11 +26,14 @@ that do not ascend with
 
 from __future__ import annotations
 
+import io
 import struct
+import tempfile
 import zlib
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import BinaryIO, Final
 
 import pyarrow as pa
 
@@ -38,7 +41,7 @@ from gic_runtime.errors import CorruptFileError, ObjectNotFoundError, RestoreErr
 from gic_runtime.formats import HEADER, check_header, crc32c, pack_header, verify_crc
 from gic_runtime.handles import SnapshotHandle
 from gic_runtime.storage.uri import StoreResolver
-from gic_runtime.storage.writes import create_once
+from gic_runtime.storage.writes import create_file_once, create_once
 
 MAGIC: Final = b"GICS"
 VERSION: Final = 1
@@ -68,49 +71,79 @@ class SnapshotInfo:
 
 
 FRAME_RAW_BYTES: Final = 1 << 20
-"""Entry bytes compressed into one zstd frame when compressing: the encoder holds at most
-about this much of a bucket's raw entries at once (docs/architecture.md §4.3)."""
+"""Entry bytes written at a time, compressed into one zstd frame when compressing: the
+writer holds at most about this much of a bucket's raw entries at once
+(docs/architecture.md §4.3)."""
 
 
 def encode_snapshot(
     items: Iterable[tuple[bytes, bytes]], *, bucket: int, seq: int, compress: bool = False
 ) -> bytes:
-    """Serialize ``items`` (in key order) as a snapshot of ``bucket`` at ``seq``.
+    """Serialize ``items`` (in key order) as a snapshot of ``bucket`` at ``seq``, in
+    memory: :func:`write_snapshot` into a buffer."""
+    out = io.BytesIO()
+    write_snapshot(items, out, bucket=bucket, seq=seq, compress=compress)
+    return out.getvalue()
 
-    Compressed, the body is a run of zstd frames, each of about :data:`FRAME_RAW_BYTES`
-    of entries (a reader decompresses them as one stream), so the raw entries are never
-    all in memory at once: the encoder holds the compressed body, one frame's entries
-    and, at the end, the file. Uncompressed, the file is the raw body itself.
+
+def write_snapshot(
+    items: Iterable[tuple[bytes, bytes]],
+    out: BinaryIO,
+    *,
+    bucket: int,
+    seq: int,
+    compress: bool = False,
+) -> int:
+    """Write ``items`` (in key order) as a snapshot of ``bucket`` at ``seq`` to the empty,
+    seekable ``out``; return the file's length.
+
+    The body goes out as it is encoded, :data:`FRAME_RAW_BYTES` of entries at a time
+    (compressed: one zstd frame each, which a reader decompresses as one stream), so the
+    writer holds one frame whatever the bucket's size. The header, whose lengths and
+    body checksum are known only at the end, is written last over a placeholder of its
+    size; the checksum is computed by reading the body back. ``out`` is left at its end.
     """
+    out.write(bytes(PREAMBLE_SIZE))
     if compress:
         codec = pa.Codec("zstd", compression_level=ZSTD_LEVEL)
-        count, raw_length, frames = _frames(
-            items, FRAME_RAW_BYTES, lambda raw: codec.compress(raw, asbytes=True)
-        )
-        body = [_RAW_LENGTH.pack(raw_length), *frames]
+        out.write(bytes(_RAW_LENGTH.size))  # the raw length, known at the end
+        count, raw_length = _frames(items, lambda raw: out.write(codec.compress(raw, asbytes=True)))
         version, flags = VERSION_ZSTD, FLAG_ZSTD
     else:
-        count, _, body = _frames(items, None, lambda raw: raw)
+        count, raw_length = _frames(items, out.write)
         version, flags = VERSION, 0
-    body_length = sum(len(part) for part in body)
-    body_crc = 0
-    for part in body:
-        body_crc = crc32c(part, body_crc)
+    end = out.tell()
+    if compress:
+        out.seek(PREAMBLE_SIZE)
+        out.write(_RAW_LENGTH.pack(raw_length))
+    body_crc = _crc_from(out, PREAMBLE_SIZE)
     head = pack_header(MAGIC, version, flags) + _FIXED.pack(
-        bucket, seq, count, body_length, body_crc
+        bucket, seq, count, end - PREAMBLE_SIZE, body_crc
     )
-    return b"".join([head, _HEADER_CRC.pack(crc32c(head)), *body])
+    out.seek(0)
+    out.write(head + _HEADER_CRC.pack(crc32c(head)))
+    out.seek(end)
+    return end
+
+
+def _crc_from(file: BinaryIO, offset: int) -> int:
+    """CRC32C of ``file`` from ``offset`` to its end, read :data:`FRAME_RAW_BYTES` at a
+    time."""
+    file.seek(offset)
+    value = 0
+    while chunk := file.read(FRAME_RAW_BYTES):
+        value = crc32c(chunk, value)
+    return value
 
 
 def _frames(
-    items: Iterable[tuple[bytes, bytes]], limit: int | None, finish: Callable[[bytes], bytes]
-) -> tuple[int, int, list[bytes]]:
-    """(entries, raw bytes, frames) of ``items``: their framed entries cut into frames of
-    ``limit`` bytes or a little more (None: one frame), each passed through ``finish``
-    as soon as it fills. At least one frame, empty when there are no entries."""
-    frames: list[bytes] = []
+    items: Iterable[tuple[bytes, bytes]], emit: Callable[[bytes], object]
+) -> tuple[int, int]:
+    """(entries, raw bytes) of ``items``, whose framed entries are passed to ``emit`` in
+    frames of :data:`FRAME_RAW_BYTES` or a little more as soon as each fills; at least
+    one frame, empty when there are no entries."""
     pending: list[bytes] = []
-    count = raw = filled = 0
+    count = raw = filled = frames = 0
     pack = _ENTRY.pack
     for key, value in items:
         pending.append(pack(len(key), len(value)))
@@ -120,13 +153,14 @@ def _frames(
         count += 1
         raw += size
         filled += size
-        if limit is not None and filled >= limit:
-            frames.append(finish(b"".join(pending)))
+        if filled >= FRAME_RAW_BYTES:
+            emit(b"".join(pending))
+            frames += 1
             pending.clear()
             filled = 0
     if pending or not frames:
-        frames.append(finish(b"".join(pending)))
-    return count, raw, frames
+        emit(b"".join(pending))
+    return count, raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,17 +333,31 @@ def upload_snapshot(
     bucket: int,
     seq: int,
     compress: bool = False,
+    spool_dir: Path | None = None,
 ) -> SnapshotHandle:
     """Encode ``items`` and write them to the fresh object ``uri`` (create-if-absent).
 
-    Finding exactly these bytes already at ``uri`` is success: a store that retries
-    requests reports a create-if-absent PUT whose answer was lost as a collision with
-    itself. Any other object there raises :class:`~gic_runtime.errors.ObjectExistsError`.
+    With ``spool_dir`` (created if missing), the file is written to an unnamed
+    temporary file there
+    (:func:`write_snapshot`; gone with the process whatever happens) and streamed to
+    the store from it, so memory holds one frame, not the bucket's snapshot; without,
+    it is encoded in memory. Finding exactly these bytes already at ``uri`` is success:
+    a store that retries requests reports a create-if-absent PUT whose answer was lost
+    as a collision with itself. Any other object there raises
+    :class:`~gic_runtime.errors.ObjectExistsError`.
     """
-    data = encode_snapshot(items, bucket=bucket, seq=seq, compress=compress)
-    store, key = resolver.resolve(uri)
-    create_once(store, key, data)
-    return SnapshotHandle(uri=uri, bucket=bucket, seq=seq, size=len(data), crc=crc32c(data))
+    if spool_dir is None:
+        data = encode_snapshot(items, bucket=bucket, seq=seq, compress=compress)
+        store, key = resolver.resolve(uri)
+        create_once(store, key, data)
+        return SnapshotHandle(uri=uri, bucket=bucket, seq=seq, size=len(data), crc=crc32c(data))
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=spool_dir) as spool:
+        size = write_snapshot(items, spool, bucket=bucket, seq=seq, compress=compress)
+        crc = _crc_from(spool, 0)
+        store, key = resolver.resolve(uri)
+        create_file_once(store, key, spool, size)
+    return SnapshotHandle(uri=uri, bucket=bucket, seq=seq, size=size, crc=crc)
 
 
 def read_snapshot(resolver: StoreResolver, handle: SnapshotHandle) -> Iterator[tuple[bytes, bytes]]:

@@ -40,8 +40,9 @@ import logging
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from gic_runtime.errors import (
     ConfigurationError,
@@ -172,12 +173,35 @@ class LocalObjectStore:
     # --- operations --------------------------------------------------------------------
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        def write(fd: int) -> None:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+
+        self._put(key, write, if_absent=if_absent)
+
+    def put_file(self, key: str, file: BinaryIO, size: int, *, if_absent: bool = False) -> None:
+        def write(fd: int) -> None:
+            file.seek(0)
+            left = size
+            while left > 0:
+                chunk = file.read(min(left, _COPY_CHUNK))
+                if not chunk:
+                    raise OSError(errno.EIO, f"file ended {left} bytes before its size {size}")
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+                left -= len(chunk)
+
+        self._put(key, write, if_absent=if_absent)
+
+    def _put(self, key: str, write: Callable[[int], None], *, if_absent: bool) -> None:
         parts = self._parts(key)
         uri = self.uri_for(key)
         try:
             dfd = self._open_dir(parts[:-1], key, create=True)
             try:
-                self._publish(dfd, parts[-1], data, if_absent=if_absent)
+                self._publish(dfd, parts[-1], write, if_absent=if_absent)
             finally:
                 os.close(dfd)
         except FileExistsError as exc:
@@ -185,14 +209,14 @@ class LocalObjectStore:
         except OSError as exc:
             raise _translate(exc, uri) from exc
 
-    def _publish(self, dfd: int, name: str, data: bytes, *, if_absent: bool) -> None:
+    def _publish(
+        self, dfd: int, name: str, write: Callable[[int], None], *, if_absent: bool
+    ) -> None:
         tmp = f"{_TMP_PREFIX}{uuid.uuid4().hex}"
         fd = os.open(tmp, _CREATE_FLAGS, 0o666, dir_fd=dfd)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write(fd)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from gic_runtime.errors import ObjectTooLargeError, StorageError
 
@@ -54,6 +54,14 @@ class ObjectStore(Protocol):
         With ``if_absent`` the write is create-if-absent and atomic: if the object
         exists, nothing changes and :class:`~gic_runtime.errors.ObjectExistsError` is
         raised. Readers never observe a partially written object.
+        """
+        ...
+
+    def put_file(self, key: str, file: BinaryIO, size: int, *, if_absent: bool = False) -> None:
+        """Write the whole content of the seekable ``file`` (``size`` bytes, read from its
+        start) to ``key``, as :meth:`put` writes bytes: a large object (a bucket's
+        snapshot spooled to local disk) goes out without being held in memory. The
+        file's position afterwards is unspecified.
         """
         ...
 

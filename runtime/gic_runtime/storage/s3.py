@@ -29,7 +29,7 @@ import builtins
 import functools
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import boto3
 import botocore.exceptions as bce
@@ -199,13 +199,22 @@ class S3ObjectStore:
         this call created the object; callers that must tell these apart compare the
         stored bytes with their own.
         """
+        self._put(key, data, None, if_absent=if_absent)
+
+    def put_file(self, key: str, file: BinaryIO, size: int, *, if_absent: bool = False) -> None:
+        """:meth:`put` of the seekable ``file``'s ``size`` bytes: botocore streams the
+        body from the file (and rewinds it to retry a request)."""
+        file.seek(0)
+        self._put(key, file, size, if_absent=if_absent)
+
+    def _put(self, key: str, body: bytes | BinaryIO, size: int | None, *, if_absent: bool) -> None:
         full = self._full_key(key)
         uri = self.uri_for(key)
+        extra: dict[str, Any] = {} if size is None else {"ContentLength": size}
+        if if_absent:
+            extra["IfNoneMatch"] = "*"
         try:
-            if if_absent:
-                self._client.put_object(Bucket=self._bucket, Key=full, Body=data, IfNoneMatch="*")
-            else:
-                self._client.put_object(Bucket=self._bucket, Key=full, Body=data)
+            self._client.put_object(Bucket=self._bucket, Key=full, Body=body, **extra)
         except bce.ClientError as exc:
             if if_absent and _code(exc) in _EXISTS_CODES:
                 raise ObjectExistsError(f"object already exists: {uri}", uri=uri) from exc

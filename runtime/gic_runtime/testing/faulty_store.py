@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from gic_runtime.storage.object_store import ObjectInfo, ObjectStore
 
@@ -171,6 +171,10 @@ class TestingFaultyStore:
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         self._run("put", key, lambda: self._inner.put(key, data, if_absent=if_absent))
+
+    def put_file(self, key: str, file: BinaryIO, size: int, *, if_absent: bool = False) -> None:
+        """A PUT as :meth:`put` is: the same rules (method ``put``) apply to it."""
+        self._run("put", key, lambda: self._inner.put_file(key, file, size, if_absent=if_absent))
 
     def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
         return self._run("get", key, lambda: self._inner.get(key, start=start, length=length))

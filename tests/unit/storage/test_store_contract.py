@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,30 @@ class TestPutGet:
         store.put("k", b"one")
         store.put("k", b"two")
         assert store.get("k") == b"two"
+
+    @pytest.mark.parametrize("size", [0, 11, 3 * (1 << 20) + 5])
+    def test_put_file_writes_the_whole_file_from_its_start(
+        self, store: ObjectStore, tmp_path: Path, size: int
+    ) -> None:
+        data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        with (tmp_path / "spool").open("w+b") as f:
+            f.write(data)  # left at its end: put_file reads from the start anyway
+            store.put_file("f/big.bin", f, size)
+            assert store.get("f/big.bin") == data
+            assert store.size("f/big.bin") == size
+            store.put_file("f/big.bin", f, size)  # plain: overwrites
+
+    def test_put_file_if_absent_refuses_an_existing_object(
+        self, store: ObjectStore, tmp_path: Path
+    ) -> None:
+        store.put("k", b"first")
+        with (tmp_path / "spool").open("w+b") as f:
+            f.write(b"second")
+            with pytest.raises(ObjectExistsError):
+                store.put_file("k", f, 6, if_absent=True)
+            store.put_file("new", f, 6, if_absent=True)
+        assert store.get("k") == b"first"
+        assert store.get("new") == b"second"
 
     def test_size_and_exists(self, store: ObjectStore) -> None:
         store.put("s", b"12345")
