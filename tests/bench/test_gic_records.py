@@ -7,31 +7,12 @@ import dataclasses
 import pytest
 from bench.streaming import gic_records
 from bench.streaming.records import BenchmarkError
+from tests.support.reports import batch_report
 
 from gic_runtime.checkpoint.manifest import Manifest, StoredManifest
 from gic_runtime.handles import BucketState, SnapshotHandle
-from gic_runtime.spark import BatchReport
 
-REPORT = BatchReport(
-    batch_id=0,
-    rows_in=10,
-    rows_out=10,
-    tasks=2,
-    batch_ms=5.0,
-    commit_ms=2.0,
-    bytes_uploaded=300,
-    changelog_bytes=100,
-    snapshot_bytes=200,
-    local_hits=2,
-    restored=0,
-    empty=0,
-    materializations_adopted=0,
-    materializations_started=0,
-    self_contained=False,
-    manifest_uri="file:///m",
-    published_rows=10,
-    manifest_bytes=50,
-)
+REPORT = batch_report(manifest_bytes=50)
 
 
 def stored(checkpoint_id: int, snapshots: dict[int, tuple[str, int]]) -> StoredManifest:

@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from gic_runtime.spark import BatchReport
+from tests.support.reports import batch_report
+
 from gic_runtime.spark.query_run import REPORTS_KEPT, RecentReports, RunSummary
 from gic_runtime.spark.reports import StartInfo
 
-REPORT = BatchReport(
-    batch_id=0,
-    rows_in=1,
-    rows_out=1,
-    tasks=1,
-    batch_ms=1.0,
-    commit_ms=1.0,
-    bytes_uploaded=0,
-    changelog_bytes=0,
-    snapshot_bytes=0,
-    local_hits=0,
-    restored=0,
-    empty=0,
-    materializations_adopted=0,
-    materializations_started=0,
-    self_contained=False,
-    manifest_uri="file:///m",
-    published_rows=1,
-)
+REPORT = batch_report()
 START = StartInfo(
     epoch=1,
     resumed_after=41,

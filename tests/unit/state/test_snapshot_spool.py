@@ -97,31 +97,26 @@ def test_a_spooled_upload_holds_a_frame_not_the_bucket(tmp_path: Path, compress:
     """32 MiB of entries (16 compressed) go out with a few MiB of Python memory at most:
     in memory the same upload holds the whole file at least once."""
     storage = storage_root(LocalObjectStore(tmp_path / "store"))
-    entries, value_bytes = 16_000, 2_000
-    tracemalloc.start()
-    try:
-        upload_snapshot(
-            storage.resolver,
-            storage.store.uri_for("spooled.snap"),
-            _bucket(entries, value_bytes),
-            bucket=1,
-            seq=1,
-            compress=compress,
-            spool_dir=tmp_path,
-        )
-        spooled_peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.reset_peak()
-        upload_snapshot(
-            storage.resolver,
-            storage.store.uri_for("in-memory.snap"),
-            _bucket(entries, value_bytes),
-            bucket=1,
-            seq=1,
-            compress=compress,
-        )
-        in_memory_peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+
+    def peak(name: str, spool_dir: Path | None) -> int:
+        """Python memory at the peak of one upload of a 32 MiB bucket."""
+        tracemalloc.start()
+        try:
+            upload_snapshot(
+                storage.resolver,
+                storage.store.uri_for(name),
+                _bucket(16_000, 2_000),
+                bucket=1,
+                seq=1,
+                compress=compress,
+                spool_dir=spool_dir,
+            )
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    spooled_peak = peak("spooled.snap", tmp_path)
+    in_memory_peak = peak("in-memory.snap", None)
     stored = storage.store.size("spooled.snap")
     assert stored > 15 * 2**20
     assert spooled_peak < 4 * snapshot.FRAME_RAW_BYTES < stored / 2
