@@ -65,6 +65,13 @@ _COPY_CHUNK = 1 << 20
 _Parts = builtins.list[str]
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than it was given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class LocalObjectStore:
     """:class:`~gic_runtime.storage.object_store.ObjectStore` over a directory. Thread-safe.
 
@@ -173,12 +180,7 @@ class LocalObjectStore:
     # --- operations --------------------------------------------------------------------
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        def write(fd: int) -> None:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-
-        self._put(key, write, if_absent=if_absent)
+        self._put(key, lambda fd: _write_all(fd, data), if_absent=if_absent)
 
     def put_file(self, key: str, file: BinaryIO, size: int, *, if_absent: bool = False) -> None:
         def write(fd: int) -> None:
@@ -188,9 +190,7 @@ class LocalObjectStore:
                 chunk = file.read(min(left, _COPY_CHUNK))
                 if not chunk:
                     raise OSError(errno.EIO, f"file ended {left} bytes before its size {size}")
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_all(fd, chunk)
                 left -= len(chunk)
 
         self._put(key, write, if_absent=if_absent)
@@ -396,21 +396,12 @@ class LocalObjectStore:
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
                 raise
-        tmp = f"{_TMP_PREFIX}{uuid.uuid4().hex}"
-        out = os.open(tmp, _CREATE_FLAGS, 0o666, dir_fd=ddfd)
-        try:
-            try:
-                while chunk := os.read(sfd, _COPY_CHUNK):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(out, view) :]
-                os.fsync(out)
-            finally:
-                os.close(out)
-            os.link(tmp, dst, src_dir_fd=ddfd, dst_dir_fd=ddfd)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=ddfd)
+
+        def write(fd: int) -> None:
+            while chunk := os.read(sfd, _COPY_CHUNK):
+                _write_all(fd, chunk)
+
+        self._publish(ddfd, dst, write, if_absent=True)
 
 
 def _translate(exc: OSError, uri: str) -> StorageError:
