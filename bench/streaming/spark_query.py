@@ -268,15 +268,29 @@ def parquet_writer(out: Path) -> Callable[[DataFrame, int], None]:
     return write
 
 
-def output_fingerprint(spark: SparkSession, out: Path, batches: int) -> dict[str, Any]:
+def output_fingerprint(out: Path, batches: int) -> dict[str, Any]:
     """The fingerprint (:func:`bench.streaming.outputs.fingerprint`) of the Parquet
-    batches :func:`parquet_writer` wrote under ``out`` (ids ``< batches``)."""
+    batches :func:`parquet_writer` wrote under ``out`` (ids ``< batches``).
+
+    Read with pyarrow in this process, as GIC's sink is read, not collected through
+    Spark's driver: the state sweep's outputs pass ``spark.driver.maxResultSize`` (64
+    batches at 100 MB of state wrote 1.1 GB). Timestamps are read as UTC microseconds
+    whatever Parquet type Spark wrote them as (INT96 by default)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
     from bench.streaming import outputs
 
     if not out.is_dir() or not any(out.glob("batch_id=*")):
         return outputs.fingerprint([], [], batches)
-    table = spark.read.parquet(str(out)).toArrow()
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
     ids = table.column("batch_id").to_pylist()
-    data = table.drop_columns(["batch_id"])
-    rows = zip(*(c.to_pylist() for c in data.columns), strict=True)
+    columns = []
+    for column in table.drop_columns(["batch_id"]).columns:
+        if pa.types.is_timestamp(column.type):
+            columns.append(pc.cast(column, pa.timestamp("us", tz="UTC")).to_pylist())
+        else:
+            columns.append(column.to_pylist())
+    rows = zip(*columns, strict=True)
     return outputs.fingerprint(rows, ids, batches)

@@ -308,7 +308,7 @@ def run_spark_store(
         slots = spark.sparkContext.defaultParallelism
         version = spark.version
         if output:
-            fingerprint = spark_query.output_fingerprint(spark, out, total)
+            fingerprint = spark_query.output_fingerprint(out, total)
     finally:
         spark_query.stop_session(spark, params)
         samples = sampler.close() if sampler is not None else {}
@@ -417,7 +417,7 @@ def run_appending(
         effective = {key: _conf(spark, key) for key in REPORTED_CONF}
         slots = spark.sparkContext.defaultParallelism
         version = spark.version
-        fingerprint = spark_query.output_fingerprint(spark, out, total)
+        fingerprint = spark_query.output_fingerprint(out, total)
     finally:
         spark_query.stop_session(spark, params)
     added, problem = _added_bytes(str(checkpoint), False, progress, variant)

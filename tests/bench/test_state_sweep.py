@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -474,6 +475,47 @@ def test_fingerprints_hash_strings_the_same_way_everywhere() -> None:
     assert a == b
     assert a["rows_sha256"] != c["rows_sha256"]
     assert outputs.cell("abc") == outputs.cell("abc") != outputs.cell("abd")
+
+
+def test_spark_output_is_fingerprinted_from_its_parquet_files_like_gics(tmp_path: Path) -> None:
+    """Spark's batches as its ``foreachBatch`` writer lays them out (a directory per batch
+    with part files, ``_SUCCESS`` and ``.crc`` files, timestamps as INT96) read without
+    Spark's driver, whose result size limit the sweep's outputs pass."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from bench.streaming import spark_query
+
+    stamp = datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+    rows_by_batch = {
+        0: [(1, "a" * 500, stamp), (2, "b", stamp)],
+        1: [(1, "c", stamp + timedelta(seconds=1))],
+        2: [],
+        3: [(9, "late", stamp)],  # a batch beyond the ones counted
+    }
+    schema = pa.schema([("key", pa.int64()), ("payload", pa.string()), ("ts", pa.timestamp("us"))])
+    for batch, rows in rows_by_batch.items():
+        directory = tmp_path / "out" / f"batch_id={batch}"
+        directory.mkdir(parents=True)
+        table = pa.table(
+            {
+                "key": [r[0] for r in rows],
+                "payload": [r[1] for r in rows],
+                "ts": [r[2].replace(tzinfo=None) for r in rows],
+            },
+            schema=schema,
+        )
+        part = directory / "part-00000.parquet"
+        pq.write_table(table, part, use_deprecated_int96_timestamps=True)
+        (directory / "_SUCCESS").write_bytes(b"")
+        (directory / ".part-00000.parquet.crc").write_bytes(b"\x00crc")
+    read = spark_query.output_fingerprint(tmp_path / "out", 3)
+    kept = [(row, batch) for batch, rows in rows_by_batch.items() for row in rows]
+    expected = outputs.fingerprint([r for r, _ in kept], [b for _, b in kept], 3)
+    assert read == expected
+    assert read["rows"] == 3
+    moved = outputs.fingerprint([r for r, _ in kept], [0 for _ in kept], 3)
+    assert read["rows_by_batch_sha256"] != moved["rows_by_batch_sha256"]
+    assert spark_query.output_fingerprint(tmp_path / "none", 3) == outputs.fingerprint([], [], 3)
 
 
 def test_a_finished_run_keeps_its_checkpoint_but_not_its_local_copies(tmp_path: Path) -> None:
