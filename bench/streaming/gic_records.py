@@ -164,11 +164,24 @@ class ManifestTracker:
     """Takes each batch's :class:`ManifestFacts` as the batch lands, in commit order.
 
     Invariant: holds one manifest, the latest (:attr:`latest`), and one snapshot map,
-    whatever the run's length."""
+    whatever the run's length. A run that resumes a checkpoint starts from it
+    (:meth:`resume_from`), so its first batch counts as new only the snapshots that
+    checkpoint did not reference, as every later batch does."""
 
     facts: dict[int, ManifestFacts] = field(default_factory=dict)
     latest: StoredManifest | None = None
     _previous: dict[str, int] = field(default_factory=dict)
+
+    def resume_from(self, stored: StoredManifest) -> None:
+        """Take ``stored``, the checkpoint a restarted run resumed, as the previous batch's
+        manifest (before any batch was added)."""
+        if self.latest is not None:
+            raise BenchmarkError(
+                f"cannot resume from checkpoint {stored.checkpoint_id}: the tracker already "
+                f"took batch {self.latest.checkpoint_id}"
+            )
+        self._previous = snapshots(stored)
+        self.latest = stored
 
     def add(self, report: BatchReport, stored: StoredManifest) -> None:
         """Record batch ``report.batch_id``, which committed ``stored``."""

@@ -288,6 +288,12 @@ def run_gic(
                 stored = driver.timeline.latest() if driver is not None else None
                 if stored is None or stored.checkpoint_id != report.batch_id:
                     raise BenchmarkError(f"no manifest in memory for batch {report.batch_id}")
+                if got.manifests.latest is None and driver is not None:
+                    # a restart: count new snapshots against the checkpoint it resumed
+                    before = report.batch_id
+                    resumed = [m for m in driver.timeline.retained() if m.checkpoint_id < before]
+                    if resumed:
+                        got.manifests.resume_from(resumed[-1])
                 got.reports.append(report)
                 got.manifests.add(report, stored)
                 if sampler is not None:

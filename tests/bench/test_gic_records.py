@@ -57,6 +57,20 @@ def test_facts_count_snapshots_new_since_the_previous_batch() -> None:
     assert [r.parts["state_snapshot_bytes"] for r in out] == [140.0, 160.0, 160.0]
 
 
+def test_a_restarted_run_counts_only_snapshots_its_resumed_checkpoint_did_not_have() -> None:
+    resumed = stored(6, {0: ("s0a", 100), 1: ("s1a", 40)})
+    tracker = gic_records.ManifestTracker()
+    tracker.resume_from(resumed)
+    first = dataclasses.replace(REPORT, batch_id=7, snapshot_bytes=0)
+    tracker.add(first, stored(7, {0: ("s0a", 100), 1: ("s1b", 60)}))
+    assert tracker.facts == {7: gic_records.ManifestFacts(60, 160, 50)}
+    fresh = gic_records.ManifestTracker()  # what the first batch counted before
+    fresh.add(first, stored(7, {0: ("s0a", 100), 1: ("s1b", 60)}))
+    assert fresh.facts[7].new_snapshot_bytes == 160
+    with pytest.raises(BenchmarkError, match="already took batch 7"):
+        tracker.resume_from(resumed)
+
+
 def test_a_batch_the_tracker_did_not_see_is_missing() -> None:
     tracker = gic_records.ManifestTracker()
     tracker.add(REPORT, stored(0, {}))
