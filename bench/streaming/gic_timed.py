@@ -208,10 +208,7 @@ def output_fingerprint(path: Path, batches: int) -> dict[str, Any]:
     table = read_file_sink(str(path))
     if table is None:
         return outputs.fingerprint([], [], batches)
-    ids = table.column("batch_id").to_pylist()
-    data = table.drop_columns(["batch_id"])
-    rows = zip(*(c.to_pylist() for c in data.columns), strict=True)
-    return outputs.fingerprint(rows, ids, batches)
+    return outputs.table_fingerprint(table, batches)
 
 
 STATE_KINDS = frozenset((b"v", b"m", b"l", b"V", b"M", b"L"))

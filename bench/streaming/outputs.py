@@ -1,5 +1,6 @@
 """What a system wrote, reduced to a fingerprint every system computes the same way, and
-the reference outputs of the event-time workloads (pure Python, for tests and checks).
+the reference outputs of the event-time workloads (pure Python, for tests and checks;
+:func:`table_fingerprint` takes a pyarrow table).
 
 A system's output is a table of rows plus the micro-batch that wrote each. Its
 :func:`fingerprint` sorts the rows of the batches ``[0, batches)`` (timestamps as integer
@@ -62,6 +63,23 @@ def fingerprint(
         "rows_sha256": _digest(plain),
         "rows_by_batch_sha256": _digest(tagged),
     }
+
+
+def table_fingerprint(table: Any, batches: int) -> dict[str, Any]:
+    """:func:`fingerprint` of a pyarrow table of output rows with a ``batch_id`` column,
+    as both GIC's sink and Spark's Parquet batches read back; timestamp columns are
+    taken as UTC microseconds whatever unit the file stored them in (Spark writes
+    INT96, read as nanoseconds)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    micros_utc = pa.timestamp("us", tz="UTC")
+    columns = [
+        (pc.cast(c, micros_utc) if pa.types.is_timestamp(c.type) else c).to_pylist()
+        for c in table.drop_columns(["batch_id"]).columns
+    ]
+    ids = table.column("batch_id").to_pylist()
+    return fingerprint(zip(*columns, strict=True), ids, batches)
 
 
 def _digest(rows: Sequence[Row]) -> str:

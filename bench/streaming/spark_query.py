@@ -274,10 +274,7 @@ def output_fingerprint(out: Path, batches: int) -> dict[str, Any]:
 
     Read with pyarrow in this process, as GIC's sink is read, not collected through
     Spark's driver: the state sweep's outputs pass ``spark.driver.maxResultSize`` (64
-    batches at 100 MB of state wrote 1.1 GB). Timestamps are read as UTC microseconds
-    whatever Parquet type Spark wrote them as (INT96 by default)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    batches at 100 MB of state wrote 1.1 GB)."""
     import pyarrow.dataset as ds
 
     from bench.streaming import outputs
@@ -285,12 +282,4 @@ def output_fingerprint(out: Path, batches: int) -> dict[str, Any]:
     if not out.is_dir() or not any(out.glob("batch_id=*")):
         return outputs.fingerprint([], [], batches)
     table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
-    ids = table.column("batch_id").to_pylist()
-    columns = []
-    for column in table.drop_columns(["batch_id"]).columns:
-        if pa.types.is_timestamp(column.type):
-            columns.append(pc.cast(column, pa.timestamp("us", tz="UTC")).to_pylist())
-        else:
-            columns.append(column.to_pylist())
-    rows = zip(*columns, strict=True)
-    return outputs.fingerprint(rows, ids, batches)
+    return outputs.table_fingerprint(table, batches)
