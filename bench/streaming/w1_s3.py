@@ -36,13 +36,16 @@ import shutil
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import common
 from bench.streaming import latency_proxy, modes, s3a, systems
 from bench.streaming.records import BenchmarkError
 from bench.streaming.repeats import Comparison, Section, run_sections
 from bench.streaming.workloads import keyed_count
+
+if TYPE_CHECKING:
+    from tests.support.testing_s3server import TestingS3Server
 
 NAME = "w1_s3"
 GIC = "gic_s3"
@@ -80,8 +83,9 @@ def latencies_from_env(environ: Mapping[str, str] = os.environ) -> list[int]:
 
 
 @contextmanager
-def shared_s3() -> Iterator[str]:
-    """Start SeaweedFS, create the bucket, export the S3 environment; yields the endpoint."""
+def shared_s3() -> Iterator[TestingS3Server]:
+    """Start SeaweedFS, create the bucket, export the S3 environment; yields the server
+    (its ``endpoint_url`` is what a :func:`with_latency` proxy relays to)."""
     from tests.support.testing_s3server import TestingS3Server
 
     data_dir = common.SCRATCH / f"{NAME}-seaweedfs-{uuid.uuid4().hex[:10]}"
@@ -92,7 +96,7 @@ def shared_s3() -> Iterator[str]:
             values = (server.endpoint_url, s.region, s.access_key_id, s.secret_access_key)
             os.environ.update({n: v or "" for n, v in zip(_S3_ENV, values, strict=True)})
             os.environ[s3a.BUCKET_ENV] = server.create_bucket()
-            yield server.endpoint_url
+            yield server
     finally:
         _restore(saved)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -156,7 +160,7 @@ def main() -> None:
             saved = {"GIC_BENCH_SYSTEMS": os.environ.get("GIC_BENCH_SYSTEMS")}
             stack.callback(_restore, saved)
             os.environ["GIC_BENCH_SYSTEMS"] = raw
-        upstream = stack.enter_context(shared_s3())
+        upstream = stack.enter_context(shared_s3()).endpoint_url
 
         run_sections(
             COMPARISON,

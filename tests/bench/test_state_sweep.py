@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.streaming import memory_sampling, outputs, state_sweep
+from bench.streaming import memory_sampling, outputs, s3a, state_sweep
 from bench.streaming.records import BatchRecord, BenchmarkError, RunResult
 from bench.streaming.state_sweep import FLOOR, GIC, HDFS, ROCKSDB, SIZES, StateSize
 from bench.streaming.workloads import KEYED_COUNT, KEYED_PAYLOAD, WorkloadSpec, payload_hashes
@@ -527,3 +527,45 @@ def test_a_finished_run_keeps_its_checkpoint_but_not_its_local_copies(tmp_path: 
     state_sweep.drop_local_copies(scratch)
     assert sorted(p.name for p in scratch.iterdir()) == ["checkpoint", "result.json"]
     state_sweep.drop_local_copies(tmp_path / "never-ran")  # nothing to delete is fine
+
+
+def _volume_bytes(data_dir: Path) -> int:
+    return sum(f.stat().st_size for f in data_dir.rglob("*.dat"))
+
+
+def test_a_forgotten_run_leaves_no_objects_and_the_server_frees_their_space(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.testing_s3server import TestingS3Server
+
+    with TestingS3Server(tmp_path / "seaweedfs") as server:
+        settings = server.settings
+        monkeypatch.setenv("GIC_S3_ENDPOINT_URL", server.endpoint_url)
+        monkeypatch.setenv("AWS_REGION", settings.region or "us-east-1")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", settings.access_key_id or "")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", settings.secret_access_key or "")
+        bucket = server.create_bucket()
+        monkeypatch.setenv(s3a.BUCKET_ENV, bucket)
+        spec = state_sweep.workload(SIZES[0])
+        runs = state_sweep.SizeRuns(spec, output=False, reclaim=server.reclaim_deleted)
+        scratch = tmp_path / "run"
+        scratch.mkdir()
+        runs.last[ROCKSDB] = scratch
+        prefix = state_sweep.storage_prefix(ROCKSDB, spec, scratch)
+        other = "gic/another-run/kept"
+        body = os.urandom(1 << 20)
+        for i in range(24):
+            server.client().put_object(Bucket=bucket, Key=f"{prefix}/part-{i}", Body=body)
+        server.client().put_object(Bucket=bucket, Key=other, Body=b"kept")
+        before = _volume_bytes(server.data_dir)
+        assert before >= 24 << 20
+
+        runs.clean()
+
+        listed = server.client().list_objects_v2(Bucket=bucket).get("Contents", [])
+        assert [o["Key"] for o in listed] == [other]  # nothing else under another prefix
+        assert not scratch.exists() and runs.last == {}
+        # the deleted bytes left the volumes at once, not at SeaweedFS's next own vacuum
+        assert before - _volume_bytes(server.data_dir) >= 20 << 20
+        with pytest.raises(Exception, match="garbage_threshold"):
+            server.reclaim_deleted(0.0)
