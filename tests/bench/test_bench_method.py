@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from bench.streaming import (
@@ -34,6 +34,9 @@ from bench.streaming.records import BatchRecord, BenchmarkError, BenchParams, Ru
 from bench.streaming.workloads import EVENT_LOG, WorkloadSpec, keyed_count
 
 from bench import common
+
+if TYPE_CHECKING:
+    from tests.support.testing_s3server import TestingS3Server
 
 # --- the latency proxy -------------------------------------------------------------------
 
@@ -109,22 +112,15 @@ def test_the_proxy_adds_its_latency_once_per_request_and_relays_bodies_unchanged
 
 
 def test_the_measured_added_latency_on_s3_is_the_configured_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_server: TestingS3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.support.testing_s3server import TestingS3Server
-
-    with TestingS3Server(tmp_path / "weed") as server:
-        s = server.settings
-        monkeypatch.setenv("GIC_S3_ENDPOINT_URL", server.endpoint_url)
-        monkeypatch.setenv("AWS_REGION", s.region or "us-east-1")
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", s.access_key_id or "")
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s.secret_access_key or "")
-        bucket = server.create_bucket()
-        with latency_proxy.LatencyProxy(server.endpoint_url, 0.03) as proxy:
-            got = latency_proxy.measure_added_latency(
-                server.endpoint_url, proxy.endpoint_url, bucket, samples=8
-            )
-            assert proxy.requests_by_method()["HEAD"] == 9
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    with latency_proxy.LatencyProxy(s3_server.endpoint_url, 0.03) as proxy:
+        got = latency_proxy.measure_added_latency(
+            s3_server.endpoint_url, proxy.endpoint_url, s3_bucket, samples=8
+        )
+        assert proxy.requests_by_method()["HEAD"] == 9
     assert 29 <= got["added_ms_min"] <= 45
     assert 25 <= got["added_ms_p50"] <= 50  # medians move with the machine's load
     assert got["head_ms_proxied_p50"] > got["head_ms_direct_p50"] + 25

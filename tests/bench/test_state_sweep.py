@@ -539,11 +539,8 @@ def test_a_forgotten_run_leaves_no_objects_and_the_server_frees_their_space(
     from tests.support.testing_s3server import TestingS3Server
 
     with TestingS3Server(tmp_path / "seaweedfs") as server:
-        settings = server.settings
-        monkeypatch.setenv("GIC_S3_ENDPOINT_URL", server.endpoint_url)
-        monkeypatch.setenv("AWS_REGION", settings.region or "us-east-1")
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", settings.access_key_id or "")
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", settings.secret_access_key or "")
+        for name, value in server.environment().items():
+            monkeypatch.setenv(name, value)
         bucket = server.create_bucket()
         monkeypatch.setenv(s3a.BUCKET_ENV, bucket)
         spec = state_sweep.workload(SIZES[0])

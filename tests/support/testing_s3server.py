@@ -129,6 +129,17 @@ class TestingS3Server(Service):
         """Settings reaching this server with valid credentials (3 attempts per request)."""
         return require_started(self._settings, ConfigurationError, _NOT_STARTED)
 
+    def environment(self) -> dict[str, str]:
+        """The variables that point a runtime (``GIC_S3_ENDPOINT_URL``) and boto3 (the
+        ``AWS_*`` credentials and region) at this server."""
+        s = self.settings
+        return {
+            "GIC_S3_ENDPOINT_URL": s.endpoint_url or self.endpoint_url,
+            "AWS_REGION": s.region or "us-east-1",
+            "AWS_ACCESS_KEY_ID": s.access_key_id or "",
+            "AWS_SECRET_ACCESS_KEY": s.secret_access_key or "",
+        }
+
     @property
     def pid(self) -> int | None:
         """Process id of the running server, if any."""

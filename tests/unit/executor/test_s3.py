@@ -25,11 +25,8 @@ def test_batches_on_s3_restore_adopt_and_stage(
     make_barrier: Callable[..., Barrier],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settings = s3_server.settings
-    monkeypatch.setenv("GIC_S3_ENDPOINT_URL", settings.endpoint_url or "")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", settings.access_key_id or "")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", settings.secret_access_key or "")
-    monkeypatch.setenv("AWS_REGION", settings.region or "us-east-1")
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
     root = s3_store.root_uri
 
     def barrier(checkpoint_id: int, **kw: object) -> Barrier:
@@ -44,7 +41,7 @@ def test_batches_on_s3_restore_adopt_and_stage(
     assert sum(a.stats.restored for a in rerun) >= 1
     assert wait_local_materializations(60)
 
-    resolver = StoreResolver(settings)
+    resolver = StoreResolver(s3_server.settings)
     want = expected_counts(KEYS, MORE)
     for acks in (acks2, rerun):
         assert counts_from_storage(states_of(acks), resolver) == want

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.support.materialization import local_scope
+
 from gic_runtime.handles import BucketState, ChangelogHandle, SnapshotHandle
 from gic_runtime.materialization import background as lm
 from gic_runtime.materialization.background import (
@@ -19,7 +21,6 @@ from gic_runtime.materialization.background import (
     start_due_materializations,
     wait_local_materializations,
 )
-from gic_runtime.materialization.scheduler import MaterializationSettings
 from gic_runtime.materialization.snapshot_record import MaterializationRecord, write_record
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
@@ -29,23 +30,6 @@ from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
 WAIT = 30.0  # seconds; a bound for a broken build only
-
-
-def _scope(
-    tmp_path: Path, resolver: StoreResolver | None = None, **kw: Any
-) -> MaterializationScope:
-    objects = LocalObjectStore(tmp_path / "objects")
-    if resolver is None:
-        resolver = StoreResolver()
-        resolver.register(objects)
-    return MaterializationScope(
-        tmp_path / "materialized",
-        objects.root_uri,
-        "job",
-        1,
-        resolver,
-        MaterializationSettings(**kw),
-    )
 
 
 def _state(
@@ -66,7 +50,7 @@ def _state(
 
 
 def test_due_by_sections_whatever_the_interval(tmp_path: Path) -> None:
-    scope = _scope(tmp_path, interval_s=1e9, max_sections=8)
+    scope = local_scope(tmp_path, interval_s=1e9, max_sections=8)
     now = time.time()
     assert lm._due(scope, 3, _state(7), now, anchor=now) is None
     due = lm._due(scope, 3, _state(8), now, anchor=now)
@@ -76,7 +60,7 @@ def test_due_by_sections_whatever_the_interval(tmp_path: Path) -> None:
 
 
 def test_due_by_bytes_against_the_snapshot_size_with_a_floor(tmp_path: Path) -> None:
-    scope = _scope(tmp_path, interval_s=1e9, changelog_ratio=1.0, changelog_floor_bytes=1000)
+    scope = local_scope(tmp_path, interval_s=1e9, changelog_ratio=1.0, changelog_floor_bytes=1000)
     now = time.time()
     small = _state(3, length=300, base=5)  # 900 bytes, no snapshot: under the floor
     assert lm._due(scope, 3, small, now, now) is None
@@ -89,7 +73,7 @@ def test_due_by_bytes_against_the_snapshot_size_with_a_floor(tmp_path: Path) -> 
 
 
 def test_growth_counts_from_a_newer_record_that_fits(tmp_path: Path) -> None:
-    scope = _scope(tmp_path, interval_s=1e9, max_sections=4)
+    scope = local_scope(tmp_path, interval_s=1e9, max_sections=4)
     now = time.time()
     state = _state(10)
     snap = SnapshotHandle(f"{scope.root}/jobs/job/snapshots/3/x.snap", 3, 8, 100, 0)
@@ -103,7 +87,7 @@ def test_growth_counts_from_a_newer_record_that_fits(tmp_path: Path) -> None:
 
 
 def test_due_by_time_is_unchanged_below_the_limits(tmp_path: Path) -> None:
-    scope = _scope(tmp_path, interval_s=100.0, jitter=0.0, max_sections=50)
+    scope = local_scope(tmp_path, interval_s=100.0, jitter=0.0, max_sections=50)
     now = time.time()
     assert lm._due(scope, 3, _state(5), now, anchor=now - 100.0) is not None
     snap = SnapshotHandle(f"{scope.root}/jobs/job/snapshots/3/x.snap", 3, 2, 100, 0)
@@ -120,7 +104,7 @@ def test_due_by_time_is_unchanged_below_the_limits(tmp_path: Path) -> None:
 def test_time_waits_for_a_quarter_of_the_snapshot_in_changes(tmp_path: Path) -> None:
     """A large snapshot with little change since: the interval alone does not snapshot
     it again until its changelog reached time_min_change x the snapshot's size."""
-    scope = _scope(tmp_path, interval_s=100.0, jitter=0.0, max_sections=50)
+    scope = local_scope(tmp_path, interval_s=100.0, jitter=0.0, max_sections=50)
     now = time.time()
     late = now + 10_000.0  # far past every due time
     small = _state(4, length=1000, snapshot_size=20_000, base=5)  # 4,000 of 20,000
@@ -130,7 +114,7 @@ def test_time_waits_for_a_quarter_of_the_snapshot_in_changes(tmp_path: Path) -> 
     assert due is not None and not due.by_growth and due.pressure == 0.25
     no_snapshot = _state(2, length=10)  # nothing to download instead: any change
     assert lm._due(scope, 3, no_snapshot, late, anchor=now) is not None
-    any_change = _scope(
+    any_change = local_scope(
         tmp_path / "any", interval_s=100.0, jitter=0.0, max_sections=50, time_min_change=0.0
     )
     assert lm._due(any_change, 3, small, late, anchor=now) is not None
@@ -172,7 +156,7 @@ class _Task:
 def test_the_section_limit_holds_over_200_batches(tmp_path: Path) -> None:
     """W1-like: 128 buckets, 4 tasks in one process with one time slot, every bucket
     gains a section per batch; background jobs finish between batches."""
-    scope = _scope(tmp_path, max_sections=32)
+    scope = local_scope(tmp_path, max_sections=32)
     tasks = [_Task(scope, range(32 * t, 32 * t + 32), 128) for t in range(4)]
     before = local_stats()
     peak = 0
@@ -204,7 +188,7 @@ class TestingGatedResolver(StoreResolver):
 
 def test_each_range_has_its_own_growth_lane(tmp_path: Path) -> None:
     resolver = TestingGatedResolver(LocalObjectStore(tmp_path / "objects"))
-    scope = _scope(tmp_path, resolver, interval_s=1e9, max_sections=2, max_in_flight=1)
+    scope = local_scope(tmp_path, resolver, interval_s=1e9, max_sections=2, max_in_flight=1)
     a, b = _Task(scope, range(0, 4), 8), _Task(scope, range(4, 8), 8)
     try:
         assert a.batch(0)[1] == 0 and b.batch(0)[1] == 0  # one section: under the limit
@@ -247,7 +231,7 @@ def test_adoption_checks_existence_concurrently_and_skips_missing_snapshots(
     store = TestingMeetingStore(tmp_path / "objects")
     resolver = StoreResolver()
     resolver.register(store)
-    scope = _scope(tmp_path, resolver, interval_s=1e9, max_sections=1)
+    scope = local_scope(tmp_path, resolver, interval_s=1e9, max_sections=1)
     task = _Task(scope, range(0, 8), 8)
     assert task.batch(0)[1] == 8  # one section each: every bucket due by growth
     assert wait_local_materializations(WAIT)
