@@ -124,6 +124,15 @@ class SettingsFields(BaseSettings):
         "downloading the snapshot, so re-uploading the whole bucket buys little. 0: any "
         "change (docs/architecture.md §7).",
     )
+    materialization_growth_turns: bool = Field(
+        _MATERIALIZATION.growth_turns,
+        description="Task ranges take turns by checkpoint to start their snapshots up to "
+        "(ranges - 1) checkpoints before the changelog ratio or section limit, so ranges "
+        "whose state grows alike do not all snapshot in one checkpoint, where storage "
+        "briefly holds their previous and new snapshots and the changelog at once "
+        "(docs/architecture.md §7). Off: each range snapshots at its limit, with fewer "
+        "background uploads and higher storage peaks.",
+    )
     changelog_preemptive_upload_bytes: int = Field(
         4 * _MiB,
         ge=1,

@@ -195,6 +195,7 @@ class GICSettings(SettingsFields):
                 max_sections=self.materialization_max_sections,
                 changelog_ratio=self.materialization_changelog_ratio,
                 time_min_change=self.materialization_time_min_change,
+                growth_turns=self.materialization_growth_turns,
             ),
             checkpoint_timeout_s=self.checkpoint_timeout_s,
             restore=BackgroundRestoreSettings(
@@ -277,6 +278,7 @@ ACCEPTED: Mapping[str, str] = {
     "materialization_max_sections": "a positive integer",
     "materialization_changelog_ratio": "a positive number (multiple of the snapshot's size)",
     "materialization_time_min_change": "a number from 0 to 1 (fraction of the snapshot's size)",
+    "materialization_growth_turns": "true or false (also 1/0, yes/no, on/off)",
     "changelog_preemptive_upload_bytes": "a positive number of bytes",
     "changelog_codec": "'zstd' or 'none'",
     "max_hedges": "an integer >= 0 (0 disables hedging)",

@@ -73,6 +73,7 @@ from gic_runtime.materialization.background import (
     start_due_materializations,
     wait_local_materializations,
 )
+from gic_runtime.materialization.scheduler import Turn
 from gic_runtime.materialization.snapshot_upload import upload_view
 from gic_runtime.savepoint.canonical_import import restore_from_canonical
 from gic_runtime.state.backend import KeyedStateBackend, RestoreSummary, StateKeys
@@ -430,7 +431,8 @@ def _run_locked(
 
     # 6. background materializations, then the ack
     ready = {b: s for b, s in states.items() if backend.restored(b)}
-    started = start_due_materializations(scope, backend, ready)
+    turn = Turn(barrier.checkpoint_id, task_index, barrier.num_tasks)
+    started = start_due_materializations(scope, backend, ready, turn)
     progress = backend.restore_progress()
     restore_bytes, replayed = _restore_delta(before, progress)
     stats = TaskStats(

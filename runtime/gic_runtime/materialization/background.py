@@ -35,6 +35,11 @@ After a task's checkpoint (:func:`start_due_materializations`), on the task thre
   and one start serves the range's whole growth backlog, so with every bucket gaining a
   section per batch, a bucket's count exceeds ``max_sections`` by at most the batches
   until the range's running growth job ends plus those its own job takes before it;
+* turns: at the checkpoints where it is the range's turn
+  (:class:`~gic_runtime.materialization.scheduler.Turn`: the checkpoint id modulo the
+  job's ranges), buckets that would reach a growth limit before
+  the range's next turn are growth-due too, so ranges growing in step start their
+  growth jobs in different checkpoints (``growth_turns``);
 * companions: a growth job also takes the range's buckets whose growth pressure reached
   ``companion_pressure`` (after the growth-due ones). A changelog segment holds a
   section of every bucket of its range and stays in storage until each has a newer
@@ -90,7 +95,7 @@ from gic_runtime.materialization.pool import (
     submit_job,
     wait_local_materializations,
 )
-from gic_runtime.materialization.scheduler import Due, Newest, due, pressure
+from gic_runtime.materialization.scheduler import Due, Newest, Turn, due, growth_since_base
 from gic_runtime.materialization.snapshot_record import (
     ADOPTION_MAX_AGE_S,
     MaterializationRecord,
@@ -166,13 +171,17 @@ def start_due_materializations(
     scope: MaterializationScope,
     backend: KeyedStateBackend,
     states: Mapping[int, BucketState],
+    turn: Turn | None = None,
 ) -> int:
     """Start background materializations of the due buckets among ``states`` (the states
     the task just checkpointed and marked persisted): one growth job with every
     growth-due bucket (highest pressure first), then the range's companions (pressure at
     least ``companion_pressure``), unless this range's growth lane is busy,
     then one job per time-due bucket (in bucket order) while the pool runs fewer than
-    ``max_in_flight`` jobs. Returns how many buckets started."""
+    ``max_in_flight`` jobs. ``turn`` places the range in the job's rotation at this
+    checkpoint: on its turn, a bucket that would reach a growth limit within ``count -
+    1`` more handles is growth-due as well (``None``: no rotation). Returns how many
+    buckets started."""
     pool = scope.pool
     s = scope.settings
     now = scope.clock.wall()
@@ -184,6 +193,7 @@ def start_due_materializations(
         if not lane_free and pool.in_flight >= s.max_in_flight:
             return 0
         waiting = {b for (d, b), t in pool.retry_at.items() if d == directory and t > now}
+    ahead = turn.count - 1 if s.growth_turns and turn is not None and turn.ours else 0
     growth: list[tuple[float, int]] = []
     companions: list[tuple[float, int]] = []
     timed: list[int] = []
@@ -196,11 +206,14 @@ def start_due_materializations(
         if reason is not None and reason.by_growth:
             growth.append((-reason.pressure, bucket))
             continue
+        since = growth_since_base(s, state, newest)
+        if ahead and since is not None and since.projected(ahead) >= 1.0:
+            growth.append((-since.pressure, bucket))  # its turn comes before the limit
+            continue
         if reason is not None:
             timed.append(bucket)
-        current = reason.pressure if reason is not None else pressure(s, state, newest)
-        if current is not None and current >= s.companion_pressure:
-            companions.append((-current, bucket))
+        if since is not None and since.pressure >= s.companion_pressure:
+            companions.append((-since.pressure, bucket))
     started = 0
     if growth and lane_free:
         joining = [b for _, b in sorted(companions)]

@@ -62,10 +62,20 @@ class Growth:
     changelog_bytes: int
     """Stored changelog bytes since the base."""
 
+    handles: int = 0
+    """Changelog handles since the base."""
+
     @property
     def pressure(self) -> float:
         """The larger fraction: at least 1.0 means due by growth."""
         return max(self.sections, self.bytes)
+
+    def projected(self, handles_ahead: int) -> float:
+        """The pressure after ``handles_ahead`` more handles that each grow it as much as
+        the handles since the base did on average (the pressure itself without any)."""
+        if self.handles == 0:
+            return self.pressure
+        return self.pressure * (1.0 + handles_ahead / self.handles)
 
 
 def growth(
@@ -83,7 +93,7 @@ def growth(
             sections += 1
             nbytes += handle.length
     limit = byte_limit(snapshot_size, limits)
-    return Growth(sections / limits.max_sections, nbytes / limit, nbytes)
+    return Growth(sections / limits.max_sections, nbytes / limit, nbytes, sections)
 
 
 def growth_pressure(

@@ -26,6 +26,15 @@ newest background snapshot record, describes it as a :class:`Newest`, and asks
 
 A bucket whose newest fitting snapshot is already at the state's seq is never due.
 
+*Turns* (``growth_turns``): task ranges whose buckets grow alike reach the growth limit in
+the same checkpoint, and their snapshots, the previous ones the fallback checkpoint still
+names and the changelog both pin then stand in storage at once. So the ranges of a job
+take turns: at checkpoint ``c`` range ``c mod ranges`` (:class:`Turn`) also starts the
+buckets that would reach a growth limit before its next turn
+(:meth:`~gic_runtime.materialization.growth.Growth.projected` over ``ranges - 1`` more
+handles), up to ``ranges - 1`` checkpoints early. Ranges that grow in step then snapshot
+in different checkpoints; the limit itself still binds at every checkpoint.
+
 Invariant: the rules are pure functions of their arguments (times are whatever clock the
 caller uses, :class:`~gic_runtime.clock.Clock` ``wall()`` seconds in the core), so every
 process and every test gets the same answer for the same inputs.
@@ -40,9 +49,18 @@ from dataclasses import dataclass
 
 from gic_runtime.errors import ConfigurationError
 from gic_runtime.handles import BucketState
-from gic_runtime.materialization.growth import growth
+from gic_runtime.materialization.growth import Growth, growth
 
-__all__ = ["Due", "MaterializationSettings", "Newest", "due", "pressure", "unit"]
+__all__ = [
+    "Due",
+    "MaterializationSettings",
+    "Newest",
+    "Turn",
+    "due",
+    "growth_since_base",
+    "pressure",
+    "unit",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +129,11 @@ class MaterializationSettings:
     free their segments together instead of one straggler pinning them; 1.0 turns
     companions off."""
 
+    growth_turns: bool = True
+    """Task ranges take turns by checkpoint to start their growth jobs up to ``ranges -
+    1`` checkpoints early (module docstring), so ranges that grow in step do not all
+    snapshot in one checkpoint. False: each range starts only at a limit."""
+
     max_consecutive_failures: int = 3
     """Failures in a row of one bucket after which each further failure is logged as an
     error instead of a warning: the bucket's changelog keeps growing (restores get
@@ -163,6 +186,29 @@ class Newest:
 
 
 @dataclass(frozen=True, slots=True)
+class Turn:
+    """Where a task range stands in the job's rotation at a checkpoint: range ``index``
+    of ``count`` has its turn at checkpoint ``checkpoint_id`` when ``checkpoint_id mod
+    count == index`` (the same answer in every process)."""
+
+    checkpoint_id: int
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count or self.checkpoint_id < 0:
+            raise ConfigurationError(
+                f"a turn needs 0 <= index < count and checkpoint_id >= 0; got range "
+                f"{self.index} of {self.count} at checkpoint {self.checkpoint_id}"
+            )
+
+    @property
+    def ours(self) -> bool:
+        """Whether it is this range's turn."""
+        return self.checkpoint_id % self.count == self.index
+
+
+@dataclass(frozen=True, slots=True)
 class Due:
     """Why a bucket is due: ``pressure`` is its changelog growth pressure
     (:func:`~gic_runtime.materialization.growth.growth_pressure`); at least 1.0 means
@@ -192,13 +238,22 @@ def _base(state: BucketState, newest: Newest | None) -> tuple[int, int | None] |
     return state.base, state.snapshot.size if state.snapshot is not None else None
 
 
+def growth_since_base(
+    settings: MaterializationSettings, state: BucketState, newest: Newest | None
+) -> Growth | None:
+    """The bucket's changelog growth since its effective base (see :func:`_base`);
+    ``None`` when the newest fitting snapshot already holds every change of ``state``."""
+    base = _base(state, newest)
+    return None if base is None else growth(state.changelog, *base, settings)
+
+
 def pressure(
     settings: MaterializationSettings, state: BucketState, newest: Newest | None
 ) -> float | None:
     """The bucket's growth pressure since its effective base (see :func:`_base`);
     ``None`` when the newest fitting snapshot already holds every change of ``state``."""
-    base = _base(state, newest)
-    return None if base is None else growth(state.changelog, *base, settings).pressure
+    current = growth_since_base(settings, state, newest)
+    return None if current is None else current.pressure
 
 
 def due(

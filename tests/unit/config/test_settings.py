@@ -220,6 +220,7 @@ def test_task_settings_carry_the_tuning() -> None:
         materialization_interval_s=30.0,
         materialization_jitter=0.0,
         materialization_max_in_flight=2,
+        materialization_growth_turns=False,
         checkpoint_timeout_s=12.0,
     )
     t = s.task_settings()
@@ -227,7 +228,11 @@ def test_task_settings_carry_the_tuning() -> None:
     assert (t.uploader.max_hedges, t.uploader.hedge_after_s) == (0, 0.25)
     assert t.uploader.hedge_budget_ratio == 0.1
     m = t.materialization
-    assert (m.interval_s, m.jitter, m.max_in_flight) == (30.0, 0.0, 2)
+    assert (m.interval_s, m.jitter, m.max_in_flight, m.growth_turns) == (30.0, 0.0, 2, False)
+    assert GICSettings().task_settings().materialization.growth_turns
+    assert not GICSettings.from_env(
+        {"GIC_MATERIALIZATION_GROWTH_TURNS": "off"}
+    ).materialization_growth_turns
     assert t.checkpoint_timeout_s == 12.0
     assert GICSettings(changelog_codec="ZSTD").task_settings().writer.codec is Codec.ZSTD
 
@@ -255,6 +260,7 @@ _settings = st.builds(
     materialization_interval_s=_pos_float,
     materialization_jitter=st.floats(0, 0.999, allow_nan=False),
     materialization_max_in_flight=st.integers(1, 64),
+    materialization_growth_turns=st.booleans(),
     changelog_preemptive_upload_bytes=st.integers(1, 2**40),
     changelog_codec=st.sampled_from(["zstd", "none"]),
     max_hedges=st.integers(0, 5),

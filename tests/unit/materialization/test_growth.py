@@ -1,16 +1,18 @@
 """Materialization triggered by changelog growth (docs/architecture.md §7, §13.5): the
-growth pressure, growth jobs served most-over-first beside the time slots, and the
-section limit holding over a long run of batches, on the scheduler the task core runs
-(with a hand-moved clock and hand-run background jobs)."""
+growth pressure, growth jobs served most-over-first beside the time slots, the section
+limit holding over a long run of batches, and task ranges taking turns, on the scheduler
+the task core runs (with a hand-moved clock and hand-run background jobs)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.materialization import local_scope
 from tests.support.stores import TestingSnapshotFaults
 
 from gic_runtime.coordination import TaskSettings
@@ -26,12 +28,12 @@ from gic_runtime.materialization.background import (
     adopt_materializations,
     start_due_materializations,
 )
-from gic_runtime.materialization.growth import byte_limit, growth_pressure
+from gic_runtime.materialization.growth import byte_limit, growth, growth_pressure
+from gic_runtime.materialization.scheduler import Turn
 from gic_runtime.state.backend import KeyedStateBackend
 from gic_runtime.state.keys import bucket_for
 from gic_runtime.state.memory_store import InMemoryStore
 from gic_runtime.storage.local import LocalObjectStore
-from gic_runtime.storage.uri import StoreResolver
 from gic_runtime.testing import TestingClock, TestingManualExecutor
 from gic_runtime.testing.changelog_fakes import TestingChangelogWriter
 
@@ -57,6 +59,23 @@ def test_pressure_counts_sections_and_bytes_after_the_base() -> None:
     assert byte_limit(None, s) == 1000 and byte_limit(500, s) == 1000  # the floor
     ratio = MaterializationSettings(changelog_ratio=0.5, changelog_floor_bytes=1)
     assert byte_limit(10_000, ratio) == 5000
+
+
+def test_the_projection_extends_the_average_growth_of_a_handle() -> None:
+    s = MaterializationSettings(max_sections=8, changelog_floor_bytes=1000)
+    since = growth(_handles(2, length=150), 0, None, s)  # 2 of 8 sections, 300 of 1000 B
+    assert (since.handles, since.pressure) == (2, 0.3)
+    assert since.projected(0) == 0.3
+    assert since.projected(3) == pytest.approx(0.75)  # 150 more bytes a handle
+    assert growth([], 0, None, s).projected(5) == 0.0  # nothing to extend
+
+
+def test_ranges_take_turns_by_checkpoint() -> None:
+    assert [Turn(c, 1, 4).ours for c in range(9)] == [c % 4 == 1 for c in range(9)]
+    assert Turn(7, 0, 1).ours  # a single range has every turn
+    for index, count, checkpoint in ((4, 4, 0), (-1, 4, 0), (0, 0, 0), (0, 4, -1)):
+        with pytest.raises(ConfigurationError, match="turn"):
+            Turn(checkpoint, index, count)
 
 
 @pytest.mark.parametrize(
@@ -239,7 +258,10 @@ class _Range:
         self.expected: Mapping[int, BucketState] = {}
         self.keys = _keys(buckets, num_buckets)
 
-    def batch(self, value: int) -> int:
+        self.started = 0
+        """Buckets the latest :meth:`batch` started."""
+
+    def batch(self, value: int, turn: Turn | None = None) -> int:
         """Returns the most handles since its base of any bucket."""
         adopt_materializations(self.scope, self.backend, self.expected)
         state = self.backend.value_state("v")
@@ -248,7 +270,7 @@ class _Range:
         states = self.backend.checkpoint().result(timeout=30)
         self.backend.mark_persisted(states)
         self.expected = states
-        start_due_materializations(self.scope, self.backend, states)
+        self.started = start_due_materializations(self.scope, self.backend, states, turn)
         return max(len(s.changelog) for s in states.values())
 
 
@@ -259,20 +281,9 @@ def test_the_section_limit_holds_over_200_batches(tmp_path: Path, complete_every
     ``complete_every`` batches. Sections since the base never exceed the limit by more
     than the batches a job takes (twice: waiting for the range's running growth job,
     then its own) plus one."""
-    objects = LocalObjectStore(tmp_path / "objects")
-    resolver = StoreResolver()
-    resolver.register(objects)
     executor, clock = TestingManualExecutor(), TestingClock()
-    scope = MaterializationScope(
-        tmp_path / "materialized",
-        objects.root_uri,
-        "job",
-        1,
-        resolver,
-        MaterializationSettings(max_sections=32),
-        clock=clock,
-        pool=MaterializationPool(executor),
-    )
+    pool = MaterializationPool(executor)
+    scope = local_scope(tmp_path, clock=clock, pool=pool, max_sections=32)
     ranges = [_Range(scope, range(32 * t, 32 * t + 32), 128) for t in range(4)]
     peak = 0
     for batch in range(200):
@@ -284,3 +295,37 @@ def test_the_section_limit_holds_over_200_batches(tmp_path: Path, complete_every
     assert peak <= 32 + 2 * complete_every + 1
     stats = scope.pool.stats()
     assert stats.completed >= 128 * 5 and stats.failed == 0
+
+
+@pytest.mark.parametrize("turns", [True, False])
+def test_ranges_growing_in_step_snapshot_in_different_checkpoints(
+    tmp_path: Path, turns: bool
+) -> None:
+    """W1-like: 4 ranges of 32 buckets gain a section per bucket per checkpoint, so they
+    reach the limit together. Taking turns, no two ranges start a growth job in the same
+    checkpoint once the rotation has settled, each still starts one at least every 32
+    checkpoints, and no bucket goes past the limit; without turns all four start
+    together, every time."""
+    executor = TestingManualExecutor()
+    pool = MaterializationPool(executor)
+    scope = local_scope(tmp_path, pool=pool, interval_s=1e9, max_sections=32, growth_turns=turns)
+    ranges = [_Range(scope, range(32 * t, 32 * t + 32), 128) for t in range(4)]
+    starting: list[list[int]] = []
+    peak = 0
+    for checkpoint in range(240):
+        for index, task in enumerate(ranges):
+            peak = max(peak, task.batch(checkpoint, Turn(checkpoint, index, 4)))
+        starting.append([i for i, task in enumerate(ranges) if task.started])
+        executor.run_all()
+    settled = starting[64:]
+    together = max(len(s) for s in settled)
+    if turns:
+        assert together == 1
+        for index in range(4):
+            at = [c for c, s in enumerate(settled) if index in s]
+            assert len(at) >= len(settled) // 32
+            assert max(b - a for a, b in itertools.pairwise(at)) <= 32
+        assert peak <= 32
+    else:
+        assert together == 4
+        assert all(len(s) in (0, 4) for s in settled)
