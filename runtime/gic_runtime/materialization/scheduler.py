@@ -58,7 +58,6 @@ __all__ = [
     "Turn",
     "due",
     "growth_since_base",
-    "pressure",
     "unit",
 ]
 
@@ -245,15 +244,6 @@ def growth_since_base(
     ``None`` when the newest fitting snapshot already holds every change of ``state``."""
     base = _base(state, newest)
     return None if base is None else growth(state.changelog, *base, settings)
-
-
-def pressure(
-    settings: MaterializationSettings, state: BucketState, newest: Newest | None
-) -> float | None:
-    """The bucket's growth pressure since its effective base (see :func:`_base`);
-    ``None`` when the newest fitting snapshot already holds every change of ``state``."""
-    current = growth_since_base(settings, state, newest)
-    return None if current is None else current.pressure
 
 
 def due(
