@@ -1,7 +1,8 @@
 """Plot of a repeated comparison (:mod:`bench.streaming.repeats`): one row per cluster
 mode; left, every system's median rows/s with its min-max spread over the rounds
 (baselines grey); right, each contender's median rows/s over the best baseline of the
-same round, with its spread, the goal and the aim. Stateless; matplotlib's Agg backend.
+same round, with its spread, the goal and the aim. A system has one colour in every mode
+(:func:`system_colors`). Stateless; matplotlib's Agg backend.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def plot_comparison(path: Path, comparison: Comparison, per_mode: Mapping[str, A
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    colors_of = system_colors(comparison, per_mode)
     rows = max(1, len(per_mode))
     fig, axes = plt.subplots(rows, 2, figsize=(13, 4.2 * rows), squeeze=False)
     for (left, right), (mode, data) in zip(axes, per_mode.items(), strict=False):
@@ -31,7 +33,7 @@ def plot_comparison(path: Path, comparison: Comparison, per_mode: Mapping[str, A
         med = [systems[n]["rows_per_s"]["median"] for n in names]
         low = [m - systems[n]["rows_per_s"]["min"] for n, m in zip(names, med, strict=True)]
         high = [systems[n]["rows_per_s"]["max"] - m for n, m in zip(names, med, strict=True)]
-        colors = ["0.55" if n in comparison.baselines else f"C{i}" for i, n in enumerate(names)]
+        colors = [colors_of[n] for n in names]
         bars = left.bar(range(len(names)), med, 0.6, yerr=[low, high], color=colors, capsize=4)
         for bar, value in zip(bars, med, strict=True):
             left.annotate(
@@ -51,7 +53,9 @@ def plot_comparison(path: Path, comparison: Comparison, per_mode: Mapping[str, A
             [v - ratios[c]["min"] for c, v in zip(contenders, values, strict=True)],
             [ratios[c]["max"] - v for c, v in zip(contenders, values, strict=True)],
         ]
-        drawn = right.bar(range(len(contenders)), values, 0.5, yerr=err, color="C3", capsize=4)
+        drawn = right.bar(
+            range(len(contenders)), values, 0.5, yerr=err, color=CONTENDER_COLOR, capsize=4
+        )
         for bar, value in zip(drawn, values, strict=True):
             right.annotate(
                 f"{value:.2f}x",
@@ -73,3 +77,29 @@ def plot_comparison(path: Path, comparison: Comparison, per_mode: Mapping[str, A
     versus = f"{', '.join(comparison.contenders)} vs {', '.join(comparison.baselines)}"
     fig.suptitle(f"{comparison.name}: {versus}")
     return common.save_figure(fig, path)
+
+
+BASELINE_COLOR = "0.55"
+CONTENDER_COLOR = "C3"
+OTHER_COLORS = ("C4", "C5", "C1", "C2", "C0", "C6", "C7", "C8", "C9")
+"""Colours of the systems shown beside (the floor, variants), in first-seen order."""
+
+
+def system_colors(comparison: Comparison, per_mode: Mapping[str, Any]) -> dict[str, str]:
+    """One colour per system over every mode: baselines grey, contenders the ratio bars'
+    red, every other system the next of :data:`OTHER_COLORS` in the order it first
+    appears (so a system missing from one mode does not shift the others' colours)."""
+    colors: dict[str, str] = {}
+    others = 0
+    for data in per_mode.values():
+        for name in data["systems"]:
+            if name in colors:
+                continue
+            if name in comparison.baselines:
+                colors[name] = BASELINE_COLOR
+            elif name in comparison.contenders:
+                colors[name] = CONTENDER_COLOR
+            else:
+                colors[name] = OTHER_COLORS[others % len(OTHER_COLORS)]
+                others += 1
+    return colors

@@ -21,6 +21,7 @@ from bench.streaming import (
     checkpoint_bytes,
     latency_proxy,
     modes,
+    plots_timed,
     repeats,
     runner,
     s3a,
@@ -348,3 +349,28 @@ def test_a_coalescing_sampler_files_each_sample_under_the_latest_waiting_batch(
     assert 49 in samples
     assert samples[49].kinds == {"state": 10, "offsets": 3, "other": 1}
     assert samples[49].bytes == 14
+
+
+def test_a_system_keeps_its_colour_in_every_mode_of_a_comparison_plot() -> None:
+    comparison = repeats.Comparison(
+        name="w",
+        workload=keyed_count,
+        systems={},
+        baselines=("spark_a", "spark_b"),
+        contenders=("gic",),
+        goal=1.5,
+        local_only=("gic_variant",),
+        floor="floor",
+    )
+    local = ["spark_a", "spark_b", "gic", "gic_variant", "floor"]
+    cluster = ["spark_a", "spark_b", "gic", "floor"]  # the local-only variant is missing
+    per_mode = {
+        "local2": {"systems": dict.fromkeys(local)},
+        "cluster2": {"systems": dict.fromkeys(cluster)},
+    }
+    colors = plots_timed.system_colors(comparison, per_mode)
+    assert colors["spark_a"] == colors["spark_b"] == plots_timed.BASELINE_COLOR
+    assert colors["gic"] == plots_timed.CONTENDER_COLOR
+    assert len({colors["gic"], colors["gic_variant"], colors["floor"], colors["spark_a"]}) == 4
+    # one mapping for the whole figure: the floor is drawn alike in both modes
+    assert set(colors) == set(local)
