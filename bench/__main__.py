@@ -18,6 +18,7 @@ BENCHMARKS = (
     "checkpoint_cost",
     "state_throughput",
     "selective_read",
+    "restore_floor",
     "w1_keyed_count",
     "w2_event_log",
     "w3_sessions",
