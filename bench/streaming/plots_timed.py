@@ -16,6 +16,13 @@ from bench import common
 if TYPE_CHECKING:
     from bench.streaming.repeats import Comparison
 
+BASELINE_COLOR = "0.55"
+CONTENDER_COLOR = "C3"
+OTHER_COLORS = ("C4", "C5", "C1", "C2", "C0", "C6", "C7", "C8", "C9")
+"""Colours of the systems shown beside (the floor, variants), in first-seen order."""
+HEADROOM = 1.35
+"""The ratio axis reaches this much above its tallest bar, whisker or line."""
+
 
 def plot_comparison(path: Path, comparison: Comparison, per_mode: Mapping[str, Any]) -> Path:
     """Write the figure to ``path``; return it."""
@@ -67,22 +74,19 @@ def plot_comparison(path: Path, comparison: Comparison, per_mode: Mapping[str, A
         right.axhline(comparison.goal, color="black", linestyle="--", linewidth=1, label="goal")
         if comparison.aim:
             right.axhline(comparison.aim, color="grey", linestyle=":", linewidth=1, label="aim")
+        # headroom above the tallest bar, whisker or line, so the legend never sits on a bar
+        tops = [v + e for v, e in zip(values, err[1], strict=True)]
+        right.set_ylim(0, max([*tops, comparison.goal, comparison.aim or 0.0]) * HEADROOM)
         right.set_xticks(range(len(contenders)))
         right.set_xticklabels(contenders, fontsize=8)
         identical = data["outputs"]["identical"]
         right.set_title(
             f"rows/s / best baseline of the round (outputs identical: {identical})", fontsize=9
         )
-        right.legend(fontsize=7)
+        right.legend(fontsize=7, loc="upper right")
     versus = f"{', '.join(comparison.contenders)} vs {', '.join(comparison.baselines)}"
     fig.suptitle(f"{comparison.name}: {versus}")
     return common.save_figure(fig, path)
-
-
-BASELINE_COLOR = "0.55"
-CONTENDER_COLOR = "C3"
-OTHER_COLORS = ("C4", "C5", "C1", "C2", "C0", "C6", "C7", "C8", "C9")
-"""Colours of the systems shown beside (the floor, variants), in first-seen order."""
 
 
 def system_colors(comparison: Comparison, per_mode: Mapping[str, Any]) -> dict[str, str]:

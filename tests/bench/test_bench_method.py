@@ -374,3 +374,51 @@ def test_a_system_keeps_its_colour_in_every_mode_of_a_comparison_plot() -> None:
     assert len({colors["gic"], colors["gic_variant"], colors["floor"], colors["spark_a"]}) == 4
     # one mapping for the whole figure: the floor is drawn alike in both modes
     assert set(colors) == set(local)
+
+
+def test_the_ratio_legend_sits_above_every_bar_whisker_and_label(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    comparison = repeats.Comparison(
+        name="w",
+        workload=keyed_count,
+        systems={},
+        baselines=("spark",),
+        contenders=("gic",),
+        goal=1.5,
+        aim=None,
+    )
+
+    def spread(median: float) -> dict[str, float]:
+        return {"median": median, "min": median * 0.95, "max": median * 1.05}
+
+    # the ratios fill the axis: the tallest bar, its whisker and label reach the top
+    per_mode = {
+        "local2": {
+            "master": "local[2]",
+            "systems": {n: {"rows_per_s": spread(r)} for n, r in (("spark", 1e5), ("gic", 1.6e5))},
+            "ratios": {"ratios": {"gic": spread(1.6)}},
+            "outputs": {"identical": True},
+        }
+    }
+    figures: list[Any] = []
+
+    def keep(fig: Any, path: Path) -> Path:  # the figure, before it is written and closed
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(common, "save_figure", keep)
+    plots_timed.plot_comparison(tmp_path / "w.png", comparison, per_mode)
+    (fig,) = figures
+    right = fig.axes[1]
+    renderer = fig.canvas.get_renderer()
+    legend = right.get_legend().get_window_extent(renderer)
+    drawn = [p.get_window_extent(renderer) for p in right.patches]  # the bar
+    drawn += [t.get_window_extent(renderer) for t in right.texts]  # its label
+    drawn += [  # its whisker's caps (the goal line may cross the legend)
+        line.get_window_extent(renderer)
+        for line in right.lines
+        if line.get_label() not in {"goal", "aim"}
+    ]
+    assert len(drawn) == 4
+    assert legend.y0 > max(box.y1 for box in drawn)
