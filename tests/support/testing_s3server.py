@@ -60,8 +60,12 @@ _SERVICES = ("master", "volume", "filer", "s3", "admin")
 _GRPC_OFFSET = 10000
 _MAX_SOCKET_PATH = 100
 _NOT_STARTED = "TestingS3Server is not started; call start() first"
-#: Seconds between two reads of the deleted bytes that must agree before a vacuum.
+#: Seconds between two reads of the volume server's deleted bytes.
 _SETTLE_S = 0.5
+#: Seconds the deleted bytes must stay unchanged before a vacuum: the filer hands an S3
+#: delete's chunks on about a second later (measured: none counted 0.5 s after the delete,
+#: all of them at 1.0 s), so two reads 0.5 s apart could both come before it.
+_SETTLE_QUIET_S = 3.0
 
 
 def find_weed_binary() -> Path:
@@ -173,7 +177,7 @@ class TestingS3Server(Service):
         benchmark's rounds) calls this in between, so the writes do not find the server
         full. The filer hands an S3 delete's chunks to the volume server in the background,
         so this first waits until the volume server's count of deleted bytes stops growing
-        (two reads :data:`_SETTLE_S` apart agree), then vacuums.
+        (unchanged for :data:`_SETTLE_QUIET_S`, read every :data:`_SETTLE_S`), then vacuums.
         """
         if not 0 < garbage_threshold < 1:
             raise ConfigurationError(
@@ -181,11 +185,11 @@ class TestingS3Server(Service):
             )
         ports = self._require_ports()
         deadline = time.monotonic() + timeout_s
-        seen = -1
-        while (now := self._deleted_bytes(ports["volume"])) != seen:
-            if time.monotonic() > deadline:
-                break
-            seen = now
+        seen, since = -1, time.monotonic()
+        while time.monotonic() - since < _SETTLE_QUIET_S and time.monotonic() < deadline:
+            now = self._deleted_bytes(ports["volume"])
+            if now != seen:
+                seen, since = now, time.monotonic()
             time.sleep(_SETTLE_S)
         url = f"http://127.0.0.1:{ports['master']}/vol/vacuum?garbageThreshold={garbage_threshold}"
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
