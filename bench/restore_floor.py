@@ -51,7 +51,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import statistics
 import sys
 import time
 import uuid
@@ -59,6 +58,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from bench.common import RESULTS, SCRATCH, quick_mode, save_figure, write_result
 
@@ -262,14 +262,6 @@ def proc_cpu_s(pid: int) -> float:
 # --- one run ---------------------------------------------------------------------------
 
 
-def spread(values: Sequence[float]) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-    }
-
-
 def run(p: Params) -> dict[str, Any]:
     """Store the objects, then read them ``rounds`` times by every path, interleaved."""
     from tests.support.testing_s3server import TestingS3Server
@@ -302,21 +294,11 @@ def run(p: Params) -> dict[str, Any]:
             parts = shares(stored, p.processes)
             ctx = multiprocessing.get_context("spawn")
             with LatencyProxy(server.endpoint_url, p.latency_ms / 1000) as proxy:
-                saved = {
-                    n: os.environ.get(n)
-                    for n in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+                credentials = {
+                    k: v for k, v in server.environment().items() if k.startswith("AWS_")
                 }
-                os.environ.update(
-                    {k: v for k, v in server.environment().items() if k.startswith("AWS_")}
-                )
-                try:
+                with mock.patch.dict(os.environ, credentials):
                     latency = measure_added_latency(server.endpoint_url, proxy.endpoint_url, bucket)
-                finally:
-                    for n, v in saved.items():
-                        if v is None:
-                            os.environ.pop(n, None)
-                        else:
-                            os.environ[n] = v
                 endpoints = {m: proxy.endpoint_url for m in MODES}
                 endpoints["fetch_unproxied"] = server.endpoint_url
                 for round_ in range(p.rounds):
@@ -395,6 +377,9 @@ MEASURES = ("wall_s", "reader_cpu_s", "server_cpu_s", "proxy_cpu_s")
 
 
 def summarize(runs: Mapping[str, Sequence[Mapping[str, float]]]) -> dict[str, Any]:
+    """Per path and measure, median, min, max and count over the rounds."""
+    from bench.streaming.repeats import spread
+
     return {
         mode: {m: spread([r[m] for r in rs]) for m in MEASURES} for mode, rs in runs.items() if rs
     }
