@@ -180,6 +180,60 @@ class TestOnlyChangesAreWritten:
         assert writer.appended - logged == 5
 
 
+_TEXT_ROWS = st.lists(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.one_of(st.none(), st.text("ab\u00e9\x00", max_size=4))),
+        min_size=1,
+        max_size=25,
+    ),
+    min_size=1,
+    max_size=5,
+)
+TEXT_AGGS = {"n": count(), "lo": min_("s"), "hi": max_("s")}
+
+
+class TestVariableWidthExtremes:
+    """``min``/``max`` of strings and binary (the state sweep's payloads) over batches
+    that mix keys with one row and keys with several, in input tables of two chunks:
+    what aggregating every row gives, nulls ignored, in byte order."""
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        batches=_TEXT_ROWS, binary=st.booleans(), with_buckets=st.booleans(), cut=st.integers(0, 25)
+    )
+    def test_they_match_the_reference_over_batches(
+        self,
+        batches: list[list[tuple[int, str | None]]],
+        binary: bool,
+        with_buckets: bool,
+        cut: int,
+    ) -> None:
+        typ = pa.binary() if binary else pa.large_string()
+        schema = aggregate_schema(
+            pa.field("key", pa.int64()), TEXT_AGGS, pa.schema([("key", pa.int64()), ("s", typ)])
+        )
+        processor = AggregateProcessor("key", TEXT_AGGS, schema)
+        backend = KeyedStateBackend(range(B), B, InMemoryStore(), TestingChangelogWriter())
+        state: dict[int, dict[str, Any]] = {}
+        for rows in batches:
+            values = [None if v is None else (v.encode() if binary else v) for _, v in rows]
+            keys = [k for k, _ in rows]
+            whole = pa.table({"key": pa.array(keys, pa.int64()), "s": pa.array(values, typ)})
+            at = min(cut, whole.num_rows)
+            # input batches arrive in chunks: the row indices span them
+            table = pa.Table.from_batches(
+                [b for part in (whole.slice(0, at), whole.slice(at)) for b in part.to_batches()],
+                schema=whole.schema,
+            )
+            for key, value in zip(keys, values, strict=True):
+                s = state.setdefault(key, {"n": 0, "lo": None, "hi": None})
+                s["n"] += 1
+                if value is not None:
+                    s["lo"] = value if s["lo"] is None else min(s["lo"], value)
+                    s["hi"] = value if s["hi"] is None else max(s["hi"], value)
+            assert _run(processor, backend, table, with_buckets) == {k: state[k] for k in keys}
+
+
 class TestGivenBuckets:
     def test_buckets_that_disagree_with_the_runtime_fail(self, make_store: MakeStore) -> None:
         backend = KeyedStateBackend(range(B), B, make_store(), TestingChangelogWriter())
