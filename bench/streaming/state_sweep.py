@@ -21,8 +21,9 @@ rows/s bound any system's on this machine.
 Per size: the interleaved rounds of :func:`bench.streaming.repeats.run_mode`, then a
 restart of each system from its last round's checkpoint in a fresh process with empty
 local directories (:func:`restart_figures`). Each run records the memory of its process
-tree (:mod:`bench.streaming.memory_sampling`, from a process of its own) and the bytes
-stored under its prefix at the end.
+tree (:mod:`bench.streaming.memory_sampling`, from a process of its own), the machine's
+paging over the run (:mod:`bench.streaming.machine_counters`: major faults, bytes read
+and written; notes ``paging``) and the bytes stored under its prefix at the end.
 
 Goals (:func:`size_goals`, :func:`rss_goal`) are computed from the measurements and
 apply at 1 GB and 4 GB (some at 4 GB only); every size reports them with ``applies``.
@@ -50,6 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 from bench import common
 from bench.streaming import harness, modes, repeats, runner, s3a, spark_stores, systems, w1_s3
+from bench.streaming.machine_counters import DEFINITION as PAGING_DEFINITION
+from bench.streaming.machine_counters import PagingCounters
 from bench.streaming.memory_sampling import (
     PROCESS_KINDS,
     RSS_DEFINITION,
@@ -320,9 +323,15 @@ def run_with_rss(
 
     module, _, function = _INNER[inner].partition(":")
     fn = getattr(importlib.import_module(module), function)
-    with MemorySampler(os.getpid()) as sampler:
+    with MemorySampler(os.getpid()) as sampler, PagingCounters() as paging:
         result: RunResult = fn(variant, spec, params, scratch, **options)
-    notes = {**result.notes, **memory_summary(sampler.samples), "rss_definition": RSS_DEFINITION}
+    notes = {
+        **result.notes,
+        **memory_summary(sampler.samples),
+        "rss_definition": RSS_DEFINITION,
+        "paging": paging.deltas,
+        "paging_definition": PAGING_DEFINITION,
+    }
     return dataclasses.replace(result, notes=notes)
 
 
