@@ -2,7 +2,7 @@
 
 A run's rows/s at gigabytes of state depends on how much of the state's page cache the
 kernel takes away while it runs: a page a batch needs that was paged out is read back
-from disk (a major fault). The benchmark machine's kernel pages out file cache that no
+from disk. The benchmark machine's kernel pages out file cache that no
 process maps on its own schedule (a DAMON ``pageout`` scheme, docs/architecture.md
 §13.3), so two runs of the same system can differ by far more than two systems do.
 :class:`PagingCounters` records, around one run, the counters that show it, so a
@@ -23,13 +23,14 @@ from typing import Final
 
 VMSTAT: Final = Path("/proc/vmstat")
 FIELDS: Final = ("pgmajfault", "pgpgin", "pgpgout")
-"""Major faults (pages read back from disk on access), and KiB read from and written to
-block devices."""
+"""Faults the kernel counts as major, and KiB read from and written to block devices. Only
+the KiB read show pages read back: ``pgmajfault`` also counts faults that read nothing
+(over a 4 GB run it stays in the millions with no disk read at all)."""
 DEFINITION: Final = (
     "machine-wide /proc/vmstat counters over the whole run (load, warm-up, measured "
-    "batches; anything else running on the machine counts too): pgmajfault, page faults "
-    "that read the page from disk; pgpgin / pgpgout, KiB read from / written to block "
-    "devices"
+    "batches; anything else running on the machine counts too): pgmajfault, faults the "
+    "kernel counts as major (also ones that read nothing); pgpgin / pgpgout, KiB read "
+    "from / written to block devices (pgpgin is what shows pages read back from disk)"
 )
 
 
